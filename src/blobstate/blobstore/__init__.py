@@ -1,0 +1,23 @@
+"""Blob stores: one interface (:class:`BlobStore`), backends opened by URL with :func:`open_blob_store`."""
+
+from __future__ import annotations
+
+from blobstate.blobstore.base import (
+    DEFAULT_PENDING_TTL_SECONDS,
+    BlobNotFoundError,
+    BlobStore,
+    BlobStoreError,
+    InvalidBlobNameError,
+    TransientBlobError,
+)
+from blobstate.blobstore.open import open_blob_store
+
+__all__ = [
+    "DEFAULT_PENDING_TTL_SECONDS",
+    "BlobNotFoundError",
+    "BlobStore",
+    "BlobStoreError",
+    "InvalidBlobNameError",
+    "TransientBlobError",
+    "open_blob_store",
+]

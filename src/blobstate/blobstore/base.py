@@ -1,0 +1,250 @@
+"""The blob store interface shared by every backend.
+
+A blob store holds immutable objects under slash-separated names relative to the store's root. Backends
+implement the small ``_``-prefixed primitives; this base class adds what every backend needs the same
+way: name validation, retries with backoff (a fresh stream per try), and an explicit bounded I/O pool.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from blobstate.blobstore.names import validate_blob_name, validate_prefix
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DEFAULT_PENDING_TTL_SECONDS = 30 * 24 * 3600.0
+"""Objects written before their version commits expire after this long unless their TTL is removed."""
+
+DEFAULT_IO_THREADS = 8
+
+
+class BlobStoreError(Exception):
+    """Base class of every blob store error."""
+
+
+class BlobNotFoundError(BlobStoreError):
+    """The named object does not exist (never written, deleted, or expired)."""
+
+    def __init__(self, name: str, store_url: str = "") -> None:
+        where = f" in {store_url}" if store_url else ""
+        super().__init__(f"blob not found: {name!r}{where}")
+        self.name = name
+        self.store_url = store_url
+
+
+class TransientBlobError(BlobStoreError):
+    """A failure worth retrying (throttling, timeouts, connection resets). Backends raise it."""
+
+
+class InvalidBlobNameError(BlobStoreError, ValueError):
+    """A name that is empty, absolute, or could escape the store's root."""
+
+
+Data = bytes | bytearray | memoryview | os.PathLike[str] | str
+"""What ``put`` accepts: bytes in memory, or the path of a local file to stream from."""
+
+
+class BlobStore(ABC):
+    """One blob store: put, get, delete, remove_ttl, exists, list, put_if_absent.
+
+    Every public method validates the name, retries transient errors with exponential backoff, and raises
+    :class:`BlobNotFoundError` naming the object when it is missing. Bulk work goes through
+    :meth:`run_parallel`, which uses this store's own bounded pool and refuses to block inside it.
+    """
+
+    url: str
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        io_threads: int = DEFAULT_IO_THREADS,
+        max_attempts: int = 5,
+        backoff_seconds: float = 0.05,
+    ) -> None:
+        self.url = url
+        self.io_threads = io_threads
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._pool_prefix = f"blobstate-io-{id(self):x}"
+
+    # ----------------------------------------------------------------- backend primitives
+    @abstractmethod
+    def _put_bytes(self, name: str, data: bytes | memoryview, ttl: float | None) -> None: ...
+
+    @abstractmethod
+    def _put_file(self, name: str, path: Path, ttl: float | None) -> None: ...
+
+    @abstractmethod
+    def _put_if_absent(self, name: str, data: bytes, ttl: float | None) -> bool: ...
+
+    @abstractmethod
+    def _get_bytes(self, name: str) -> bytes: ...
+
+    @abstractmethod
+    def _get_file(self, name: str, path: Path) -> int: ...
+
+    @abstractmethod
+    def _delete(self, name: str) -> None: ...
+
+    @abstractmethod
+    def _remove_ttl(self, name: str) -> None: ...
+
+    @abstractmethod
+    def _has_ttl(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def _exists(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def _list(self, prefix: str) -> list[str]: ...
+
+    # ----------------------------------------------------------------- public operations
+    def put(self, name: str, data: Data, *, ttl: float | None = None) -> None:
+        """Write ``data`` (bytes, or a local file path streamed from disk) under ``name``.
+
+        ``ttl`` in seconds marks the object pending: it expires unless :meth:`remove_ttl` is called.
+        """
+        name = validate_blob_name(name)
+        if isinstance(data, bytes | bytearray | memoryview):
+            payload = bytes(data) if isinstance(data, bytearray) else data
+            self._retry("put", name, lambda: self._put_bytes(name, payload, ttl))
+        else:
+            path = Path(data)
+            self._retry("put", name, lambda: self._put_file(name, path, ttl))
+
+    def put_if_absent(self, name: str, data: bytes, *, ttl: float | None = None) -> bool:
+        """Create ``name`` only if it does not exist. Returns True if this call created it.
+
+        Of several concurrent callers (threads, processes or hosts) exactly one gets True.
+        """
+        name = validate_blob_name(name)
+        return self._retry("put_if_absent", name, lambda: self._put_if_absent(name, bytes(data), ttl))
+
+    def get(self, name: str) -> bytes:
+        """Return the whole object."""
+        name = validate_blob_name(name)
+        return self._retry("get", name, lambda: self._get_bytes(name))
+
+    def get_file(self, name: str, path: str | os.PathLike[str]) -> int:
+        """Stream the object into the local file ``path`` (replaced on every try); returns its size."""
+        name = validate_blob_name(name)
+        target = Path(path)
+        return self._retry("get", name, lambda: self._get_file(name, target))
+
+    def delete(self, name: str) -> None:
+        """Delete the object; raises :class:`BlobNotFoundError` if it does not exist."""
+        name = validate_blob_name(name)
+        self._retry("delete", name, lambda: self._delete(name))
+
+    def delete_if_exists(self, name: str) -> bool:
+        """Delete the object if it exists; returns whether it did. Cleanup uses this: gone is done."""
+        try:
+            self.delete(name)
+            return True
+        except BlobNotFoundError:
+            return False
+
+    def remove_ttl(self, name: str) -> None:
+        """Make the object permanent. Idempotent; raises :class:`BlobNotFoundError` if it is gone."""
+        name = validate_blob_name(name)
+        self._retry("remove_ttl", name, lambda: self._remove_ttl(name))
+
+    def has_ttl(self, name: str) -> bool:
+        """Whether the object is still pending (carries a TTL)."""
+        name = validate_blob_name(name)
+        return self._retry("has_ttl", name, lambda: self._has_ttl(name))
+
+    def exists(self, name: str) -> bool:
+        """Whether the object exists."""
+        name = validate_blob_name(name)
+        return self._retry("exists", name, lambda: self._exists(name))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Sorted names of all objects whose name starts with ``prefix``."""
+        prefix = validate_prefix(prefix)
+        return sorted(self._retry("list", prefix, lambda: self._list(prefix)))
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Delete pending objects whose TTL has passed; returns their names.
+
+        Backends with native expiry (S3 lifecycle rules) do nothing here and return an empty list.
+        """
+        return []
+
+    def close(self) -> None:
+        """Release the I/O pool and any client."""
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+    def __enter__(self) -> BlobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- concurrency
+    def submit(self, fn: Callable[[], R]) -> Future[R]:
+        """Run ``fn`` on this store's bounded I/O pool."""
+        return self._io_pool().submit(fn)
+
+    def run_parallel(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """Apply ``fn`` to every item on the I/O pool and return the results in order.
+
+        Must not be called from a pool thread: waiting there for other pool tasks can deadlock a bounded
+        pool, so it raises instead. The first failure is raised after the others have finished.
+        """
+        if threading.current_thread().name.startswith(self._pool_prefix):
+            raise RuntimeError("run_parallel called from inside the blob store's own I/O pool")
+        futures = [self.submit(lambda item=item: fn(item)) for item in items]
+        results: list[R] = []
+        first_error: BaseException | None = None
+        for future in futures:
+            try:
+                results.append(future.result())
+            except BaseException as error:
+                if first_error is None:
+                    first_error = error
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def _io_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.io_threads, thread_name_prefix=self._pool_prefix
+                )
+            return self._pool
+
+    # ----------------------------------------------------------------- retries
+    def _retry(self, op: str, name: str, call: Callable[[], R]) -> R:
+        delay = self.backoff_seconds
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return call()
+            except TransientBlobError as error:
+                if attempt == self.max_attempts:
+                    raise BlobStoreError(
+                        f"{op} {name!r} in {self.url} failed after {attempt} attempts: {error}"
+                    ) from error
+                time.sleep(delay * (0.5 + random.random()))
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
