@@ -1,0 +1,37 @@
+"""blobstate: RocksDB state for stateful PySpark streaming, checkpointed incrementally to a blob store.
+
+Public names: :func:`transform_with_state`, :class:`StatefulProcessor` and the state API that mirrors
+PySpark's ``transformWithStateInPandas`` (``StatefulProcessorHandle``, ``ValueState``, ``ListState``,
+``MapState``, ``TimerValues``, ``ExpiredTimerInfo``), and :mod:`blobstate.blobstore`.
+Imports are lazy so the command line starts without loading Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "transform_with_state": "blobstate.engine.query",
+    "batch_reports": "blobstate.engine.query",
+    "QueryConfig": "blobstate.engine.config",
+    "StatefulProcessor": "blobstate.processor",
+    "StatefulProcessorHandle": "blobstate.processor",
+    "ValueState": "blobstate.processor",
+    "ListState": "blobstate.processor",
+    "MapState": "blobstate.processor",
+    "TimerValues": "blobstate.processor",
+    "ExpiredTimerInfo": "blobstate.processor",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'blobstate' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,246 @@
+"""The driver side of one micro-batch (DESIGN.md, "One micro-batch", steps 1, 2, 4 and 5)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from blobstate.blobstore import BlobStore
+from blobstate.engine.assignment import assign_partitions
+from blobstate.engine.config import QueryConfig
+from blobstate.engine.task import META_COLUMN, PARTITION_COLUMN, TaskSpec, run_task
+
+log = logging.getLogger("blobstate")
+
+Sink = Callable[[DataFrame, int], None]
+
+
+class BatchError(RuntimeError):
+    """A micro-batch could not be completed; nothing of it was committed."""
+
+
+@dataclass
+class BatchReport:
+    """What one committed micro-batch did, as printed by the demo and recorded in the commit."""
+
+    batch_id: int
+    version: int
+    input_rows: int
+    output_rows: int
+    seconds: float
+    max_load_seconds: float
+    restore_bytes: int
+    bytes_uploaded: int
+    snapshots: int
+    skipped: bool = False
+    executors: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class BatchDriver:
+    """Runs each micro-batch handed over by ``foreachBatch`` and writes the commit log."""
+
+    spark: SparkSession
+    config: QueryConfig
+    store: BlobStore
+    checkpoint_url: str
+    query_id: str
+    num_partitions: int
+    key_columns: tuple[str, ...]
+    processor: Any
+    output_schema: pa.Schema
+    spark_output_schema: Any
+    sink: Sink
+    writer_id: str
+    placement_helper: Any = None
+    on_batch: Callable[[BatchReport], None] | None = None
+    reports: list[BatchReport] = field(default_factory=list)
+    _cleanup_thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        from blobstate.lineage.commitlog import CommitLog
+
+        self.commit_log = CommitLog(self.store)
+
+    # ------------------------------------------------------------------ one batch
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        """The ``foreachBatch`` function."""
+        version = batch_id + 1
+        if self.commit_log.commit_exists(version):
+            log.info("batch %d is already committed as version %d: skipping its replay", batch_id, version)
+            self._report(BatchReport(batch_id, version, 0, 0, 0.0, 0.0, 0, 0, 0, skipped=True))
+            return
+        started = time.monotonic()
+        self._wait_for_cleanup()
+        previous = self.commit_log.read_commit(batch_id) if batch_id > 0 else None
+        if previous is None and batch_id > 0:
+            raise BatchError(
+                f"batch {batch_id} starts from version {batch_id}, but commits/{batch_id}.json does not exist"
+                f" in {self.checkpoint_url}: the blobstate checkpoint does not match Spark's checkpoint"
+            )
+        uids = previous.checkpoints[self.config.operator] if previous else {}
+        watermark = previous.watermark_ms if previous else None
+        spec = TaskSpec(
+            checkpoint_url=self.checkpoint_url,
+            query_id=self.query_id,
+            operator=self.config.operator,
+            num_partitions=self.num_partitions,
+            version=batch_id,
+            uids={int(p): u for p, u in uids.items()},
+            key_columns=self.key_columns,
+            processor=self.processor,
+            output_schema=self.output_schema,
+            output_mode=self.config.output_mode,
+            time_mode=self.config.time_mode,
+            batch_timestamp_ms=int(time.time() * 1000),
+            watermark_ms=watermark,
+            event_time_column=self.config.event_time_column,
+            local_dir=self.config.local_dir,
+            snapshot_every=self.config.snapshot_every,
+            snapshot_delta_bytes=self.config.snapshot_delta_bytes,
+        )
+        placement = self._placement(previous)
+        table = self._run_stage(batch_df, spec, placement)
+        outputs, metas = _split(table)
+        self._check_metas(metas, batch_id)
+        self._hand_to_sink(outputs, batch_id)
+        commit = self._commit(version, metas, watermark, started)
+        report = BatchReport(
+            batch_id=batch_id,
+            version=version,
+            input_rows=sum(m["input_rows"] for m in metas.values()),
+            output_rows=outputs.num_rows,
+            seconds=round(time.monotonic() - started, 3),
+            max_load_seconds=max((m["load_seconds"] for m in metas.values()), default=0.0),
+            restore_bytes=sum(m.get("restore_bytes") or 0 for m in metas.values()),
+            bytes_uploaded=sum(m["bytes_uploaded"] for m in metas.values()),
+            snapshots=sum(1 for m in metas.values() if m["snapshot"]),
+            executors={p: m["executor_id"] for p, m in metas.items()},
+        )
+        self._report(report)
+        self._start_cleanup(commit)
+
+    # ------------------------------------------------------------------ steps
+    def _placement(self, previous: Any) -> dict[int, dict[str, str]]:
+        if self.placement_helper is None:
+            return {}
+        alive = {e.executor_id: e for e in self.placement_helper.executors()}
+        before = {int(p): v["executor_id"] for p, v in (previous.placement if previous else {}).items()}
+        chosen = assign_partitions(self.num_partitions, before, list(alive))
+        return {p: {"executor_id": e, "host": alive[e].host} for p, e in chosen.items()}
+
+    def _run_stage(
+        self, batch_df: DataFrame, spec: TaskSpec, placement: dict[int, dict[str, str]]
+    ) -> pa.Table:
+        keys = [F.col(k) for k in self.key_columns]
+        shuffled = batch_df.withColumn(
+            PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
+        ).repartition(self.num_partitions, *keys)
+        if self.placement_helper is not None and placement:
+            from blobstate.engine.placement import location_string
+
+            locations = [
+                location_string(placement[p]["host"], placement[p]["executor_id"]) if p in placement else None
+                for p in range(self.num_partitions)
+            ]
+            shuffled = self.placement_helper.with_preferred_locations(shuffled, locations)
+        stage_schema = spec.stage_schema
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        result = shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(stage_schema))
+        return result.toArrow()
+
+    def _check_metas(self, metas: dict[int, dict[str, Any]], batch_id: int) -> None:
+        missing = sorted(set(range(self.num_partitions)) - set(metas))
+        if missing:
+            raise BatchError(f"batch {batch_id}: no commit metadata from partition(s) {missing}")
+
+    def _hand_to_sink(self, outputs: pa.Table, batch_id: int) -> None:
+        table = outputs.cast(self.output_schema) if outputs.num_rows else self.output_schema.empty_table()
+        frame = self.spark.createDataFrame(table, schema=self.spark_output_schema)
+        self.sink(frame, batch_id)
+
+    def _commit(
+        self, version: int, metas: dict[int, dict[str, Any]], watermark: int | None, started: float
+    ) -> Any:
+        from blobstate.lineage.commitlog import Commit
+
+        new_watermark = watermark
+        if self.config.time_mode == "EventTime":
+            seen = [m["max_event_time_ms"] for m in metas.values() if m.get("max_event_time_ms") is not None]
+            if seen:
+                candidate = max(seen) - self.config.watermark_delay_ms
+                new_watermark = candidate if watermark is None else max(watermark, candidate)
+        commit = Commit(
+            version=version,
+            batch_id=version - 1,
+            checkpoints={self.config.operator: {p: m["uid"] for p, m in sorted(metas.items())}},
+            placement={p: {"executor_id": m["executor_id"], "host": m["host"]} for p, m in metas.items()},
+            watermark_ms=new_watermark,
+            metrics={
+                "seconds": round(time.monotonic() - started, 3),
+                "partitions": {
+                    p: {k: m[k] for k in ("input_rows", "output_rows", "bytes_uploaded", "load_seconds")}
+                    for p, m in metas.items()
+                },
+                "objects": {p: m["objects_written"] for p, m in metas.items()},
+            },
+            writer=self.writer_id,
+        )
+        self.commit_log.write_commit(commit)
+        return commit
+
+    # ------------------------------------------------------------------ post-commit
+    def _start_cleanup(self, commit: Any) -> None:
+        from blobstate.state.retention import after_commit
+
+        def cleanup() -> None:
+            try:
+                after_commit(
+                    self.store,
+                    commit,
+                    min_versions_to_retain=self.config.min_versions_to_retain,
+                )
+            except Exception:  # cleanup is retried after the next commit and at start-up
+                log.exception("post-commit cleanup of version %d failed; it is retried later", commit.version)
+
+        if self.config.async_cleanup:
+            self._cleanup_thread = threading.Thread(target=cleanup, name="blobstate-cleanup", daemon=True)
+            self._cleanup_thread.start()
+        else:
+            cleanup()
+
+    def _wait_for_cleanup(self) -> None:
+        if self._cleanup_thread is not None:
+            self._cleanup_thread.join()
+            self._cleanup_thread = None
+
+    def _report(self, report: BatchReport) -> None:
+        self.reports.append(report)
+        if self.on_batch is not None:
+            self.on_batch(report)
+
+
+def _split(table: pa.Table) -> tuple[pa.Table, dict[int, dict[str, Any]]]:
+    """Separate output rows from the one metadata row per partition."""
+    import pyarrow.compute as pc
+
+    meta_column = table.column(META_COLUMN)
+    is_meta = pc.is_valid(meta_column)
+    metas: dict[int, dict[str, Any]] = {}
+    for text in meta_column.filter(is_meta).to_pylist():
+        meta = json.loads(text)
+        if meta["partition"] in metas:
+            raise BatchError(f"two commit metadata rows for partition {meta['partition']} in one execution")
+        metas[meta["partition"]] = meta
+    outputs = table.filter(pc.invert(is_meta)).drop_columns([META_COLUMN])
+    return outputs, metas

@@ -1,0 +1,187 @@
+"""``transform_with_state``: start a stateful streaming query whose state blobstate keeps."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
+
+from blobstate.blobstore import open_blob_store
+from blobstate.engine.config import QueryConfig
+from blobstate.engine.driver import BatchDriver, BatchReport, Sink
+
+log = logging.getLogger("blobstate")
+
+FORMAT_VERSION = 1
+
+
+class QueryMismatchError(ValueError):
+    """The checkpoint was written by a query with a different partition count or key."""
+
+
+def normalize_checkpoint(checkpoint: str) -> str:
+    """An absolute location: plain paths and ``file://`` URLs become absolute paths."""
+    if checkpoint.startswith("file://"):
+        checkpoint = checkpoint[len("file://") :]
+    if "://" in checkpoint:
+        return checkpoint.rstrip("/")
+    return os.path.abspath(checkpoint)
+
+
+def spark_checkpoint_location(checkpoint: str, config: QueryConfig) -> str:
+    """Spark's own streaming checkpoint (source offsets), beside blobstate's objects."""
+    if config.spark_checkpoint:
+        return config.spark_checkpoint
+    if checkpoint.startswith("s3://"):
+        return "s3a://" + checkpoint[len("s3://") :] + "/_spark"
+    return os.path.join(checkpoint, "_spark")
+
+
+def transform_with_state(
+    df: DataFrame,
+    *,
+    key: str | Sequence[str],
+    processor: Any,
+    output_schema: StructType | str,
+    checkpoint: str,
+    sink: Sink,
+    num_partitions: int,
+    on_batch: Any = None,
+    **options: Any,
+) -> StreamingQuery:
+    """Start a streaming query that runs ``processor`` per key with state kept by blobstate.
+
+    ``df`` is a streaming DataFrame; ``key`` the grouping column(s); ``processor`` a
+    :class:`blobstate.StatefulProcessor` (the same class you would pass to Spark's
+    ``transformWithStateInPandas``); ``output_schema`` the schema of the rows it emits; ``checkpoint``
+    the one location of the query's state (a path, ``file://``, or ``s3://``; Spark's offsets go to
+    ``<checkpoint>/_spark``); ``sink(batch_df, batch_id)`` receives each batch's output, as
+    ``foreachBatch`` would, and must be idempotent per batch id for end-to-end exactly-once;
+    ``num_partitions`` the number of state partitions, fixed for the life of the checkpoint.
+    Further options are :class:`~blobstate.engine.config.QueryConfig` fields (also settable as Spark
+    conf ``spark.blobstate.<name>``). ``on_batch(report)`` is called after each committed batch.
+    Returns the running :class:`~pyspark.sql.streaming.StreamingQuery`.
+    """
+    if not df.isStreaming:
+        raise ValueError("transform_with_state needs a streaming DataFrame (spark.readStream...)")
+    if not isinstance(num_partitions, int) or num_partitions < 1:
+        raise ValueError(f"num_partitions must be a positive integer, not {num_partitions!r}")
+    spark = df.sparkSession
+    config = QueryConfig.build(dict(spark.sparkContext.getConf().getAll()), options)
+    key_columns = (key,) if isinstance(key, str) else tuple(key)
+    missing = [k for k in key_columns if k not in df.columns]
+    if not key_columns or missing:
+        raise ValueError(f"key column(s) {missing or key_columns} not in the input columns {df.columns}")
+    spark_schema = _struct_type(spark, output_schema)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema: pa.Schema = to_arrow_schema(spark_schema)
+    _validate_processor(processor, config)
+
+    checkpoint_url = normalize_checkpoint(checkpoint)
+    store = open_blob_store(checkpoint_url)
+    metadata = _ensure_metadata(store, checkpoint_url, num_partitions, config, key_columns)
+    placement_helper = None
+    if config.placement:
+        from blobstate.engine.placement import PlacementHelper
+
+        placement_helper = PlacementHelper.get(spark)
+    from blobstate.state.retention import after_start
+
+    after_start(store, min_versions_to_retain=config.min_versions_to_retain)
+    driver = BatchDriver(
+        spark=spark,
+        config=config,
+        store=store,
+        checkpoint_url=checkpoint_url,
+        query_id=metadata.query_id,
+        num_partitions=num_partitions,
+        key_columns=key_columns,
+        processor=processor,
+        output_schema=arrow_schema,
+        spark_output_schema=spark_schema,
+        sink=sink,
+        writer_id=uuid.uuid4().hex,
+        placement_helper=placement_helper,
+        on_batch=on_batch,
+    )
+    writer = df.writeStream.foreachBatch(driver).option(
+        "checkpointLocation", spark_checkpoint_location(checkpoint_url, config)
+    )
+    if config.trigger_interval:
+        writer = writer.trigger(processingTime=config.trigger_interval)
+    if config.query_name:
+        writer = writer.queryName(config.query_name)
+    query = writer.start()
+    query.blobstate_driver = driver  # type: ignore[attr-defined]
+    return query
+
+
+def batch_reports(query: StreamingQuery) -> list[BatchReport]:
+    """The per-batch reports of a query started by :func:`transform_with_state` in this process."""
+    return list(query.blobstate_driver.reports)  # type: ignore[attr-defined]
+
+
+def _struct_type(spark: Any, schema: StructType | str) -> StructType:
+    if isinstance(schema, StructType):
+        return schema
+    parsed = StructType.fromDDL(schema) if hasattr(StructType, "fromDDL") else None
+    if parsed is None:
+        from pyspark.sql.types import _parse_datatype_string
+
+        parsed = _parse_datatype_string(schema)
+    if not isinstance(parsed, StructType):
+        raise ValueError(f"output_schema must describe a struct, got {schema!r}")
+    return parsed
+
+
+def _validate_processor(processor: Any, config: QueryConfig) -> None:
+    from blobstate.processor import StatefulProcessor
+
+    if not isinstance(processor, StatefulProcessor):
+        try:
+            from pyspark.sql.streaming.stateful_processor import StatefulProcessor as SparkProcessor
+        except ImportError:  # pragma: no cover - pyspark always has it in 4.x
+            SparkProcessor = ()  # type: ignore[assignment,misc]
+        if not isinstance(processor, SparkProcessor):
+            raise TypeError(
+                f"processor must be a blobstate.StatefulProcessor instance, not {type(processor).__name__}"
+            )
+
+
+def _ensure_metadata(
+    store: Any, checkpoint_url: str, num_partitions: int, config: QueryConfig, key_columns: tuple[str, ...]
+) -> Any:
+    from blobstate.lineage.commitlog import CommitLog, QueryMetadata
+
+    log_ = CommitLog(store)
+    wanted = QueryMetadata(
+        query_id=str(uuid.uuid4()),
+        num_partitions=num_partitions,
+        operators={config.operator: {"key_columns": list(key_columns)}},
+        format_version=FORMAT_VERSION,
+    )
+    existing = log_.write_metadata(wanted)
+    if existing.num_partitions != num_partitions:
+        raise QueryMismatchError(
+            f"{checkpoint_url} holds state in {existing.num_partitions} partitions, but num_partitions="
+            f"{num_partitions} was given: the partition count cannot change for an existing checkpoint"
+        )
+    recorded = existing.operators.get(config.operator)
+    if recorded is None:
+        raise QueryMismatchError(
+            f"{checkpoint_url} has no operator {config.operator!r} (it has {sorted(existing.operators)})"
+        )
+    if list(recorded.get("key_columns", [])) != list(key_columns):
+        raise QueryMismatchError(
+            f"{checkpoint_url} keys operator {config.operator!r} by {recorded.get('key_columns')}, but"
+            f" key={list(key_columns)} was given: the key columns cannot change for an existing checkpoint"
+        )
+    return existing
