@@ -1,4 +1,4 @@
-"""Query configuration: keyword arguments of ``transform_with_state``, or Spark conf ``spark.blobstate.<key>``."""
+"""Query configuration: keywords of ``transform_with_state``, or Spark conf ``spark.blobstate.<key>``."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         )
         for out in outputs:
             stats["output_rows"] += out.num_rows
-            yield _with_meta(out, stage_schema, None)
+            yield _with_null_meta(out, stage_schema)
         result = state.commit()
     except BaseException:
         state.abort()
@@ -153,11 +153,9 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     yield _meta_batch(stage_schema, meta)
 
 
-def _with_meta(batch: pa.RecordBatch, schema: pa.Schema, meta: str | None) -> pa.RecordBatch:
+def _with_null_meta(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     columns = [batch.column(f.name) for f in schema if f.name != META_COLUMN]
-    columns.append(
-        pa.nulls(batch.num_rows, pa.string()) if meta is None else pa.array([meta] * batch.num_rows)
-    )
+    columns.append(pa.nulls(batch.num_rows, pa.string()))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
