@@ -1,0 +1,32 @@
+"""``blobstate demo``: the streaming demo on local Spark with the local-directory blob store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def demo(
+    workdir: Annotated[Path, typer.Option(help="Scratch directory (wiped first).")] = Path("blobstate-demo"),
+    batches: Annotated[int, typer.Option(help="Micro-batches of clicks.")] = 16,
+    events: Annotated[int, typer.Option(help="Click events per micro-batch.")] = 20_000,
+    users: Annotated[int, typer.Option(help="Distinct users.")] = 20_000,
+    partitions: Annotated[int, typer.Option(help="State partitions.")] = 4,
+    kill_after: Annotated[int, typer.Option(help="Kill the job after this many batches, then restart.")] = 6,
+) -> None:
+    """Sessionize a click stream with blobstate state, kill and restart the job, check the result."""
+    from blobstate.demo.clickstream import StreamShape
+    from blobstate.demo.run import run_demo
+
+    result = run_demo(
+        workdir, StreamShape(batches=batches, events_per_batch=events, users=users), partitions, kill_after
+    )
+    if not result.matches:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``demo`` command to the CLI."""
+    app.command()(demo)

@@ -1,0 +1,72 @@
+"""A deterministic synthetic click stream, one parquet file per micro-batch."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA = pa.schema([("user", pa.string()), ("ts", pa.int64()), ("page", pa.int32())])
+"""Columns of the click stream: user id, event time (epoch milliseconds), page id."""
+
+SENTINEL_USER = "~flush"
+"""A user whose far-future clicks in the last two batches push the watermark past every real session."""
+
+
+@dataclass(frozen=True)
+class StreamShape:
+    """How much click stream to generate."""
+
+    batches: int = 16
+    events_per_batch: int = 20_000
+    users: int = 20_000
+    batch_span_ms: int = 60_000
+    late_fraction: float = 0.01
+    seed: int = 7
+
+
+def generate_batches(shape: StreamShape) -> list[pa.Table]:
+    """The click stream's batches: event times advance a minute per batch, with a few late clicks.
+
+    The last two batches hold one click of :data:`SENTINEL_USER` each, far in the future, so the
+    watermark passes every real session and all of them are closed by the end.
+    """
+    rng = np.random.default_rng(shape.seed)
+    start = 1_700_000_000_000
+    tables = []
+    for b in range(shape.batches):
+        n = shape.events_per_batch
+        # Zipf-like skew: a few users click a lot, most rarely.
+        users = np.minimum(rng.zipf(1.3, n), shape.users) - 1
+        base = start + b * shape.batch_span_ms
+        ts = base + rng.integers(0, shape.batch_span_ms, n)
+        late = rng.random(n) < shape.late_fraction
+        ts = np.where(late, ts - 5 * shape.batch_span_ms, ts)
+        pages = rng.integers(0, 50, n).astype(np.int32)
+        tables.append(
+            pa.table(
+                {"user": [f"u{u:06d}" for u in users], "ts": ts.astype(np.int64), "page": pages},
+                schema=SCHEMA,
+            )
+        )
+    far = start + (shape.batches + 1000) * shape.batch_span_ms
+    for i in (1, 2):
+        tables.append(pa.table({"user": [SENTINEL_USER], "ts": [far + i], "page": [0]}, schema=SCHEMA))
+    return tables
+
+
+def write_batches(tables: list[pa.Table], directory: Path) -> list[Path]:
+    """Write one parquet file per batch with increasing modification times (the file source's order)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    base = 1_600_000_000
+    for i, table in enumerate(tables):
+        path = directory / f"clicks-{i:05d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (base + i, base + i))
+        paths.append(path)
+    return paths

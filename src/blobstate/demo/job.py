@@ -1,0 +1,99 @@
+"""The demo's streaming job, run as its own process so the demo can kill it mid-stream.
+
+``python -m blobstate.demo.job --input DIR --checkpoint DIR --output DIR`` processes every click file
+(one per micro-batch), prints one JSON line per batch on stdout, and exits when all are processed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+
+def build_spark(app_name: str):
+    """A local[2] SparkSession sized for this machine."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def idempotent_parquet_sink(output_dir: Path):
+    """A sink that writes each batch to ``batch-<id>.parquet``, replacing it on replay (exactly-once)."""
+
+    def sink(frame, batch_id: int) -> None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        table = frame.toArrow()
+        tmp = output_dir / f".batch-{batch_id}.parquet.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, output_dir / f"batch-{batch_id:05d}.parquet")
+
+    return sink
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job until every input file is processed."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--input", type=Path, required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--local-dir", required=True)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args(argv)
+
+    import blobstate
+    from blobstate.demo.clickstream import SCHEMA
+    from blobstate.demo.sessions import OUTPUT_SCHEMA, WATERMARK_DELAY_MS, SessionProcessor
+    from blobstate.engine.driver import BatchReport
+
+    spark = build_spark("blobstate-demo")
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    clicks = (
+        spark.readStream.schema(from_arrow_schema(SCHEMA))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(args.input))
+    )
+
+    def report(batch: BatchReport) -> None:
+        print(json.dumps(asdict(batch)), flush=True)
+
+    query = blobstate.transform_with_state(
+        clicks,
+        key="user",
+        processor=SessionProcessor(),
+        output_schema=OUTPUT_SCHEMA,
+        checkpoint=args.checkpoint,
+        sink=idempotent_parquet_sink(args.output),
+        num_partitions=args.partitions,
+        time_mode="EventTime",
+        event_time_column="ts",
+        watermark_delay_ms=WATERMARK_DELAY_MS,
+        output_mode="Append",
+        local_dir=args.local_dir,
+        snapshot_every=5,
+        on_batch=report,
+    )
+    query.processAllAvailable()
+    query.stop()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

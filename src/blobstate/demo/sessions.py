@@ -1,0 +1,114 @@
+"""The demo's stateful processor and a plain-Python reference of the same semantics.
+
+A session is a run of one user's clicks with gaps of at most ``GAP_MS``. The processor keeps the open
+session in a ValueState and an event-time timer at ``last click + GAP_MS``; it emits the session when a
+click arrives after the gap or when the watermark passes the timer. Clicks older than the batch's
+watermark are dropped, as Spark drops late rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
+
+GAP_MS = 90_000
+WATERMARK_DELAY_MS = 120_000
+OUTPUT_SCHEMA = "user string, start_ms long, end_ms long, clicks long"
+
+Session = tuple[str, int, int, int]
+
+
+class SessionProcessor(StatefulProcessor):
+    """Per-user click sessions closed by an event-time timeout."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the open session of each user."""
+        self.handle = handle
+        self.session = handle.getValueState("session", "start_ms LONG, last_ms LONG, clicks LONG")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        """Extend the open session or close it when the next click comes after the gap."""
+        (user,) = key
+        times = sorted(int(t) for frame in rows for t in frame["ts"])
+        current = self.session.get()
+        start, last, clicks = current if current is not None else (None, None, 0)
+        if last is not None:
+            self.handle.deleteTimer(last + GAP_MS)
+        closed: list[Session] = []
+        for t in times:
+            if last is not None and t - last > GAP_MS:
+                closed.append((user, start, last, clicks))
+                start, clicks = None, 0
+            if start is None:
+                start, last = t, t
+            last = max(last, t)
+            clicks += 1
+        self.session.update((start, last, clicks))
+        self.handle.registerTimer(last + GAP_MS)
+        if closed:
+            yield pd.DataFrame(closed, columns=["user", "start_ms", "end_ms", "clicks"])
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        """The watermark passed the gap after the last click: the session is over."""
+        (user,) = key
+        current = self.session.get()
+        if current is not None:
+            start, last, clicks = current
+            self.session.clear()
+            yield pd.DataFrame(
+                [(user, start, last, clicks)], columns=["user", "start_ms", "end_ms", "clicks"]
+            )
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def reference_sessions(batches: list[pa.Table]) -> tuple[list[Session], dict[str, tuple[int, int, int]]]:
+    """Closed sessions and still-open sessions, computed batch by batch without Spark.
+
+    Mirrors the engine: a batch uses the watermark computed after the previous batches (max event
+    time minus the delay), drops clicks older than it, applies input rows, then fires timers at or
+    before the watermark.
+    """
+    open_sessions: dict[str, tuple[int, int, int]] = {}
+    closed: list[Session] = []
+    watermark: int | None = None
+    max_seen: int | None = None
+    for table in batches:
+        rows = table.select(["user", "ts"]).to_pylist()
+        if watermark is not None:
+            rows = [r for r in rows if r["ts"] >= watermark]
+        by_user: dict[str, list[int]] = {}
+        for r in rows:
+            by_user.setdefault(r["user"], []).append(r["ts"])
+        for user, times in by_user.items():
+            start, last, clicks = open_sessions.get(user, (None, None, 0))
+            for t in sorted(times):
+                if last is not None and t - last > GAP_MS:
+                    closed.append((user, start, last, clicks))
+                    start, clicks = None, 0
+                if start is None:
+                    start, last = t, t
+                last = max(last, t)
+                clicks += 1
+            open_sessions[user] = (start, last, clicks)
+        if watermark is not None:
+            for user in sorted(open_sessions):
+                start, last, clicks = open_sessions[user]
+                if last + GAP_MS <= watermark:
+                    closed.append((user, start, last, clicks))
+                    del open_sessions[user]
+        batch_max = max((r["ts"] for r in rows), default=None)
+        if batch_max is not None:
+            max_seen = batch_max if max_seen is None else max(max_seen, batch_max)
+        if max_seen is not None:
+            candidate = max_seen - WATERMARK_DELAY_MS
+            watermark = candidate if watermark is None else max(watermark, candidate)
+    return closed, open_sessions
