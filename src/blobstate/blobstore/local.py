@@ -1,0 +1,335 @@
+"""The local-directory blob store (``file:///abs/dir`` or a plain path): the embedded default.
+
+Objects are regular files under the root. Writes go to a temporary file in the reserved
+``.blobstate-tmp/`` area, are fsynced, and are renamed into place, so a reader never sees a half-written
+object. ``put_if_absent`` hard-links the temporary file to the final name, which fails atomically if the
+name exists, so it is create-only across threads and processes. TTLs are recorded by the store itself
+as files ``.blobstate-ttl/<name>`` holding the expiry time in epoch seconds; :meth:`LocalBlobStore.expire`
+(run by ``blobstate gc``) deletes the objects whose recorded expiry has passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from blobstate.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, InvalidBlobNameError
+from blobstate.blobstore.names import RESERVED_PREFIX
+
+TTL_DIR = ".blobstate-ttl"
+"""Reserved top-level directory holding one TTL record per pending object."""
+
+TMP_DIR = ".blobstate-tmp"
+"""Reserved top-level directory holding in-flight temporary files."""
+
+STALE_TMP_SECONDS = 24 * 3600.0
+"""Temporary files untouched for this long were left by a crashed writer; ``expire`` removes them."""
+
+_MKDIR_RETRIES = 5
+
+
+def root_from_url(url: str) -> Path:
+    """The absolute root directory named by a ``file://`` URL or a plain path."""
+    if url.startswith("file://"):
+        parsed = urlparse(url)
+        if parsed.netloc not in ("", "localhost"):
+            raise ValueError(f"file URL {url!r} names host {parsed.netloc!r}; only local paths are supported")
+        path = unquote(parsed.path)
+        if not path:
+            raise ValueError(f"file URL {url!r} has no path")
+    else:
+        path = url
+    if not path:
+        raise ValueError("empty blob store path")
+    return Path(path).expanduser().resolve()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalBlobStore(BlobStore):
+    """Objects as files under a local directory; TTLs recorded under ``.blobstate-ttl/``."""
+
+    def __init__(self, url: str, **options: object) -> None:
+        super().__init__(url, **options)  # type: ignore[arg-type]
+        self.root = root_from_url(url)
+
+    # ----------------------------------------------------------------- paths
+    def _inside(self, name: str, path: Path) -> Path:
+        """``path`` if it resolves inside the root, else an error: a symlink in the root points out."""
+        resolved = path.resolve()
+        if not resolved.is_relative_to(self.root):
+            raise InvalidBlobNameError(
+                f"blob {name!r} in {self.url} resolves to {str(resolved)!r}, outside the store root "
+                f"{str(self.root)!r} (a symlink inside the root points out of it)"
+            )
+        return path
+
+    def _object_path(self, name: str) -> Path:
+        return self._inside(name, self.root / name)
+
+    def _ttl_path(self, name: str) -> Path:
+        return self._inside(name, self.root / TTL_DIR / name)
+
+    def _tmp_path(self) -> Path:
+        tmp_dir = self.root / TMP_DIR
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        return self._inside(TMP_DIR, tmp_dir) / f"{uuid.uuid4().hex}.tmp"
+
+    # ----------------------------------------------------------------- writing
+    def _write_tmp(self, fill: Callable[[Path], None]) -> Path:
+        """A fresh, fsynced temporary file filled by ``fill``; removed again if filling fails."""
+        tmp = self._tmp_path()
+        try:
+            fill(tmp)
+            _fsync_file(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    def _place(self, name: str, tmp: Path, final: Path, *, exclusive: bool) -> bool:
+        """Move ``tmp`` to ``final`` (replacing it, or only creating it when ``exclusive``).
+
+        Parent directories are created as needed; a concurrent delete may prune them between ``mkdir``
+        and the rename, so that race is retried. Returns False when ``exclusive`` and ``final`` exists.
+        """
+        for attempt in range(_MKDIR_RETRIES):
+            try:
+                final.parent.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError) as error:
+                raise BlobStoreError(
+                    f"cannot write blob {name!r} in {self.url}: a parent of {str(final)!r} is an object, "
+                    "not a directory"
+                ) from error
+            self._inside(name, final)
+            try:
+                if exclusive:
+                    os.link(tmp, final, follow_symlinks=False)
+                else:
+                    os.replace(tmp, final)
+            except FileExistsError:
+                return False
+            except FileNotFoundError:
+                if attempt == _MKDIR_RETRIES - 1:
+                    raise
+                continue
+            except IsADirectoryError as error:
+                raise BlobStoreError(
+                    f"cannot write blob {name!r} in {self.url}: {str(final)!r} is a directory"
+                ) from error
+            _fsync_dir(final.parent)
+            return True
+        raise AssertionError("unreachable")
+
+    def _write_atomic(self, name: str, final: Path, fill: Callable[[Path], None]) -> None:
+        tmp = self._write_tmp(fill)
+        try:
+            self._place(name, tmp, final, exclusive=False)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _record_ttl(self, name: str, ttl: float) -> None:
+        expiry = f"{time.time() + ttl!r}\n".encode()
+        self._write_atomic(name, self._ttl_path(name), lambda tmp: tmp.write_bytes(expiry))
+
+    def _drop_ttl_record(self, name: str) -> None:
+        path = self._ttl_path(name)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        self._prune(path.parent, self.root / TTL_DIR)
+
+    def _put(self, name: str, ttl: float | None, fill: Callable[[Path], None]) -> None:
+        final = self._object_path(name)
+        if ttl is not None:
+            # The record goes first: a crash after it leaves a record without an object, which expire
+            # drops; the other order could leave a pending object that never expires.
+            self._record_ttl(name, ttl)
+        self._write_atomic(name, final, fill)
+        if ttl is None:
+            self._drop_ttl_record(name)
+
+    def _put_bytes(self, name: str, data: bytes | memoryview, ttl: float | None) -> None:
+        self._put(name, ttl, lambda tmp: tmp.write_bytes(data))
+
+    def _put_file(self, name: str, path: Path, ttl: float | None) -> None:
+        self._put(name, ttl, lambda tmp: shutil.copyfile(path, tmp))
+
+    def _put_if_absent(self, name: str, data: bytes, ttl: float | None) -> bool:
+        final = self._object_path(name)
+        tmp = self._write_tmp(lambda t: t.write_bytes(data))
+        try:
+            created = self._place(name, tmp, final, exclusive=True)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if not created:
+            return False
+        # Only the winner touches the TTL record, so a loser can never make the winner's object pending.
+        if ttl is None:
+            self._drop_ttl_record(name)
+        else:
+            self._record_ttl(name, ttl)
+        return True
+
+    # ----------------------------------------------------------------- reading
+    def _get_bytes(self, name: str) -> bytes:
+        try:
+            return self._object_path(name).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise BlobNotFoundError(name, self.url) from None
+
+    def _get_file(self, name: str, path: Path) -> int:
+        source = self._object_path(name)
+        if not source.is_file():
+            raise BlobNotFoundError(name, self.url)
+        try:
+            shutil.copyfile(source, path)
+        except FileNotFoundError:
+            if not source.is_file():
+                raise BlobNotFoundError(name, self.url) from None
+            raise
+        return path.stat().st_size
+
+    def _exists(self, name: str) -> bool:
+        return self._object_path(name).is_file()
+
+    def _require(self, name: str) -> Path:
+        path = self._object_path(name)
+        if not path.is_file():
+            raise BlobNotFoundError(name, self.url)
+        return path
+
+    def _has_ttl(self, name: str) -> bool:
+        self._require(name)
+        return self._ttl_path(name).is_file()
+
+    def _list(self, prefix: str) -> list[str]:
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self._inside(prefix, self.root / base) if base else self.root
+        return [name for name in self._walk(start, base) if name.startswith(prefix)]
+
+    def _walk(self, directory: Path, relative: str) -> Iterator[str]:
+        """Names of regular files under ``directory``; skips symlinks and the reserved directories."""
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if not relative and entry.name.startswith(RESERVED_PREFIX):
+                continue
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                yield from self._walk(Path(entry.path), name)
+            elif entry.is_file(follow_symlinks=False):
+                yield name
+
+    # ----------------------------------------------------------------- deleting and TTLs
+    def _prune(self, directory: Path, stop: Path) -> None:
+        """Remove empty directories from ``directory`` upwards, never ``stop`` or anything above it."""
+        while directory != stop and directory.is_relative_to(stop):
+            try:
+                directory.rmdir()
+            except OSError as error:
+                if error.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.EBUSY):
+                    return
+                raise
+            directory = directory.parent
+
+    def _delete(self, name: str) -> None:
+        path = self._object_path(name)
+        if not path.is_file():
+            raise BlobNotFoundError(name, self.url)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            raise BlobNotFoundError(name, self.url) from None
+        self._drop_ttl_record(name)
+        self._prune(path.parent, self.root)
+
+    def _remove_ttl(self, name: str) -> None:
+        self._drop_ttl_record(name)
+        self._require(name)
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Delete objects whose recorded expiry is at or before ``now``; returns their names.
+
+        Records left without an object (a writer crashed between the record and the object) are dropped
+        once expired, and temporary files abandoned by crashed writers are removed after a day (judged by
+        the real clock).
+        """
+        now = time.time() if now is None else now
+        deleted = [name for name in self._pending_names() if self._expire_one(name, now)]
+        self._drop_stale_tmp()
+        return sorted(deleted)
+
+    def _pending_names(self) -> list[str]:
+        ttl_root = self.root / TTL_DIR
+        if not ttl_root.is_dir():
+            return []
+        return list(self._walk(ttl_root, ""))
+
+    def _expire_one(self, name: str, now: float) -> bool:
+        record = self._ttl_path(name)
+        try:
+            expiry = float(record.read_text())
+        except FileNotFoundError:
+            return False
+        except ValueError as error:
+            raise BlobStoreError(f"corrupt TTL record {str(record)!r} for blob {name!r}") from error
+        if expiry > now:
+            return False
+        # Claim the record by renaming it, so concurrent expire calls delete each object once and a
+        # concurrent remove_ttl (which unlinks the record) wins if it came first.
+        claimed = self._tmp_path()
+        try:
+            os.rename(record, claimed)
+        except FileNotFoundError:
+            return False
+        try:
+            if float(claimed.read_text()) > now:  # re-written by a new put in between: put it back
+                with contextlib.suppress(FileExistsError):
+                    os.link(claimed, record)
+                return False
+            self._prune(record.parent, self.root / TTL_DIR)
+            path = self._object_path(name)
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+            self._prune(path.parent, self.root)
+            return True
+        finally:
+            claimed.unlink(missing_ok=True)
+
+    def _drop_stale_tmp(self) -> None:
+        # Judged by the real clock, not expire's ``now``: an in-flight write must never look stale.
+        tmp_dir = self.root / TMP_DIR
+        if not tmp_dir.is_dir():
+            return
+        cutoff = time.time() - STALE_TMP_SECONDS
+        for entry in os.scandir(tmp_dir):
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
