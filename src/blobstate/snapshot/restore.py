@@ -1,0 +1,282 @@
+"""Restore a snapshot into a local directory, downloading only what differs.
+
+The target ends up holding exactly the snapshot: local files whose name, size and checksum match are kept,
+other files are downloaded, extra files and directories are deleted, empty files and (nested, empty)
+directories are created and permission bits restored. Every download goes to a temporary name in the
+file's directory and is renamed into place only after its length and checksum are verified, so a
+truncated or corrupt blob never appears under a real file name. Downloads run in parallel on the store's
+I/O pool; a single-blob file is streamed to disk with ``store.get_file`` (the local-directory backend
+copies in the kernel) and checksummed from the page cache; chunks of multi-blob files are fetched into
+memory, verified and written at their offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from blobstate.blobstore.base import BlobNotFoundError, BlobStore
+from blobstate.snapshot.checksum import (
+    DEFAULT_CHECKSUM_CACHE,
+    ChecksumCache,
+    cached_file_crc32,
+    crc32,
+    file_crc32,
+)
+from blobstate.snapshot.index import (
+    DirIndex,
+    FileBlob,
+    FileIndex,
+    SnapshotBlobMissingError,
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotIndex,
+)
+
+TEMP_MARKER = ".blobstate-restore-"
+"""Part of the name of in-progress downloads; leftovers of a crashed restore are deleted as extras."""
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class RestoreStats:
+    """What a restore did."""
+
+    files_downloaded: int
+    bytes_downloaded: int
+    files_reused: int
+    bytes_reused: int
+    files_deleted: int
+    """Local files (and symlinks or special files) removed because the snapshot does not hold them."""
+    dirs_deleted: int
+    seconds: float
+
+
+def read_snapshot_index(store: BlobStore, index_name: str) -> SnapshotIndex:
+    """Read and validate the snapshot index ``index_name``; a missing one raises ``BlobNotFoundError``."""
+    return SnapshotIndex.from_json(store.get(index_name), name=index_name)
+
+
+@dataclass
+class _Download:
+    relpath: str
+    final: str
+    temp: str
+    file: FileIndex
+    fd: int | None = None
+    done: bool = False
+
+
+@dataclass
+class _Plan:
+    candidates: list[tuple[str, str, FileIndex]]
+    downloads: list[_Download]
+    files_deleted: int = 0
+    dirs_deleted: int = 0
+
+
+def _remove(path: str, st: os.stat_result, plan: _Plan) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        with os.scandir(path) as entries:
+            for entry in list(entries):
+                _remove(entry.path, entry.stat(follow_symlinks=False), plan)
+        os.rmdir(path)
+        plan.dirs_deleted += 1
+    else:
+        os.unlink(path)
+        plan.files_deleted += 1
+
+
+def _sync_dir(d: DirIndex, path: str, relpath: str, plan: _Plan) -> None:
+    wanted_files = {f.name: f for f in d.files_present}
+    wanted_dirs = {s.name for s in d.subdirs_present}
+    local_files: dict[str, os.stat_result] = {}
+    with os.scandir(path) as it:
+        entries = list(it)
+    for entry in entries:
+        st = entry.stat(follow_symlinks=False)
+        if entry.name in wanted_files and stat.S_ISREG(st.st_mode):
+            local_files[entry.name] = st
+        elif not (entry.name in wanted_dirs and stat.S_ISDIR(st.st_mode)):
+            _remove(entry.path, st, plan)
+    for f in d.files_present:
+        final = os.path.join(path, f.name)
+        local = local_files.get(f.name)
+        if local is not None and local.st_size == f.size:
+            plan.candidates.append((relpath + f.name, final, f))
+        else:
+            plan.downloads.append(_new_download(relpath + f.name, path, final, f))
+    for s in d.subdirs_present:
+        sub = os.path.join(path, s.name)
+        if not os.path.isdir(sub):
+            os.mkdir(sub)
+        _sync_dir(s, sub, f"{relpath}{s.name}/", plan)
+
+
+def _new_download(relpath: str, dirpath: str, final: str, f: FileIndex) -> _Download:
+    temp = os.path.join(dirpath, f".{f.name[:64]}{TEMP_MARKER}{uuid.uuid4().hex}")
+    return _Download(relpath, final, temp, f)
+
+
+def restore_directory(
+    store: BlobStore,
+    index: SnapshotIndex,
+    target_dir: str | os.PathLike[str],
+    *,
+    verify_checksums: bool = True,
+    progress: Progress | None = None,
+    checksum_cache: ChecksumCache | None = DEFAULT_CHECKSUM_CACHE,
+) -> RestoreStats:
+    """Make ``target_dir`` (created if missing) hold exactly the snapshot ``index``.
+
+    Local files matching the index's name, size and checksum are kept (their permission bits fixed);
+    everything else is downloaded, verified (length always, checksum unless ``verify_checksums`` is
+    False) and renamed into place. Extra files and directories are deleted; symlinks are removed, never
+    followed. A missing blob raises :class:`SnapshotBlobMissingError`, a truncated or corrupt one
+    :class:`SnapshotCorruptError`, both naming the blob and the file; no partial file is left behind
+    under a real name. ``progress(nbytes)`` is called from I/O threads as blobs are downloaded.
+    """
+    started = time.monotonic()
+    target = os.fspath(target_dir)
+    if os.path.islink(target):
+        raise SnapshotError(f"restore target {target!r} is a symlink; refusing to restore through it")
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise SnapshotError(f"restore target {target!r} exists and is not a directory")
+    Path(target).mkdir(parents=True, exist_ok=True)
+    where = f"snapshot {index.checkpoint_id!r}"
+
+    plan = _Plan([], [])
+    _sync_dir(index.dir_index, target, "", plan)
+
+    # Same-size local files: keep those whose checksum matches.
+    def check(candidate: tuple[str, str, FileIndex]) -> bool:
+        _, path, f = candidate
+        crc, st = cached_file_crc32(path, checksum_cache)
+        if crc != f.checksum:
+            return False
+        if stat.S_IMODE(st.st_mode) != f.metadata.mode:
+            os.chmod(path, f.metadata.mode)
+        return True
+
+    matches = store.run_parallel(check, plan.candidates)
+    files_reused = bytes_reused = 0
+    for (relpath, final, f), same in zip(plan.candidates, matches, strict=True):
+        if same:
+            files_reused += 1
+            bytes_reused += f.size
+        else:
+            plan.downloads.append(_new_download(relpath, os.path.dirname(final), final, f))
+
+    def missing(blob: FileBlob, d: _Download) -> SnapshotBlobMissingError:
+        return SnapshotBlobMissingError(
+            f"{where}: blob {blob.blob_id!r} of file {d.relpath!r} is missing from {store.url}",
+            blob_id=blob.blob_id,
+            file=d.relpath,
+        )
+
+    def corrupt(blob: FileBlob, d: _Download, what: str) -> SnapshotCorruptError:
+        return SnapshotCorruptError(
+            f"{where}: blob {blob.blob_id!r} of file {d.relpath!r} is corrupt: {what}",
+            blob_id=blob.blob_id,
+            file=d.relpath,
+        )
+
+    def finish(d: _Download, verified_crc: int | None) -> None:
+        m = d.file.metadata
+        os.chmod(d.temp, m.mode)
+        os.utime(d.temp, ns=(m.mtime_ms * 1_000_000, m.mtime_ms * 1_000_000))
+        os.replace(d.temp, d.final)
+        d.done = True
+        if checksum_cache is not None and verified_crc is not None:
+            checksum_cache.put(d.file.name, os.stat(d.final, follow_symlinks=False), verified_crc)
+
+    def whole_file(d: _Download) -> None:
+        ((blob, length),) = d.file.chunks()
+        try:
+            n = store.get_file(blob.blob_id, d.temp)
+        except BlobNotFoundError:
+            raise missing(blob, d) from None
+        if n != length or os.path.getsize(d.temp) != length:
+            raise corrupt(blob, d, f"{n} bytes instead of {length}")
+        crc = None
+        if verify_checksums:
+            crc, _ = file_crc32(d.temp)
+            if crc != blob.checksum:
+                raise corrupt(blob, d, f"checksum {crc} instead of {blob.checksum}")
+        if progress is not None:
+            progress(n)
+        finish(d, crc)
+
+    def chunk(job: tuple[_Download, FileBlob, int]) -> None:
+        d, blob, length = job
+        try:
+            data = store.get(blob.blob_id)
+        except BlobNotFoundError:
+            raise missing(blob, d) from None
+        if len(data) != length:
+            raise corrupt(blob, d, f"{len(data)} bytes instead of {length}")
+        if verify_checksums and crc32(data) != blob.checksum:
+            raise corrupt(blob, d, f"checksum {crc32(data)} instead of {blob.checksum}")
+        assert d.fd is not None
+        view = memoryview(data)
+        written = 0
+        while written < length:
+            written += os.pwrite(d.fd, view[written:], blob.offset + written)
+        if progress is not None:
+            progress(length)
+
+    jobs: list[tuple[int, Callable[[], None]]] = []
+    multi: list[_Download] = []
+    try:
+        for d in plan.downloads:
+            if d.file.size == 0:
+                with open(d.temp, "wb"):
+                    pass
+                finish(d, 0)
+            elif len(d.file.blobs) == 1:
+                jobs.append((d.file.size, lambda d=d: whole_file(d)))
+            else:
+                d.fd = os.open(d.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                multi.append(d)
+                for blob, length in d.file.chunks():
+                    jobs.append((length, lambda job=(d, blob, length): chunk(job)))
+        jobs.sort(key=lambda j: j[0], reverse=True)
+        store.run_parallel(lambda job: job[1](), jobs)
+        for d in multi:
+            assert d.fd is not None
+            os.close(d.fd)
+            d.fd = None
+            if os.path.getsize(d.temp) != d.file.size:
+                raise SnapshotCorruptError(
+                    f"{where}: file {d.relpath!r} has {os.path.getsize(d.temp)} bytes after download, "
+                    f"expected {d.file.size}",
+                    file=d.relpath,
+                )
+            # Every chunk's checksum was verified and the index guarantees they combine to the file's.
+            finish(d, d.file.checksum if verify_checksums else None)
+    finally:
+        for d in plan.downloads:
+            if d.fd is not None:
+                os.close(d.fd)
+                d.fd = None
+            if not d.done:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(d.temp)
+
+    downloaded = plan.downloads
+    return RestoreStats(
+        files_downloaded=len(downloaded),
+        bytes_downloaded=sum(d.file.size for d in downloaded),
+        files_reused=files_reused,
+        bytes_reused=bytes_reused,
+        files_deleted=plan.files_deleted,
+        dirs_deleted=plan.dirs_deleted,
+        seconds=time.monotonic() - started,
+    )
