@@ -1,0 +1,165 @@
+"""``blobstate lineage | verify``: inspect and check a query checkpoint's versions, uids and snapshots.
+
+(``blobstate gc --full`` lives in :mod:`blobstate.cli.backup_cmds` and calls
+:func:`blobstate.state.retention.gc_full`.)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+UrlArgument = Annotated[
+    str, typer.Argument(help="Query checkpoint: a path, file://, memory:// or s3:// URL.")
+]
+
+
+def _version_row(store: Any, operator: str, partition: int, version: int, uid: str) -> dict[str, Any]:
+    from blobstate.blobstore import BlobNotFoundError
+    from blobstate.ids import CheckpointId
+    from blobstate.layout import delta_name, snapshot_name
+    from blobstate.lineage.delta import DeltaFormatError, read_delta_lineage
+    from blobstate.snapshot import SnapshotError, read_snapshot_index
+    from blobstate.state.chain import resolve_chain
+    from blobstate.state.errors import StateLoadError
+
+    cid = CheckpointId(version, uid)
+    row: dict[str, Any] = {"version": version, "uid": uid, "checkpoint_id": cid.name}
+    dname = delta_name(operator, partition, cid)
+    try:
+        data = store.get(dname)
+        row["delta_bytes"] = len(data)
+        row["lineage"] = read_delta_lineage(data, name=dname)
+    except BlobNotFoundError:
+        row["delta_bytes"] = None
+    except DeltaFormatError as error:
+        row["delta_error"] = str(error)
+    sname = snapshot_name(operator, partition, cid)
+    try:
+        index = read_snapshot_index(store, sname)
+        row["snapshot"] = True
+        row["snapshot_bytes"] = index.total_size
+        row["snapshot_files"] = sum(1 for _ in index.iter_present_files())
+    except BlobNotFoundError:
+        row["snapshot"] = False
+    except SnapshotError as error:
+        row["snapshot"] = True
+        row["snapshot_error"] = str(error)
+    try:
+        chain = resolve_chain(store, operator, partition, cid, cached=True)
+        row["restore_from"] = "empty" if chain.base is None else f"{chain.base.name}.snapshot"
+        row["deltas_to_replay"] = len(chain.deltas)
+    except StateLoadError as error:
+        row["restore_error"] = str(error)
+    return row
+
+
+def collect_lineage(
+    store: Any, *, partition: int | None = None, operator: str | None = None, limit: int = 20
+) -> dict[str, Any]:
+    """Committed versions (newest first, at most ``limit``) of every partition, with uids and sizes."""
+    from blobstate.blobstore import BlobNotFoundError
+    from blobstate.lineage.commitlog import CommitLog
+
+    log_ = CommitLog(store)
+    latest = log_.latest_version()
+    out: dict[str, Any] = {"latest": latest, "partitions": []}
+    if latest is None or latest < 1:
+        return out
+    newest = log_.read_commit(latest)
+    commits = {latest: newest}
+    for op, parts in sorted(newest.checkpoints.items()):
+        if operator is not None and op != operator:
+            continue
+        for p in sorted(int(k) for k in parts):
+            if partition is not None and p != partition:
+                continue
+            rows = []
+            for version in range(latest, max(0, latest - limit), -1):
+                if version not in commits:
+                    try:
+                        commits[version] = log_.read_commit(version)
+                    except BlobNotFoundError:
+                        commits[version] = None
+                commit = commits[version]
+                if commit is None:
+                    break
+                cp = commit.checkpoints.get(op) or {}
+                uid = cp.get(p, cp.get(str(p)))
+                if uid is None:
+                    break
+                row = _version_row(store, op, p, version, uid)
+                rows.append(row)
+                if version != latest and row.get("delta_bytes") is None and not row.get("snapshot"):
+                    row["cleaned_up"] = True
+                    break
+            out["partitions"].append({"operator": op, "partition": p, "versions": rows})
+    return out
+
+
+def lineage(
+    url: UrlArgument,
+    partition: Annotated[int | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+    operator: Annotated[str | None, typer.Option("--operator", help="Only this operator.")] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many newest versions.")] = 20,
+    as_json: JsonOption = False,
+) -> None:
+    """Show committed versions with their uids, which have snapshots, and sizes."""
+    from blobstate.blobstore import open_blob_store
+
+    with open_blob_store(url) as store:
+        result = collect_lineage(store, partition=partition, operator=operator, limit=limit)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    if not result["latest"]:
+        typer.echo("no committed versions")
+        return
+    typer.echo(f"newest committed version: {result['latest']}")
+    for part in result["partitions"]:
+        typer.echo(f"operator {part['operator']} partition {part['partition']}:")
+        for row in part["versions"]:
+            if row.get("cleaned_up"):
+                typer.echo(f"  {row['checkpoint_id']:<44} (cleaned up by retention)")
+                continue
+            delta = "-" if row.get("delta_bytes") is None else f"{row['delta_bytes']:,} B"
+            snap = f"snapshot {row['snapshot_bytes']:,} B" if row.get("snapshot_bytes") is not None else ""
+            restore = row.get("restore_error") or (
+                f"restore: {row['restore_from']} + {row['deltas_to_replay']} deltas"
+            )
+            typer.echo(f"  {row['checkpoint_id']:<44} delta {delta:>14}  {snap:<24} {restore}")
+
+
+def verify(
+    url: UrlArgument,
+    checksums: Annotated[bool, typer.Option("--checksums", help="Download every blob and check it.")] = False,
+    min_versions_to_retain: Annotated[
+        int | None, typer.Option(help="Versions that must be restorable (default: all not cleaned up).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check that every retained version of every partition is restorable; exit 1 naming what is wrong."""
+    from blobstate.blobstore import open_blob_store
+    from blobstate.state.verify import verify as run_verify
+
+    with open_blob_store(url) as store:
+        problems = run_verify(store, min_versions_to_retain=min_versions_to_retain, checksums=checksums)
+    if as_json:
+        typer.echo(json.dumps([{**p.__dict__, "text": str(p)} for p in problems], indent=2))
+    elif problems:
+        for problem in problems:
+            typer.echo(f"problem: {problem}", err=True)
+        typer.echo(f"{len(problems)} problem(s) found", err=True)
+    else:
+        typer.echo("ok: every retained version is restorable")
+    if problems:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``lineage`` and ``verify`` to the CLI."""
+    app.command()(lineage)
+    app.command()(verify)

@@ -1,0 +1,194 @@
+"""Resolving a checkpoint's lineage: which base and which deltas rebuild ``(v, uid)`` (seed 002).
+
+Resolution starts at the target. If ``<v>_<uid>.snapshot`` exists it is the base. Otherwise the target's
+delta is read: its lineage record names the uids of versions v-1, v-2, ... back to the newest presumed
+snapshot. Walking that list newest first, the first checkpoint available locally is the base. If none
+is, the presumed snapshot (the list's last entry) is the base when it exists remotely; where it is
+missing, resolution continues through that version's own delta lineage (seed 002, example 3). A delta
+of version 1 with an empty lineage ends the walk at the empty version 0.
+
+Only objects named ``<v>_<uid>`` for uids on the lineage are ever opened, so the files of other attempts
+at the same version are never looked at. Loading, retention and verification all use this one function,
+so what cleanup keeps is exactly what loading reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from blobstate.blobstore import BlobNotFoundError, BlobStore
+from blobstate.ids import CheckpointId
+from blobstate.layout import delta_name, snapshot_name
+from blobstate.lineage.delta import DeltaFormatError, read_delta_lineage
+from blobstate.state.errors import CorruptObjectError, LineageError, MissingObjectError
+
+BaseKind = Literal["snapshot", "local", "empty"]
+
+
+@dataclass(frozen=True)
+class Chain:
+    """How to rebuild ``target``: start from ``base`` and replay ``deltas`` (oldest first).
+
+    ``base`` is None for the empty version 0. ``deltas`` ends with ``target`` unless the base is the
+    target itself. ``target_lineage`` is the lineage record of the target's delta when it was read
+    (None when the target's own snapshot or local copy was the base). ``missing_snapshots`` lists
+    presumed snapshots that did not exist and were walked through.
+    """
+
+    target: CheckpointId
+    base: CheckpointId | None
+    base_kind: BaseKind
+    deltas: tuple[CheckpointId, ...]
+    target_lineage: tuple[str, ...] | None
+    missing_snapshots: tuple[CheckpointId, ...] = ()
+
+    def next_lineage(self) -> tuple[str, ...] | None:
+        """The lineage record a delta built on the target carries, when resolution alone determines it."""
+        if self.base == self.target and self.base_kind == "snapshot":
+            return (self.target.uid,)
+        if self.target_lineage is None:
+            return None
+        return (self.target.uid, *self.target_lineage)
+
+    def versions(self) -> range:
+        """The versions from the base (exclusive of version 0) to the target, inclusive."""
+        return range(0 if self.base is None else self.base.version, self.target.version + 1)
+
+
+class _LineageCache:
+    """Lineage records of deltas by (store url, object name): deltas are immutable, so this is safe."""
+
+    def __init__(self, capacity: int = 50_000) -> None:
+        self._items: OrderedDict[tuple[str, str], tuple[str, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._capacity = capacity
+
+    def get(self, url: str, name: str) -> tuple[str, ...] | None:
+        with self._lock:
+            value = self._items.get((url, name))
+            if value is not None:
+                self._items.move_to_end((url, name))
+            return value
+
+    def put(self, url: str, name: str, lineage: tuple[str, ...]) -> None:
+        with self._lock:
+            self._items[(url, name)] = lineage
+            self._items.move_to_end((url, name))
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+LINEAGE_CACHE = _LineageCache()
+
+
+def fetch_delta(
+    store: BlobStore, operator: str, partition: int, cid: CheckpointId, target: CheckpointId | None = None
+) -> bytes:
+    """The bytes of ``cid``'s delta; raises :class:`MissingObjectError` naming it, its version and uid."""
+    name = delta_name(operator, partition, cid)
+    try:
+        return store.get(name)
+    except BlobNotFoundError:
+        raise MissingObjectError(name, cid, target) from None
+
+
+def delta_lineage(
+    store: BlobStore,
+    operator: str,
+    partition: int,
+    cid: CheckpointId,
+    *,
+    target: CheckpointId | None = None,
+    data_out: dict[CheckpointId, bytes] | None = None,
+    cached: bool = False,
+) -> tuple[str, ...]:
+    """The validated lineage record of ``cid``'s delta.
+
+    ``data_out`` receives the delta's bytes (so a loader downloads each delta once); ``cached`` uses and
+    fills the process-wide lineage cache instead (retention).
+    """
+    name = delta_name(operator, partition, cid)
+    lineage = LINEAGE_CACHE.get(store.url, name) if cached else None
+    if lineage is None:
+        data = fetch_delta(store, operator, partition, cid, target)
+        if data_out is not None:
+            data_out[cid] = data
+        try:
+            lineage = tuple(read_delta_lineage(data, name=name))
+        except DeltaFormatError as error:
+            raise CorruptObjectError(name, cid, error.problem, target) from error
+        if cached:
+            LINEAGE_CACHE.put(store.url, name, lineage)
+    if len(lineage) > cid.version - 1:
+        raise LineageError(
+            name,
+            cid,
+            f"{len(lineage)} uids reach below version 1 (a delta of version {cid.version} can name "
+            f"at most {cid.version - 1})",
+        )
+    if not lineage and cid.version > 1:
+        raise LineageError(name, cid, "empty lineage record at a version above 1: the chain has a gap")
+    return lineage
+
+
+def lineage_entries(cid: CheckpointId, lineage: tuple[str, ...]) -> list[CheckpointId]:
+    """The checkpoint ids a lineage record of ``cid`` names, newest first: ``(v-1, l[0]), (v-2, l[1])``..."""
+    return [CheckpointId(cid.version - 1 - i, uid) for i, uid in enumerate(lineage)]
+
+
+def resolve_chain(
+    store: BlobStore,
+    operator: str,
+    partition: int,
+    target: CheckpointId,
+    *,
+    local_base: Callable[[CheckpointId], bool] | None = None,
+    data_out: dict[CheckpointId, bytes] | None = None,
+    cached: bool = False,
+) -> Chain:
+    """Find the base and the deltas that rebuild ``target`` (see the module docstring).
+
+    ``local_base(cid)`` says whether a checkpoint on the lineage is available locally. Raises
+    :class:`MissingObjectError`, :class:`CorruptObjectError` or :class:`LineageError` naming the object,
+    its version and uid; never falls back to an empty state.
+    """
+    has_local = local_base or (lambda _cid: False)
+    newest_first: list[CheckpointId] = []
+    missing: list[CheckpointId] = []
+    target_lineage: tuple[str, ...] | None = None
+    current = target
+    while True:
+        if current != target and has_local(current):
+            return Chain(
+                target, current, "local", tuple(reversed(newest_first)), target_lineage, tuple(missing)
+            )
+        if store.exists(snapshot_name(operator, partition, current)):
+            return Chain(
+                target, current, "snapshot", tuple(reversed(newest_first)), target_lineage, tuple(missing)
+            )
+        if current != target:
+            missing.append(current)
+        lineage = delta_lineage(
+            store, operator, partition, current, target=target, data_out=data_out, cached=cached
+        )
+        if current == target:
+            target_lineage = lineage
+        newest_first.append(current)
+        entries = lineage_entries(current, lineage)
+        if not entries:
+            return Chain(target, None, "empty", tuple(reversed(newest_first)), target_lineage, tuple(missing))
+        for entry in entries[:-1]:
+            if has_local(entry):
+                return Chain(
+                    target, entry, "local", tuple(reversed(newest_first)), target_lineage, tuple(missing)
+                )
+            newest_first.append(entry)
+        current = entries[-1]

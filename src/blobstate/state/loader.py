@@ -1,0 +1,283 @@
+"""The load rules (DESIGN.md "Load rules"): bring a partition's working store to a committed ``(v, uid)``.
+
+1. The working store is clean and its ``CHECKPOINT-ID`` is ``(v, uid)``: use it, no I/O.
+2. A local checkpoint ``checkpoints/<v>_<uid>/`` or the standby replica is at ``(v, uid)``: materialize
+   the working store from it by hard links.
+3. Otherwise resolve the lineage (:mod:`blobstate.state.chain`), restore the base (a local checkpoint or
+   replica on the lineage, the clean working store if it is on the lineage, or a remote snapshot whose
+   files are downloaded only where not already present), then replay the deltas in order.
+4. A missing or corrupt object is an error naming it, its version and uid. Nothing is half-applied: the
+   working store is marked dirty before anything is touched and marked clean only after a commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blobstate.blobstore import BlobNotFoundError, BlobStore
+from blobstate.ids import CheckpointId
+from blobstate.layout import CHECKPOINT_ID_FILE, LocalPartitionLayout, delta_name, snapshot_name
+from blobstate.lineage.delta import DeltaFormatError, decode_delta
+from blobstate.state.chain import Chain, delta_lineage, fetch_delta, resolve_chain
+from blobstate.state.errors import CorruptObjectError, MissingObjectError
+from blobstate.state.localdirs import (
+    LINEAGE_INFO_FILE,
+    LineageInfo,
+    mark_dirty,
+    materialize,
+    read_checkpoint_id,
+    read_info,
+    remove_tree,
+)
+
+log = logging.getLogger(__name__)
+
+RULE_EMPTY = "empty"
+RULE_WORKING = "working"
+RULE_LOCAL_CHECKPOINT = "local-checkpoint"
+RULE_STANDBY = "standby"
+RULE_REMOTE = "remote"
+
+
+@dataclass
+class LoadReport:
+    """How a partition was loaded: the rule, the base, what was replayed, and the I/O it cost."""
+
+    rule: str
+    checkpoint_id: CheckpointId | None
+    base: str = ""
+    base_kind: str = ""
+    deltas_replayed: int = 0
+    records_replayed: int = 0
+    bytes_downloaded: int = 0
+    bytes_copied: int = 0
+    delta_bytes: int = 0
+    seconds: float = 0.0
+    missing_snapshots: list[str] = field(default_factory=list)
+    snapshot_index: Any = None
+    snapshot_index_name: str | None = None
+
+
+@dataclass
+class Loaded:
+    """The outcome of a successful load: the open store, its lineage info and the report."""
+
+    store: Any
+    info: LineageInfo
+    report: LoadReport
+
+
+StoreOpener = Callable[[Path], Any]
+
+
+def _remote_info(
+    store: BlobStore, operator: str, partition: int, cid: CheckpointId, *, delta_bytes: int = 0
+) -> LineageInfo:
+    """Lineage info of ``cid`` rebuilt from the remote objects (a local copy had none)."""
+    if store.exists(snapshot_name(operator, partition, cid)):
+        return LineageInfo(cid, (cid.uid,), 0, snapshot=True)
+    lineage = delta_lineage(store, operator, partition, cid)
+    return LineageInfo(cid, (cid.uid, *lineage), delta_bytes)
+
+
+def load_working(
+    store: BlobStore,
+    layout: LocalPartitionLayout,
+    committed: CheckpointId | None,
+    open_store: StoreOpener,
+) -> Loaded:
+    """Apply the load rules for ``committed`` and return the opened working store.
+
+    The caller holds the partition lock. On any failure the working store is left dirty (or removed)
+    and the error propagates; on success the store is open and dirty, ready for writes.
+    """
+    started = time.monotonic()
+    operator, partition = layout.operator, layout.partition
+    working = layout.working
+    layout.root.mkdir(parents=True, exist_ok=True)
+    prior = read_checkpoint_id(working)
+    prior_info = read_info(working, prior) if prior is not None else None
+    # Dirty before anything else touches the directory: a crash from here on never leaves a store
+    # that claims to be at a checkpoint it does not hold.
+    if working.exists():
+        mark_dirty(working)
+
+    if committed is None:
+        remove_tree(working)
+        working.mkdir(parents=True)
+        report = LoadReport(RULE_EMPTY, None, base_kind="empty")
+        return _finish(open_store, working, LineageInfo(None), report, [], started)
+
+    # Rule 1.
+    if prior == committed:
+        info = prior_info or _remote_info(store, operator, partition, committed)
+        report = LoadReport(RULE_WORKING, committed, base=committed.name, base_kind="local")
+        return _finish(open_store, working, info, report, [], started)
+
+    # Rule 2.
+    local_dir = _local_copy(layout, committed)
+    if local_dir is not None:
+        copied = materialize(local_dir, working)
+        info = read_info(local_dir, committed) or _remote_info(store, operator, partition, committed)
+        rule = RULE_STANDBY if local_dir == layout.standby else RULE_LOCAL_CHECKPOINT
+        report = LoadReport(rule, committed, base=committed.name, base_kind="local", bytes_copied=copied)
+        return _finish(open_store, working, info, report, [], started)
+
+    # Rule 3.
+    def local_base(cid: CheckpointId) -> bool:
+        return cid == prior or _local_copy(layout, cid) is not None
+
+    data: dict[CheckpointId, bytes] = {}
+    chain = resolve_chain(store, operator, partition, committed, local_base=local_base, data_out=data)
+    report = LoadReport(
+        RULE_REMOTE,
+        committed,
+        base="" if chain.base is None else chain.base.name,
+        base_kind=chain.base_kind,
+        missing_snapshots=[c.name for c in chain.missing_snapshots],
+    )
+    base_info = _restore_base(store, layout, chain, prior, prior_info, report)
+    records = _download_deltas(store, operator, partition, chain, data, report)
+    info = _next_info(chain, base_info, report)
+    return _finish(open_store, working, info, report, records, started)
+
+
+def _local_copy(layout: LocalPartitionLayout, cid: CheckpointId) -> Path | None:
+    checkpoint = layout.checkpoint(cid)
+    if (checkpoint / "CURRENT").is_file():
+        return checkpoint
+    if read_checkpoint_id(layout.standby) == cid and (layout.standby / "CURRENT").is_file():
+        return layout.standby
+    return None
+
+
+def _restore_base(
+    store: BlobStore,
+    layout: LocalPartitionLayout,
+    chain: Chain,
+    prior: CheckpointId | None,
+    prior_info: LineageInfo | None,
+    report: LoadReport,
+) -> LineageInfo | None:
+    """Put the chain's base into the working directory; returns the base's lineage info when known."""
+    working = layout.working
+    base = chain.base
+    if chain.base_kind == "empty":
+        remove_tree(working)
+        working.mkdir(parents=True)
+        return LineageInfo(None)
+    assert base is not None
+    if chain.base_kind == "local":
+        if base == prior:
+            return prior_info  # the working store itself is the base: nothing to copy
+        source = _local_copy(layout, base)
+        assert source is not None
+        report.bytes_copied += materialize(source, working)
+        return read_info(source, base)
+    return _restore_snapshot(store, layout, chain, report)
+
+
+def _restore_snapshot(
+    store: BlobStore, layout: LocalPartitionLayout, chain: Chain, report: LoadReport
+) -> LineageInfo | None:
+    from blobstate.snapshot import (
+        SnapshotBlobMissingError,
+        SnapshotCorruptError,
+        SnapshotError,
+        read_snapshot_index,
+        restore_directory,
+    )
+
+    base = chain.base
+    assert base is not None
+    name = snapshot_name(layout.operator, layout.partition, base)
+    try:
+        index = read_snapshot_index(store, name)
+    except BlobNotFoundError:
+        raise MissingObjectError(name, base, chain.target) from None
+    except SnapshotError as error:
+        raise CorruptObjectError(name, base, str(error), chain.target) from error
+    if index.checkpoint_id != base.name:
+        raise CorruptObjectError(
+            name, base, f"the index says it is checkpoint {index.checkpoint_id!r}", chain.target
+        )
+    working = layout.working
+    working.mkdir(parents=True, exist_ok=True)
+    try:
+        stats = restore_directory(store, index, working)
+    except SnapshotBlobMissingError as error:
+        raise MissingObjectError(error.blob_id, base, chain.target, f"a blob of snapshot {name!r}") from error
+    except SnapshotCorruptError as error:
+        raise CorruptObjectError(error.blob_id or name, base, str(error), chain.target) from error
+    except SnapshotError as error:
+        raise CorruptObjectError(name, base, str(error), chain.target) from error
+    # Markers are never part of a snapshot's meaning: the working store is dirty until a commit.
+    for marker in (CHECKPOINT_ID_FILE, LINEAGE_INFO_FILE):
+        (working / marker).unlink(missing_ok=True)
+    report.bytes_downloaded += stats.bytes_downloaded
+    report.snapshot_index = index
+    report.snapshot_index_name = name
+    return LineageInfo(base, (base.uid,), 0, snapshot=True)
+
+
+def _download_deltas(
+    store: BlobStore,
+    operator: str,
+    partition: int,
+    chain: Chain,
+    data: dict[CheckpointId, bytes],
+    report: LoadReport,
+) -> list[tuple[CheckpointId, list]]:
+    """Download (in parallel) and fully decode every delta of the chain before any is applied."""
+    todo = [cid for cid in chain.deltas if cid not in data]
+    fetched = store.run_parallel(lambda cid: fetch_delta(store, operator, partition, cid, chain.target), todo)
+    data.update(zip(todo, fetched, strict=True))
+    out = []
+    for cid in chain.deltas:
+        name = delta_name(operator, partition, cid)
+        raw = data[cid]
+        report.bytes_downloaded += len(raw)
+        report.delta_bytes += len(raw)
+        try:
+            delta = decode_delta(raw, name=name)
+        except DeltaFormatError as error:
+            raise CorruptObjectError(name, cid, error.problem, chain.target) from error
+        out.append((cid, delta.records))
+    return out
+
+
+def _next_info(chain: Chain, base_info: LineageInfo | None, report: LoadReport) -> LineageInfo:
+    target = chain.target
+    lineage = chain.next_lineage()
+    if lineage is None:  # the base is the target's own local copy: rule 2 handles that, never here
+        raise AssertionError(f"chain of {target} has no lineage")
+    nbytes = report.delta_bytes
+    if base_info is not None:
+        nbytes += base_info.delta_bytes_since_snapshot
+    return LineageInfo(target, lineage, nbytes, snapshot=chain.base == target)
+
+
+def _finish(
+    open_store: StoreOpener,
+    working: Path,
+    info: LineageInfo,
+    report: LoadReport,
+    records: list[tuple[CheckpointId, list]],
+    started: float,
+) -> Loaded:
+    opened = open_store(working)
+    try:
+        for _cid, recs in records:
+            opened.apply(recs)
+            report.deltas_replayed += 1
+            report.records_replayed += len(recs)
+    except BaseException:
+        opened.close()
+        raise
+    report.seconds = time.monotonic() - started
+    return Loaded(opened, info, report)
