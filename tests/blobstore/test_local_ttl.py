@@ -1,0 +1,195 @@
+"""Local-directory store specifics: TTL records, expiry, temporary files, directories, symlinks, URLs."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from blobstate.blobstore import BlobStoreError, InvalidBlobNameError, open_blob_store
+from blobstate.blobstore.local import STALE_TMP_SECONDS, TMP_DIR, TTL_DIR, LocalBlobStore
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def store(root: Path) -> LocalBlobStore:
+    s = open_blob_store(f"file://{root}")
+    assert isinstance(s, LocalBlobStore)
+    return s
+
+
+def test_urls_and_plain_paths_open_the_same_directory(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    open_blob_store(str(root)).put("a/b", b"1")
+    assert open_blob_store(f"file://{root}").get("a/b") == b"1"
+    assert open_blob_store(f"file://localhost{root}").get("a/b") == b"1"
+    monkeypatch.chdir(root.parent)
+    relative = open_blob_store(root.name)
+    assert isinstance(relative, LocalBlobStore)
+    assert relative.root == root
+    assert relative.get("a/b") == b"1"
+    with pytest.raises(ValueError, match="names host"):
+        open_blob_store("file://otherhost/data")
+
+
+def test_opening_does_not_create_the_directory(root: Path) -> None:
+    store = open_blob_store(str(root))
+    assert store.list() == []
+    assert not store.exists("x")
+    assert not root.exists()
+
+
+def test_ttl_is_recorded_under_the_reserved_directory(store: LocalBlobStore, root: Path) -> None:
+    before = time.time()
+    store.put("state/0/1/3_u.delta", b"d", ttl=600)
+    record = root / TTL_DIR / "state/0/1/3_u.delta"
+    assert before + 600 <= float(record.read_text()) <= time.time() + 600
+    assert (root / "state/0/1/3_u.delta").read_bytes() == b"d"
+    store.remove_ttl("state/0/1/3_u.delta")
+    assert not record.exists()
+    assert not (root / TTL_DIR / "state").exists()  # emptied record directories are pruned
+
+
+def test_expire_drops_expired_records_without_objects_but_keeps_fresh_ones(
+    store: LocalBlobStore, root: Path
+) -> None:
+    # A writer records the TTL before the object; a crash in between leaves a record alone.
+    now = time.time()
+    for name, expiry in (("orphan-old", now - 5), ("orphan-in-flight", now + 600)):
+        (root / TTL_DIR).mkdir(parents=True, exist_ok=True)
+        (root / TTL_DIR / name).write_text(repr(expiry))
+    assert store.expire(now) == []
+    assert not (root / TTL_DIR / "orphan-old").exists()
+    assert (root / TTL_DIR / "orphan-in-flight").exists()
+
+
+def test_corrupt_ttl_record_is_an_error_naming_it(store: LocalBlobStore, root: Path) -> None:
+    store.put("x", b"1", ttl=60)
+    (root / TTL_DIR / "x").write_text("not a number")
+    with pytest.raises(BlobStoreError, match=r"corrupt TTL record .*'x'"):
+        store.expire(time.time() + 3600)
+    assert store.get("x") == b"1"
+
+
+def test_temporary_files_are_invisible_and_stale_ones_are_removed(store: LocalBlobStore, root: Path) -> None:
+    store.put("kept", b"1")
+    tmp_dir = root / TMP_DIR
+    tmp_dir.mkdir(exist_ok=True)
+    stale, fresh = tmp_dir / "crashed.tmp", tmp_dir / "in-flight.tmp"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    old = time.time() - STALE_TMP_SECONDS - 60
+    os.utime(stale, (old, old))
+    assert store.list() == ["kept"]
+    # Even an expire with a far-future "now" must not touch a write that is in flight.
+    assert store.expire(time.time() + 10 * STALE_TMP_SECONDS) == []
+    assert not stale.exists()
+    assert fresh.exists()
+
+
+def test_successful_writes_leave_no_temporary_files(
+    store: LocalBlobStore, root: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(b"file")
+    store.put("a", b"1", ttl=60)
+    store.put("b", source)
+    store.put_if_absent("c", b"3", ttl=60)
+    store.put_if_absent("c", b"lost")
+    assert list((root / TMP_DIR).iterdir()) == []
+
+
+def test_failed_write_leaves_nothing_behind(store: LocalBlobStore, root: Path, tmp_path: Path) -> None:
+    store.put("x", b"old")
+    with pytest.raises(IsADirectoryError):
+        store.put("x", tmp_path)  # a directory is not a readable file
+    assert store.get("x") == b"old"
+    assert list((root / TMP_DIR).iterdir()) == []
+
+
+def test_overwrite_replaces_atomically_for_open_readers(store: LocalBlobStore, root: Path) -> None:
+    store.put("obj", b"A" * 100_000)
+    with open(root / "obj", "rb") as reader:
+        store.put("obj", b"B" * 50)
+        assert reader.read() == b"A" * 100_000  # the old file, whole; never a mix
+    assert store.get("obj") == b"B" * 50
+
+
+def test_delete_prunes_empty_directories_but_never_the_root(store: LocalBlobStore, root: Path) -> None:
+    store.put("a/b/c/one", b"1")
+    store.put("a/two", b"2")
+    store.delete("a/b/c/one")
+    assert not (root / "a" / "b").exists()
+    assert (root / "a").is_dir()
+    store.delete("a/two")
+    assert not (root / "a").exists()
+    assert root.is_dir()
+
+
+def test_object_and_directory_name_clash_is_a_clear_error(store: LocalBlobStore) -> None:
+    store.put("a/b", b"1")
+    with pytest.raises(BlobStoreError, match=r"'a' in .*is a directory"):
+        store.put("a", b"2")
+    with pytest.raises(BlobStoreError, match=r"'a/b/c'.*not a directory"):
+        store.put("a/b/c", b"3")
+    assert store.list() == ["a/b"]
+
+
+def test_symlink_planted_inside_the_root_is_not_followed(
+    store: LocalBlobStore, root: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    store.put("ok", b"1")
+    (root / "evil").symlink_to(outside, target_is_directory=True)
+    (root / "link").symlink_to(outside / "secret")
+    for name in ("evil/secret", "link"):
+        with pytest.raises(InvalidBlobNameError, match="outside the store root"):
+            store.get(name)
+        with pytest.raises(InvalidBlobNameError):
+            store.get_file(name, tmp_path / "copy")
+        with pytest.raises(InvalidBlobNameError):
+            store.exists(name)
+        with pytest.raises(InvalidBlobNameError):
+            store.delete(name)
+        with pytest.raises(InvalidBlobNameError):
+            store.put(name, b"overwritten")
+        with pytest.raises(InvalidBlobNameError):
+            store.put_if_absent(name, b"overwritten")
+        with pytest.raises(InvalidBlobNameError):
+            store.remove_ttl(name)
+    with pytest.raises(InvalidBlobNameError):
+        store.put("evil/new", b"planted")
+    with pytest.raises(InvalidBlobNameError):
+        store.list("evil/")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+    assert (outside / "secret").read_bytes() == b"secret"
+    assert not (tmp_path / "copy").exists()
+    assert store.list() == ["ok"]  # symlinks are never listed as objects
+
+
+def test_symlink_in_the_ttl_area_is_not_followed(store: LocalBlobStore, root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store.put("d/x", b"1")
+    (root / TTL_DIR).mkdir()
+    (root / TTL_DIR / "d").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InvalidBlobNameError, match="outside the store root"):
+        store.put("d/y", b"2", ttl=60)
+    assert list(outside.iterdir()) == []
+
+
+def test_store_root_may_itself_be_a_symlink(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "alias").symlink_to(real, target_is_directory=True)
+    store = open_blob_store(str(tmp_path / "alias"))
+    store.put("a/b", b"1", ttl=60)
+    assert store.get("a/b") == b"1"
+    assert (real / "a" / "b").read_bytes() == b"1"
