@@ -1,0 +1,472 @@
+"""The commit log: ``metadata.json`` and ``commits/<v>.json``, the query's source of truth.
+
+Both are written create-only (``put_if_absent``), so two drivers can never both commit a version, and
+both are validated in full when read: every id is checked before anyone builds an object name from it,
+so a commit cannot point outside the checkpoint root. The JSON layouts are specified in
+``docs/FORMATS.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from blobstate.blobstore import BlobStore
+from blobstate.ids import (
+    CheckpointId,
+    InvalidIdError,
+    validate_operator,
+    validate_partition,
+    validate_uid,
+    validate_version,
+)
+from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name
+
+METADATA_FORMAT_VERSION = 1
+"""The ``metadata.json`` format version this build writes and reads."""
+
+COMMIT_FORMAT_VERSION = 1
+"""The ``commits/<v>.json`` format version this build writes and reads."""
+
+_COMMIT_NAME_RE = re.compile(re.escape(COMMITS_PREFIX) + r"(0|[1-9][0-9]{0,18})\.json")
+_PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+def now_ms() -> int:
+    """The current wall-clock time in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+class CommitLogError(Exception):
+    """Base class of the commit log's errors."""
+
+
+class CommitLogFormatError(CommitLogError, ValueError):
+    """A commit log object that is malformed: names the object, the field and what is wrong."""
+
+    def __init__(self, name: str, field: str, problem: str) -> None:
+        where = f" field {field}" if field else ""
+        super().__init__(f"invalid {name}:{where}: {problem}")
+        self.name = name
+        self.field = field
+        self.problem = problem
+
+
+class CommitConflictError(CommitLogError):
+    """``commits/<v>.json`` already exists with other content: another driver owns the query."""
+
+    def __init__(self, message: str, *, version: int, existing_writer: str, writer: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.existing_writer = existing_writer
+        self.writer = writer
+
+
+class MetadataConflictError(CommitLogError):
+    """The checkpoint's ``metadata.json`` disagrees with the query (partitions, operators or key columns)."""
+
+
+# ---------------------------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class QueryMetadata:
+    """What never changes for a checkpoint: query id, partition count, operators and their key columns.
+
+    ``operators`` maps operator id to ``{"key_columns": [...], ...}``; entries other than ``key_columns``
+    are free-form JSON.
+    """
+
+    query_id: str
+    num_partitions: int
+    operators: dict[str, dict[str, Any]]
+    format_version: int = METADATA_FORMAT_VERSION
+    created_time_ms: int = field(default_factory=now_ms)
+
+    @classmethod
+    def new(cls, num_partitions: int, operators: Mapping[str, Mapping[str, Any]]) -> QueryMetadata:
+        """Metadata for a new query with a fresh random query id."""
+        return cls(str(uuid.uuid4()), num_partitions, {op: dict(v) for op, v in operators.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored as ``metadata.json``."""
+        return {
+            "format_version": self.format_version,
+            "query_id": self.query_id,
+            "num_partitions": self.num_partitions,
+            "operators": self.operators,
+            "created_time_ms": self.created_time_ms,
+        }
+
+    def identity(self) -> tuple[int, dict[str, list[str]]]:
+        """What must match for a query to resume this checkpoint: partition count and operator keys."""
+        return self.num_partitions, {op: list(v["key_columns"]) for op, v in self.operators.items()}
+
+
+@dataclass(frozen=True)
+class Commit:
+    """``commits/<v>.json``: which uid of every (operator, partition) makes up version ``v``.
+
+    ``version`` is v >= 1 (the state after batch ``v - 1``); ``checkpoints`` maps operator id to
+    ``{partition: uid}`` and must cover every partition of every operator; ``writer`` identifies the
+    driver run that wrote it. ``placement`` maps partition to executor id.
+    """
+
+    version: int
+    checkpoints: dict[str, dict[int, str]]
+    writer: str
+    placement: dict[int, str] | None = None
+    watermark_ms: int | None = None
+    adjunct_offsets: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+    created_time_ms: int = field(default_factory=now_ms)
+    format_version: int = COMMIT_FORMAT_VERSION
+
+    @property
+    def batch_id(self) -> int:
+        """The micro-batch whose state this version is: ``version - 1``."""
+        return self.version - 1
+
+    def checkpoint_id(self, operator: str, partition: int) -> CheckpointId:
+        """The committed ``(v, uid)`` of one (operator, partition)."""
+        return CheckpointId(self.version, self.checkpoints[operator][partition])
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored as ``commits/<v>.json``."""
+        return {
+            "format_version": self.format_version,
+            "version": self.version,
+            "batch_id": self.batch_id,
+            "checkpoints": {
+                op: {str(p): uid for p, uid in sorted(parts.items())}
+                for op, parts in self.checkpoints.items()
+            },
+            "placement": None
+            if self.placement is None
+            else {str(p): ex for p, ex in sorted(self.placement.items())},
+            "watermark_ms": self.watermark_ms,
+            "adjunct_offsets": self.adjunct_offsets,
+            "metrics": self.metrics,
+            "writer": self.writer,
+            "created_time_ms": self.created_time_ms,
+        }
+
+    def same_content(self, other: Commit) -> bool:
+        """Whether two commits are the same apart from their creation time (an idempotent retry)."""
+        mine, theirs = self.to_json(), other.to_json()
+        del mine["created_time_ms"], theirs["created_time_ms"]
+        return mine == theirs
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+class _Fields:
+    """Typed access to one JSON object's fields; every failure names the object and the field."""
+
+    def __init__(self, name: str, obj: object, prefix: str = "") -> None:
+        self.name, self.prefix = name, prefix
+        if not isinstance(obj, dict):
+            self.fail("", f"expected a JSON object, found {type(obj).__name__}")
+        self.obj: dict[str, Any] = obj
+
+    def fail(self, key: str, problem: str) -> NoReturn:
+        raise CommitLogFormatError(self.name, f"{self.prefix}{key}", problem)
+
+    def get(self, key: str, check: Callable[[Any], bool], expected: str, *, optional: bool = False) -> Any:
+        if key not in self.obj:
+            if optional:
+                return None
+            self.fail(key, "missing")
+        value = self.obj[key]
+        if value is None and optional:
+            return None
+        if not check(value):
+            self.fail(key, f"expected {expected}, found {value!r}")
+        return value
+
+    def integer(self, key: str, *, minimum: int | None = None, optional: bool = False) -> int | None:
+        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
+        return self.get(
+            key,
+            lambda v: _is_int(v) and (minimum is None or v >= minimum),
+            expected,
+            optional=optional,
+        )
+
+    def text(self, key: str) -> str:
+        return self.get(key, lambda v: isinstance(v, str) and v != "", "a non-empty string")
+
+    def mapping(self, key: str, *, optional: bool = False) -> dict[str, Any] | None:
+        return self.get(key, lambda v: isinstance(v, dict), "a JSON object", optional=optional)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _load_json(data: bytes, name: str) -> object:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise CommitLogFormatError(name, repr(key), "duplicate key")
+            out[key] = value
+        return out
+
+    def no_constants(token: str) -> NoReturn:
+        raise CommitLogFormatError(name, "", f"{token} is not valid JSON")
+
+    try:
+        return json.loads(data, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CommitLogFormatError(name, "", f"not valid JSON: {error}") from error
+
+
+def _format_version(f: _Fields, supported: int) -> int:
+    version = f.integer("format_version", minimum=1)
+    assert version is not None
+    if version != supported:
+        f.fail("format_version", f"unknown format version {version} (this build reads version {supported})")
+    return version
+
+
+def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
+    """Parse and validate ``metadata.json``; raises :class:`CommitLogFormatError` naming the field."""
+    f = _Fields(name, _load_json(data, name))
+    version = _format_version(f, METADATA_FORMAT_VERSION)
+    query_id = f.text("query_id")
+    try:
+        canonical = str(uuid.UUID(query_id)) == query_id
+    except ValueError:
+        canonical = False
+    if not canonical:
+        f.fail("query_id", f"expected a lowercase UUID string, found {query_id!r}")
+    num_partitions = f.integer("num_partitions", minimum=1)
+    raw_operators = f.mapping("operators")
+    assert raw_operators is not None
+    if not raw_operators:
+        f.fail("operators", "no operators")
+    operators: dict[str, dict[str, Any]] = {}
+    for op, spec in raw_operators.items():
+        where = f"operators[{op!r}]"
+        try:
+            validate_operator(op)
+        except InvalidIdError as error:
+            f.fail(where, str(error))
+        _Fields(name, spec, f"{where}.").get(
+            "key_columns",
+            lambda v: isinstance(v, list) and all(isinstance(c, str) and c for c in v),
+            "a list of column names",
+        )
+        operators[op] = spec
+    created = f.integer("created_time_ms", minimum=0)
+    assert num_partitions is not None and created is not None
+    return QueryMetadata(query_id, num_partitions, operators, version, created)
+
+
+def _partition_key(f: _Fields, where: str, key: object, num_partitions: int) -> int:
+    if not isinstance(key, str) or not _PARTITION_RE.fullmatch(key):
+        f.fail(where, f"bad partition {key!r}: expected a decimal integer")
+    try:
+        return validate_partition(int(key), num_partitions)
+    except InvalidIdError as error:
+        f.fail(where, str(error))
+
+
+def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) -> Commit:
+    """Parse and validate ``commits/<version>.json`` against the query's metadata.
+
+    Checks the version and batch id against ``version``, every operator id and uid, and that every
+    partition ``0..N-1`` of every operator in ``metadata`` is present and no other. Raises
+    :class:`CommitLogFormatError` naming the object and the offending field.
+    """
+    f = _Fields(name, _load_json(data, name))
+    format_version = _format_version(f, COMMIT_FORMAT_VERSION)
+    stored_version = f.integer("version", minimum=1)
+    if stored_version != version:
+        f.fail("version", f"{stored_version} does not match the object name (version {version})")
+    batch_id = f.integer("batch_id")
+    if batch_id != version - 1:
+        f.fail("batch_id", f"{batch_id} but version {version} is the state after batch {version - 1}")
+    n = metadata.num_partitions
+
+    raw_checkpoints = f.mapping("checkpoints")
+    assert raw_checkpoints is not None
+    checkpoints: dict[str, dict[int, str]] = {}
+    for op, parts in raw_checkpoints.items():
+        where = f"checkpoints[{op!r}]"
+        try:
+            validate_operator(op)
+        except InvalidIdError as error:
+            f.fail(where, str(error))
+        if op not in metadata.operators:
+            f.fail(where, f"operator {op!r} is not declared in {METADATA}")
+        if not isinstance(parts, dict):
+            f.fail(where, f"expected a JSON object of partition -> uid, found {parts!r}")
+        uids: dict[int, str] = {}
+        for key, uid in parts.items():
+            part_where = f"{where}[{key!r}]"
+            partition = _partition_key(f, part_where, key, n)
+            try:
+                uids[partition] = validate_uid(uid)
+            except InvalidIdError as error:
+                f.fail(part_where, str(error))
+        missing = sorted(set(range(n)) - set(uids))
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+            f.fail(where, f"partitions missing: {shown} (the query has {n} partitions)")
+        checkpoints[op] = dict(sorted(uids.items()))
+    absent = sorted(set(metadata.operators) - set(checkpoints))
+    if absent:
+        f.fail("checkpoints", f"operators missing: {', '.join(absent)}")
+
+    placement: dict[int, str] | None = None
+    raw_placement = f.mapping("placement", optional=True)
+    if raw_placement is not None:
+        placement = {}
+        for key, executor in raw_placement.items():
+            where = f"placement[{key!r}]"
+            partition = _partition_key(f, where, key, n)
+            if not isinstance(executor, str) or not executor:
+                f.fail(where, f"expected an executor id string, found {executor!r}")
+            placement[partition] = executor
+        placement = dict(sorted(placement.items()))
+    watermark_ms = f.integer("watermark_ms", optional=True)
+    adjunct_offsets = f.mapping("adjunct_offsets", optional=True)
+    metrics = f.mapping("metrics", optional=True)
+    writer = f.text("writer")
+    created = f.integer("created_time_ms", minimum=0)
+    assert created is not None
+    return Commit(
+        version=version,
+        checkpoints=checkpoints,
+        writer=writer,
+        placement=placement,
+        watermark_ms=watermark_ms,
+        adjunct_offsets=adjunct_offsets,
+        metrics=metrics,
+        created_time_ms=created,
+        format_version=format_version,
+    )
+
+
+def _dump(obj: dict[str, Any], name: str) -> bytes:
+    try:
+        return json.dumps(obj, indent=1, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise CommitLogFormatError(name, "", f"cannot be written as JSON: {error}") from error
+
+
+# ---------------------------------------------------------------------------------------------- the log
+class CommitLog:
+    """The commit log of one checkpoint, on its blob store."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self.store = store
+        self._metadata: QueryMetadata | None = None
+
+    def _where(self, name: str) -> str:
+        return f"{name} in {self.store.url}"
+
+    # ---- metadata
+    def write_metadata(self, metadata: QueryMetadata) -> QueryMetadata:
+        """Create ``metadata.json`` if it does not exist; return the checkpoint's metadata.
+
+        If it exists with the same identity (partition count, operators and their key columns) the
+        stored metadata is returned, query id and all; otherwise :class:`MetadataConflictError`.
+        """
+        data = _dump(metadata.to_json(), METADATA)
+        parse_metadata(data, f"{METADATA} (to be written)")
+        if self.store.put_if_absent(METADATA, data):
+            self._metadata = metadata
+            return metadata
+        existing = self.read_metadata()
+        if existing.identity() != metadata.identity():
+            (n_old, ops_old), (n_new, ops_new) = existing.identity(), metadata.identity()
+            if n_old != n_new:
+                what = f"{n_old} partitions, the query asks for {n_new}"
+            else:
+                what = f"operators and key columns {ops_old}, the query has {ops_new}"
+            raise MetadataConflictError(
+                f"{self._where(METADATA)} (query {existing.query_id}) records {what}; "
+                "a checkpoint's partitions and operators cannot change: use a new checkpoint location"
+            )
+        return existing
+
+    def read_metadata(self) -> QueryMetadata:
+        """Read and validate ``metadata.json`` (cached: it never changes).
+
+        Raises :class:`~blobstate.blobstore.BlobNotFoundError` if the checkpoint has none.
+        """
+        if self._metadata is None:
+            self._metadata = parse_metadata(self.store.get(METADATA), self._where(METADATA))
+        return self._metadata
+
+    # ---- commits
+    def write_commit(self, commit: Commit) -> bool:
+        """Create ``commits/<v>.json``; returns True if this call created it, False on an identical retry.
+
+        Raises :class:`CommitConflictError` if it already exists with other content (another driver owns
+        the query), :class:`CommitLogFormatError` if the commit is invalid, and :class:`CommitLogError`
+        if version v-1 has no commit.
+        """
+        version = validate_version(commit.version)
+        name = commit_name(version)
+        data = _dump(commit.to_json(), name)
+        parse_commit(data, f"{name} (to be written)", version, self.read_metadata())
+        if version > 1 and not self.store.exists(commit_name(version - 1)):
+            raise CommitLogError(
+                f"cannot write {self._where(name)}: the previous version has no commit "
+                f"({commit_name(version - 1)} does not exist)"
+            )
+        if self.store.put_if_absent(name, data):
+            return True
+        existing = self.read_commit(version)
+        if existing.writer != commit.writer:
+            raise CommitConflictError(
+                f"another driver owns the query: version {version} ({self._where(name)}) was committed "
+                f"by writer {existing.writer!r}, not by this writer {commit.writer!r}",
+                version=version,
+                existing_writer=existing.writer,
+                writer=commit.writer,
+            )
+        if not existing.same_content(commit):
+            raise CommitConflictError(
+                f"version {version} ({self._where(name)}) was already committed by this writer "
+                f"{commit.writer!r} with different content; the stored commit stands",
+                version=version,
+                existing_writer=existing.writer,
+                writer=commit.writer,
+            )
+        return False
+
+    def read_commit(self, version: int) -> Commit:
+        """Read and validate ``commits/<version>.json``.
+
+        Raises :class:`~blobstate.blobstore.BlobNotFoundError` if it does not exist and
+        :class:`CommitLogFormatError` naming the object and field if it is invalid.
+        """
+        name = commit_name(validate_version(version))
+        data = self.store.get(name)
+        return parse_commit(data, self._where(name), version, self.read_metadata())
+
+    def versions(self) -> list[int]:
+        """Every committed version, ascending (other names under ``commits/`` are ignored)."""
+        found = []
+        for name in self.store.list(COMMITS_PREFIX):
+            match = _COMMIT_NAME_RE.fullmatch(name)
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def latest_version(self) -> int:
+        """The highest committed version, or 0 (the empty state) if nothing was committed."""
+        versions = self.versions()
+        return versions[-1] if versions else 0
+
+    def latest_commit(self) -> Commit | None:
+        """The commit of :meth:`latest_version`, or None if nothing was committed."""
+        version = self.latest_version()
+        return self.read_commit(version) if version else None
