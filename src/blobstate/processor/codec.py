@@ -1,0 +1,304 @@
+"""Byte encodings of grouping keys, map user keys, state values and timestamps.
+
+Keys (grouping keys and MapState user keys) use a small typed, self-delimiting encoding: every
+component is a tag byte plus a fixed-width or length-prefixed body. It is deterministic (equal
+keys always give equal bytes, unlike pickle, whose output depends on object identity), stable
+across Python/pandas versions, and prefix-free for tuples of the same arity, so the bytes of one
+grouping key are never a prefix of another's. That makes "all entries of grouping key k" a plain
+prefix scan: ``key_bytes(k) + suffix``.
+
+Values are ``header + pickle(tuple, protocol 5)``. The header is ``b"\\x00"`` (no expiry) or
+``b"\\x01" + be64(expiry_ms)`` (TTL), so a value is self-describing whether or not its state
+variable has a TTL. Pickle of a small tuple measured about 3x slower than a ``struct`` codec, but
+both are around a microsecond, it handles every Python value a schema allows, and it keeps working
+when a state schema gains or loses fields.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import pickle
+import struct
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+_PICKLE_PROTOCOL = 5
+_OFFSET = 1 << 63
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+_DOUBLE = struct.Struct(">d")
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+
+NO_EXPIRY = b"\x00"
+_WITH_EXPIRY = 1
+
+# Tags of key components. Never renumber: the bytes are persisted in checkpoints.
+_T_NONE = 0x00
+_T_FALSE = 0x01
+_T_TRUE = 0x02
+_T_INT = 0x03
+_T_BIGINT = 0x04
+_T_FLOAT = 0x05
+_T_STR = 0x06
+_T_BYTES = 0x07
+_T_TIMESTAMP = 0x08
+_T_DATE = 0x09
+_T_DECIMAL = 0x0A
+_T_TIMEDELTA = 0x0B
+_T_TUPLE = 0x0C
+
+
+class KeyEncodingError(TypeError):
+    """A key component has a type the key encoding does not support."""
+
+
+def encode_ts(ts: int) -> bytes:
+    """8 bytes, big-endian, offset binary: byte order equals numeric order, negatives included."""
+    return (ts + _OFFSET).to_bytes(8, "big")
+
+
+def decode_ts(data: bytes, offset: int = 0) -> int:
+    """Inverse of :func:`encode_ts` on ``data[offset:offset + 8]``."""
+    return int.from_bytes(data[offset : offset + 8], "big") - _OFFSET
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _encode_component(v: Any, out: bytearray) -> None:
+    t = type(v)
+    if t is int:
+        if _I64_MIN <= v <= _I64_MAX:
+            out.append(_T_INT)
+            out += (v + _OFFSET).to_bytes(8, "big")
+        else:
+            body = str(v).encode()
+            out.append(_T_BIGINT)
+            out += _varint(len(body))
+            out += body
+    elif t is str:
+        body = v.encode("utf-8")
+        out.append(_T_STR)
+        out += _varint(len(body))
+        out += body
+    elif v is None:
+        out.append(_T_NONE)
+    elif t is bool:
+        out.append(_T_TRUE if v else _T_FALSE)
+    elif t is float:
+        # Spark normalizes -0.0 and NaN before grouping; do the same so they group as one key.
+        if v == 0.0:
+            v = 0.0
+        elif math.isnan(v):
+            v = math.nan
+        out.append(_T_FLOAT)
+        out += _DOUBLE.pack(v)
+    elif t is bytes or t is bytearray or t is memoryview:
+        body = bytes(v)
+        out.append(_T_BYTES)
+        out += _varint(len(body))
+        out += body
+    elif isinstance(v, np.generic):
+        _encode_component(_numpy_scalar(v), out)
+    elif isinstance(v, (_dt.datetime, np.datetime64)):
+        ts = pd.Timestamp(v)
+        if ts is pd.NaT:
+            out.append(_T_NONE)
+            return
+        tz = "" if ts.tz is None else str(ts.tz)
+        body = tz.encode()
+        out.append(_T_TIMESTAMP)
+        out += (ts.value + _OFFSET).to_bytes(8, "big")
+        out += _varint(len(body))
+        out += body
+    elif isinstance(v, _dt.date):
+        out.append(_T_DATE)
+        out += ((v - _EPOCH_DATE).days + _OFFSET).to_bytes(8, "big")
+    elif isinstance(v, Decimal):
+        body = str(v).encode()
+        out.append(_T_DECIMAL)
+        out += _varint(len(body))
+        out += body
+    elif isinstance(v, (_dt.timedelta, np.timedelta64)):
+        out.append(_T_TIMEDELTA)
+        out += (pd.Timedelta(v).value + _OFFSET).to_bytes(8, "big")
+    elif isinstance(v, (tuple, list)):
+        out.append(_T_TUPLE)
+        out += _varint(len(v))
+        for c in v:
+            _encode_component(c, out)
+    elif isinstance(v, float):  # float subclasses
+        _encode_component(float(v), out)
+    elif isinstance(v, int):  # int subclasses other than bool
+        _encode_component(int(v), out)
+    elif isinstance(v, str):
+        _encode_component(str(v), out)
+    else:
+        raise KeyEncodingError(f"cannot use a value of type {t.__name__} ({v!r}) in a key")
+
+
+def _numpy_scalar(v: np.generic) -> Any:
+    if isinstance(v, np.datetime64):
+        return pd.Timestamp(v)
+    if isinstance(v, np.timedelta64):
+        return pd.Timedelta(v)
+    return v.item()
+
+
+def encode_key(key: tuple) -> bytes:
+    """Encode a key tuple (grouping key or MapState user key); see the module docstring."""
+    if len(key) == 1:
+        v = key[0]
+        t = type(v)
+        if t is int and _I64_MIN <= v <= _I64_MAX:  # fast path: one int64 column
+            return b"\x03" + (v + _OFFSET).to_bytes(8, "big")
+        if t is str:
+            body = v.encode("utf-8")
+            n = len(body)
+            if n < 0x80:
+                return b"\x06" + bytes((n,)) + body
+    out = bytearray()
+    for v in key:
+        _encode_component(v, out)
+    return bytes(out)
+
+
+def _decode_component(data: bytes, pos: int) -> tuple[Any, int]:
+    tag = data[pos]
+    pos += 1
+    if tag == _T_INT:
+        return int.from_bytes(data[pos : pos + 8], "big") - _OFFSET, pos + 8
+    if tag == _T_STR:
+        n, pos = _read_varint(data, pos)
+        return bytes(data[pos : pos + n]).decode("utf-8"), pos + n
+    if tag == _T_NONE:
+        return None, pos
+    if tag == _T_FALSE:
+        return False, pos
+    if tag == _T_TRUE:
+        return True, pos
+    if tag == _T_FLOAT:
+        return _DOUBLE.unpack_from(data, pos)[0], pos + 8
+    if tag == _T_BYTES:
+        n, pos = _read_varint(data, pos)
+        return bytes(data[pos : pos + n]), pos + n
+    if tag == _T_BIGINT:
+        n, pos = _read_varint(data, pos)
+        return int(bytes(data[pos : pos + n])), pos + n
+    if tag == _T_TIMESTAMP:
+        value = int.from_bytes(data[pos : pos + 8], "big") - _OFFSET
+        n, pos = _read_varint(data, pos + 8)
+        tz = bytes(data[pos : pos + n]).decode()
+        return pd.Timestamp(value, tz=tz or None), pos + n
+    if tag == _T_DATE:
+        days = int.from_bytes(data[pos : pos + 8], "big") - _OFFSET
+        return _EPOCH_DATE + _dt.timedelta(days=days), pos + 8
+    if tag == _T_DECIMAL:
+        n, pos = _read_varint(data, pos)
+        return Decimal(bytes(data[pos : pos + n]).decode()), pos + n
+    if tag == _T_TIMEDELTA:
+        return pd.Timedelta(int.from_bytes(data[pos : pos + 8], "big") - _OFFSET), pos + 8
+    if tag == _T_TUPLE:
+        n, pos = _read_varint(data, pos)
+        items = []
+        for _ in range(n):
+            item, pos = _decode_component(data, pos)
+            items.append(item)
+        return tuple(items), pos
+    raise ValueError(f"corrupt key bytes: unknown tag {tag:#x} at offset {pos - 1}")
+
+
+def decode_key(data: bytes, arity: int, pos: int = 0) -> tuple[tuple, int]:
+    """Decode ``arity`` components from ``data[pos:]``; returns the tuple and the end offset."""
+    items = []
+    for _ in range(arity):
+        item, pos = _decode_component(data, pos)
+        items.append(item)
+    return tuple(items), pos
+
+
+_SCALARS = frozenset((bool, int, float, str, bytes, _dt.datetime, _dt.date, Decimal, type(None)))
+
+
+def normalize_value(v: Any) -> Any:
+    """Turn numpy/pandas scalars into plain Python values, recursively (as PySpark does before storing)."""
+    t = type(v)
+    if t in _SCALARS:
+        return v
+    if isinstance(v, np.generic):
+        return v.tolist()
+    if isinstance(v, tuple) and hasattr(v, "_fields"):  # namedtuple
+        return t(*map(normalize_value, v))
+    if isinstance(v, (list, tuple)):
+        return t(map(normalize_value, v))
+    if isinstance(v, dict):
+        return {normalize_value(k): normalize_value(x) for k, x in v.items()}
+    if hasattr(v, "to_pytimedelta"):
+        return v.to_pytimedelta()
+    if hasattr(v, "to_pydatetime"):
+        return v.to_pydatetime()
+    return v
+
+
+def encode_value(value: tuple, expiry_ms: int | None) -> bytes:
+    """``header + pickle(value)``; ``expiry_ms`` None means the value never expires."""
+    body = pickle.dumps(value, _PICKLE_PROTOCOL)
+    if expiry_ms is None:
+        return NO_EXPIRY + body
+    return b"\x01" + encode_ts(expiry_ms) + body
+
+
+def value_expiry(data: bytes) -> int | None:
+    """The expiry time stored in an encoded value, or None."""
+    if data[0] == _WITH_EXPIRY:
+        return decode_ts(data, 1)
+    return None
+
+
+def decode_value(data: bytes) -> Any:
+    """The Python object stored in an encoded value (ignores the expiry)."""
+    if data[0] == _WITH_EXPIRY:
+        return pickle.loads(memoryview(data)[9:])
+    return pickle.loads(memoryview(data)[1:])
+
+
+def decode_live_value(data: bytes, now_ms: int) -> Any:
+    """Like :func:`decode_value` but returns the sentinel :data:`EXPIRED` when ``now_ms >= expiry``."""
+    if data[0] == _WITH_EXPIRY:
+        if now_ms >= int.from_bytes(data[1:9], "big") - _OFFSET:
+            return EXPIRED
+        return pickle.loads(memoryview(data)[9:])
+    return pickle.loads(memoryview(data)[1:])
+
+
+class _Expired:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EXPIRED"
+
+
+EXPIRED: Any = _Expired()
+"""Returned by :func:`decode_live_value` for a value whose TTL has passed."""

@@ -1,0 +1,172 @@
+"""Group one partition's input rows by key: one sort in Arrow, one pandas conversion, cheap slices.
+
+The rows are sorted by the key columns (ascending, nulls first, as Spark's operator orders its
+input), converted to pandas once with PySpark's own Arrow-to-pandas conversion (so column dtypes
+match what Spark's worker passes), and each key's rows are handed to the processor as
+``frame.iloc[start:end]`` with a fresh ``RangeIndex`` — no per-key DataFrame construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from blobstate.processor import codec
+
+# Spark's default spark.sql.execution.arrow.maxRecordsPerBatch: a key's rows arrive in DataFrames of
+# at most this many rows.
+DEFAULT_MAX_ROWS_PER_FRAME = 10_000
+
+
+def to_table(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None) -> pa.Table | None:
+    """Collect input given as a Table, a RecordBatch or an iterable of RecordBatches; None if empty."""
+    if data is None:
+        return None
+    if isinstance(data, pa.Table):
+        return data if data.num_rows else None
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data]) if data.num_rows else None
+    batches = [b for b in data if b.num_rows]
+    if not batches:
+        return None
+    try:
+        return pa.Table.from_batches(batches)
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"input record batches do not share one schema: {e}") from None
+
+
+def check_columns(table: pa.Table, columns: Sequence[str], what: str) -> None:
+    """Raise naming the missing columns of ``table``."""
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{what} column(s) {missing} not in the input columns {table.column_names}")
+
+
+def _widen(table: pa.Table) -> pa.Table:
+    """Widen small ints to int64 and floats to float64, as Spark's worker (which rebuilds rows) does."""
+    fields = []
+    changed = False
+    for field in table.schema:
+        t = field.type
+        if pa.types.is_integer(t) and t != pa.int64():
+            fields.append(field.with_type(pa.int64()))
+            changed = True
+        elif pa.types.is_float32(t) or pa.types.is_float16(t):
+            fields.append(field.with_type(pa.float64()))
+            changed = True
+        else:
+            fields.append(field)
+    return table.cast(pa.schema(fields)) if changed else table
+
+
+def _changes(column: pa.ChunkedArray) -> np.ndarray:
+    """Boolean array of length n-1: whether row i+1 has a different value than row i."""
+    n = len(column)
+    a = column.slice(1)
+    b = column.slice(0, n - 1)
+    t = column.type
+    if pa.types.is_nested(t):
+        values = column.to_pylist()
+        return np.fromiter((values[i + 1] != values[i] for i in range(n - 1)), bool, n - 1)
+    changed = pc.fill_null(pc.not_equal(a, b), False)
+    if pa.types.is_floating(t):
+        both_nan = pc.and_(pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False))
+        changed = pc.and_(changed, pc.invert(both_nan))
+    if column.null_count:
+        changed = pc.or_(changed, pc.not_equal(pc.is_null(a), pc.is_null(b)))
+    return np.asarray(changed.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+@dataclass
+class Groups:
+    """Rows of one table grouped by key, in ascending key order."""
+
+    frame: pd.DataFrame
+    keys: list[tuple]
+    key_bytes: list[bytes]
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def group_by_key(table: pa.Table, key_columns: Sequence[str], timezone: str) -> Groups:
+    """Sort ``table`` by ``key_columns`` and find each key's row range."""
+    from pyspark.sql.conversion import ArrowBatchTransformer
+
+    table = _widen(table)
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in key_columns])
+    table = table.take(order)
+    n = table.num_rows
+    changed = np.zeros(max(n - 1, 0), dtype=bool)
+    for c in key_columns:
+        changed |= _changes(table.column(c))
+    starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
+    ends = np.append(starts[1:], n).astype(np.int64)
+    frame = pd.concat(ArrowBatchTransformer.to_pandas(table, timezone=timezone), axis=1)
+    frame.columns = table.column_names
+    key_values = [frame[c].take(starts).tolist() for c in key_columns]
+    keys = list(zip(*key_values, strict=True))
+    encode = codec.encode_key
+    return Groups(frame, keys, [encode(k) for k in keys], starts, ends)
+
+
+class Frames:
+    """Iterator over one key's rows as pandas DataFrames of at most ``max_rows`` rows each.
+
+    Slices are cut lazily, so a handler that never iterates its rows costs nothing.
+    """
+
+    __slots__ = ("_end", "_frame", "_max", "_pos")
+
+    def __init__(self, frame: pd.DataFrame, start: int, end: int, max_rows: int) -> None:
+        self._frame = frame
+        self._pos = start
+        self._end = end
+        self._max = max_rows
+
+    def __iter__(self) -> Iterator[pd.DataFrame]:
+        return self
+
+    def __next__(self) -> pd.DataFrame:
+        pos = self._pos
+        if pos >= self._end:
+            raise StopIteration
+        stop = min(pos + self._max, self._end)
+        self._pos = stop
+        chunk = self._frame.iloc[pos:stop]
+        chunk.index = pd.RangeIndex(stop - pos)
+        return chunk
+
+
+def event_time_micros(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
+    """An event-time column as int64 microseconds (Spark's timestamp precision)."""
+    t = column.type
+    if not pa.types.is_timestamp(t):
+        raise ValueError(f"event time column {name!r} must be a timestamp column, not {t}")
+    raw = column.cast(pa.int64())
+    factor = {"s": 1_000_000, "ms": 1_000, "us": 1}.get(t.unit)
+    if factor is None:  # ns
+        return pc.divide(raw, 1_000)
+    return raw if factor == 1 else pc.multiply(raw, factor)
+
+
+def max_event_time_ms(micros: pa.ChunkedArray) -> int | None:
+    """The largest event time in ms (floor), or None if every value is null."""
+    value = pc.max(micros).as_py()
+    return None if value is None else value // 1000
+
+
+def drop_late_rows(table: pa.Table, micros: pa.ChunkedArray, watermark_ms: int) -> tuple[pa.Table, int]:
+    """Drop rows whose event time is at or before the watermark (Spark's late-data rule)."""
+    late = pc.fill_null(pc.less_equal(micros, watermark_ms * 1000), False)
+    dropped = pc.sum(late).as_py() or 0
+    if not dropped:
+        return table, 0
+    return table.filter(pc.invert(late)), dropped

@@ -1,0 +1,44 @@
+"""Column families the processor API keeps in a partition's store, and what their keys hold.
+
+``kb`` is the encoded grouping key (:func:`blobstate.processor.codec.encode_key`, prefix-free),
+``ukb`` an encoded MapState user key, ``ts8`` a timestamp from :func:`codec.encode_ts` (sorts
+numerically), ``v`` an encoded value (expiry header + pickle).
+
+| column family        | key              | value                                   |
+|----------------------|------------------|-----------------------------------------|
+| ``<stateName>``      | ``kb``           | ValueState: ``v``                        |
+|                      | ``kb``           | ListState head: ``be64(next chunk no.)`` |
+|                      | ``kb + be64(n)`` | ListState chunk n: ``v`` of a list       |
+|                      | ``kb + ukb``     | MapState entry: ``v``                    |
+| ``$ttl:<stateName>`` | ``ts8 + kb[+ukb]`` | ``b""``: TTL index, swept at batch end |
+| ``$timers``          | ``ts8 + kb``     | ``b""``: due timers are a range scan     |
+| ``$timersByKey``     | ``kb + ts8``     | ``b""``: listTimers/deleteTimer per key  |
+| ``$meta``            | ``var:<name>``   | JSON declaration of a state variable     |
+|                      | ``timeMode``     | the operator's time mode                 |
+
+User state names may not start with ``$`` (nor ``_``, reserved by Spark), so they never collide
+with the internal families.
+"""
+
+from __future__ import annotations
+
+META_CF = "$meta"
+TIMERS_CF = "$timers"
+TIMERS_BY_KEY_CF = "$timersByKey"
+TTL_CF_PREFIX = "$ttl:"
+TIME_MODE_KEY = b"timeMode"
+
+
+def state_cf(state_name: str) -> str:
+    """The column family of a user state variable."""
+    return state_name
+
+
+def ttl_cf(state_name: str) -> str:
+    """The TTL index column family of a state variable."""
+    return TTL_CF_PREFIX + state_name
+
+
+def meta_key(state_name: str) -> bytes:
+    """The ``$meta`` key of a state variable's declaration."""
+    return b"var:" + state_name.encode("utf-8")

@@ -1,0 +1,327 @@
+"""Run a stateful processor over one partition's input for one micro-batch, engine-independently.
+
+The order is Spark's ``transformWithStateInPandas``: ``init(handle)``; in the first batch only,
+``handleInitialState`` for every key of the initial state; ``handleInputRows`` once per key of
+the input (keys in ascending order, nulls first); then ``handleExpiredTimer`` for every timer due
+(processing time: expiry <= batch timestamp; event time: expiry <= watermark), in (expiry, key)
+order, deleting each timer after its handler ran; then expired TTL state is swept; then
+``close()``. With time mode EventTime, input rows whose event time is at or before the
+late-events watermark are dropped first, as Spark drops late data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
+from pyspark.sql.types import StructType
+
+from blobstate.processor import codec, grouping, layout
+from blobstate.processor.api import (
+    ExpiredTimerInfo,
+    StatefulProcessorHandle,
+    StatefulProcessorHandleState,
+    _Session,
+    delete_timer,
+    normalize_time_mode,
+)
+from blobstate.processor.errors import InvalidTimeModeError, StatefulProcessorError
+from blobstate.processor.output import DEFAULT_FLUSH_ROWS, OutputCollector
+from blobstate.processor.schema import to_arrow, to_struct_type
+
+InputData = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
+
+OUTPUT_MODES = {"append": "Append", "update": "Update"}
+
+
+@dataclass
+class RunStats:
+    """What one :func:`run_partition` call did; pass an instance in to have it filled."""
+
+    input_rows: int = 0
+    late_rows_dropped: int = 0
+    keys: int = 0
+    initial_state_keys: int = 0
+    timers_fired: int = 0
+    ttl_values_removed: int = 0
+    output_rows: int = 0
+    max_event_time_ms: int | None = None
+    seconds: float = 0.0
+
+
+def _normalize_output_mode(output_mode: str) -> str:
+    mode = output_mode.lower() if isinstance(output_mode, str) else None
+    if mode == "complete":
+        raise StatefulProcessorError(
+            "Complete output mode is not supported by transformWithState; use 'Append' or 'Update'"
+        )
+    if mode not in OUTPUT_MODES:
+        raise StatefulProcessorError(f"Invalid output mode {output_mode!r}: use 'Append' or 'Update'")
+    return OUTPUT_MODES[mode]
+
+
+def _processor_instance(processor: Any) -> Any:
+    if not isinstance(processor, _SparkStatefulProcessor) and callable(processor):
+        processor = processor()
+    for method in ("init", "handleInputRows"):
+        if not callable(getattr(processor, method, None)):
+            raise TypeError(
+                f"processor must be a StatefulProcessor (with init and handleInputRows), not"
+                f" {type(processor).__name__}"
+            )
+    return processor
+
+
+def _check_mode_unchanged(store: Any, key: bytes, value: str, what: str) -> None:
+    old = store.get(layout.META_CF, key)
+    if old is None:
+        store.put(layout.META_CF, key, value.encode())
+    elif old.decode() != value:
+        raise StatefulProcessorError(
+            f"The {what} of this state changed from {old.decode()} to {value} between query restarts;"
+            f" restart with {what} {old.decode()} or from a new checkpoint"
+        )
+
+
+def run_partition(
+    processor: Any,
+    store: Any,
+    data: InputData,
+    *,
+    key_columns: Sequence[str],
+    output_schema: StructType | str | pa.Schema,
+    time_mode: str = "None",
+    output_mode: str = "Update",
+    batch_timestamp_ms: int | None = None,
+    watermark_ms: int | None = None,
+    late_watermark_ms: int | None = None,
+    event_time_column: str | None = None,
+    initial_state: InputData = None,
+    initial_state_key_columns: Sequence[str] | None = None,
+    max_event_time: list[int | None] | None = None,
+    stats: RunStats | None = None,
+    timezone: str = "UTC",
+    max_rows_per_frame: int = grouping.DEFAULT_MAX_ROWS_PER_FRAME,
+    flush_rows: int = DEFAULT_FLUSH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """Run ``processor`` over one partition's rows for one micro-batch; yield its output batches.
+
+    ``processor`` is a StatefulProcessor instance (or a zero-argument factory of one); ``store``
+    the partition's open :class:`~blobstate.state.store.RocksStateStore`; ``data`` this batch's
+    rows of the partition (a Table, a RecordBatch or an iterable of RecordBatches, all rows of a
+    key together in this call). ``key_columns`` are the grouping columns; ``output_schema`` the
+    schema of the rows the processor yields (StructType, DDL string or Arrow schema);
+    ``time_mode`` ``None``/``ProcessingTime``/``EventTime`` and ``output_mode`` ``Append``/
+    ``Update`` as in Spark. ``batch_timestamp_ms`` is the batch's processing time (needed for
+    ProcessingTime and TTL), ``watermark_ms`` the event-time watermark for timers and state
+    eviction, ``late_watermark_ms`` the one for dropping late rows (Spark uses the previous
+    batch's watermark; default: ``watermark_ms``), ``event_time_column`` the input's event-time
+    column. ``initial_state`` (first batch only) holds rows for ``handleInitialState``, keyed by
+    ``initial_state_key_columns`` (default: ``key_columns``). ``max_event_time[0]`` receives the
+    input's largest event time in ms and ``stats`` the run's counters.
+
+    Arguments are checked at once; the work happens while the returned iterator is consumed, and
+    the store holds this batch's complete state changes only once it is exhausted.
+    """
+    proc = _processor_instance(processor)
+    mode = normalize_time_mode(time_mode)
+    out_mode = _normalize_output_mode(output_mode)
+    keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
+    if not keys:
+        raise ValueError("key_columns must name at least one grouping column")
+    init_keys = keys if initial_state_key_columns is None else list(initial_state_key_columns)
+    if len(init_keys) != len(keys):
+        raise ValueError(
+            f"initial_state_key_columns {init_keys} must have as many columns as key_columns {keys}"
+        )
+    if mode == "ProcessingTime" and batch_timestamp_ms is None:
+        raise InvalidTimeModeError("time mode ProcessingTime needs batch_timestamp_ms")
+    if mode == "EventTime" and watermark_ms is None:
+        raise InvalidTimeModeError(
+            "time mode EventTime needs watermark_ms (the query must define a watermark; Spark starts at 0)"
+        )
+    schema = to_struct_type(output_schema, what="output_schema")
+    arrow_schema = output_schema if isinstance(output_schema, pa.Schema) else to_arrow(schema, timezone)
+    collector = OutputCollector(schema, arrow_schema, timezone=timezone, flush_rows=flush_rows)
+    return _run(
+        proc,
+        store,
+        data,
+        keys=keys,
+        init_keys=init_keys,
+        collector=collector,
+        time_mode=mode,
+        output_mode=out_mode,
+        batch_timestamp_ms=batch_timestamp_ms,
+        watermark_ms=watermark_ms,
+        late_watermark_ms=watermark_ms if late_watermark_ms is None else late_watermark_ms,
+        event_time_column=event_time_column,
+        initial_state=initial_state,
+        max_event_time=max_event_time,
+        stats=stats if stats is not None else RunStats(),
+        timezone=timezone,
+        max_rows=max_rows_per_frame,
+    )
+
+
+def _collect(result: Any, collector: OutputCollector, source: str) -> None:
+    if result is None:
+        raise StatefulProcessorError(
+            f"{source} returned None; it must return an iterator of pandas DataFrames (use `yield`, or"
+            " `return iter([])` for no output)"
+        )
+    if isinstance(result, (str, bytes)) or not hasattr(result, "__iter__") or hasattr(result, "columns"):
+        raise StatefulProcessorError(
+            f"{source} returned a {type(result).__name__}; it must return an iterator of pandas"
+            " DataFrames (yield each DataFrame)"
+        )
+    for frame in result:
+        collector.add(frame, source)
+
+
+def _call(method: Callable[..., Any], name: str, key: Any, *args: Any) -> Any:
+    try:
+        return method(key, *args)
+    except Exception as e:
+        e.add_note(f"(in {name} for grouping key {key!r})")
+        raise
+
+
+def _run(
+    proc: Any,
+    store: Any,
+    data: InputData,
+    *,
+    keys: list[str],
+    init_keys: list[str],
+    collector: OutputCollector,
+    time_mode: str,
+    output_mode: str,
+    batch_timestamp_ms: int | None,
+    watermark_ms: int | None,
+    late_watermark_ms: int | None,
+    event_time_column: str | None,
+    initial_state: InputData,
+    max_event_time: list[int | None] | None,
+    stats: RunStats,
+    timezone: str,
+    max_rows: int,
+) -> Iterator[pa.RecordBatch]:
+    started = time.perf_counter()
+    table = grouping.to_table(data)
+    if table is not None:
+        grouping.check_columns(table, keys, "key")
+        stats.input_rows = table.num_rows
+        if event_time_column is not None:
+            grouping.check_columns(table, [event_time_column], "event time")
+            micros = grouping.event_time_micros(table.column(event_time_column), event_time_column)
+            stats.max_event_time_ms = grouping.max_event_time_ms(micros)
+            if time_mode == "EventTime" and late_watermark_ms is not None:
+                table, stats.late_rows_dropped = grouping.drop_late_rows(table, micros, late_watermark_ms)
+    if max_event_time is not None:
+        max_event_time[0] = stats.max_event_time_ms
+
+    session = _Session(store, time_mode, batch_timestamp_ms, watermark_ms)
+    _check_mode_unchanged(store, layout.TIME_MODE_KEY, time_mode, "time mode")
+    _check_mode_unchanged(store, b"outputMode", output_mode, "output mode")
+    handle = StatefulProcessorHandle(session)
+    proc.init(handle)
+    session.phase = StatefulProcessorHandleState.INITIALIZED
+    timer_values = session.timer_values()
+
+    init_table = grouping.to_table(initial_state)
+    if init_table is not None:
+        grouping.check_columns(init_table, init_keys, "initial state key")
+        groups = grouping.group_by_key(init_table, init_keys, timezone)
+        handler = proc.handleInitialState
+        for i, key in enumerate(groups.keys):
+            session.set_key(key, groups.key_bytes[i])
+            for chunk in grouping.Frames(groups.frame, groups.starts[i], groups.ends[i], max_rows):
+                _call(handler, "handleInitialState", key, chunk, timer_values)
+        stats.initial_state_keys = len(groups)
+
+    if table is not None and table.num_rows:
+        groups = grouping.group_by_key(table, keys, timezone)
+        handler = proc.handleInputRows
+        frame, key_bytes = groups.frame, groups.key_bytes
+        starts, ends = groups.starts.tolist(), groups.ends.tolist()
+        Frames = grouping.Frames
+        for i, key in enumerate(groups.keys):
+            session.key = key
+            session.key_bytes = key_bytes[i]
+            rows = Frames(frame, starts[i], ends[i], max_rows)
+            result = _call(handler, "handleInputRows", key, rows, timer_values)
+            _collect(result, collector, "handleInputRows")
+            if collector.ready:
+                yield _flushed(collector)
+        stats.keys = len(groups)
+    session.set_key(None, None)
+
+    session.phase = StatefulProcessorHandleState.DATA_PROCESSED
+    if time_mode != "None":
+        threshold = batch_timestamp_ms if time_mode == "ProcessingTime" else watermark_ms
+        arity = len(keys)
+        for ts, kb in _due_timers(store, threshold):  # type: ignore[arg-type]
+            ts8 = codec.encode_ts(ts)
+            if store.get(layout.TIMERS_BY_KEY_CF, kb + ts8) is None:
+                continue  # deleted by an earlier handler in this batch
+            key = codec.decode_key(kb, arity)[0]
+            session.set_key(key, kb)
+            info = ExpiredTimerInfo(ts)
+            result = _call(proc.handleExpiredTimer, "handleExpiredTimer", key, timer_values, info)
+            _collect(result, collector, "handleExpiredTimer")
+            delete_timer(store, kb, ts8)
+            stats.timers_fired += 1
+            if collector.ready:
+                yield _flushed(collector)
+        session.set_key(None, None)
+    session.phase = StatefulProcessorHandleState.TIMER_PROCESSED
+
+    if session.ttl_vars:
+        stats.ttl_values_removed = _sweep_ttl(session)
+    proc.close()
+    session.phase = StatefulProcessorHandleState.CLOSED
+    last = collector.flush()
+    if last is not None:
+        yield last
+    stats.output_rows = collector.total_rows
+    stats.seconds = time.perf_counter() - started
+
+
+def _flushed(collector: OutputCollector) -> pa.RecordBatch:
+    batch = collector.flush()
+    assert batch is not None
+    return batch
+
+
+def _due_timers(store: Any, threshold: int) -> list[tuple[int, bytes]]:
+    """All registered timers with expiry <= ``threshold``, in (expiry, key) order, read before firing."""
+    due = []
+    for k, _ in store.items(layout.TIMERS_CF):
+        ts = codec.decode_ts(k)
+        if ts > threshold:
+            break
+        due.append((ts, bytes(k[8:])))
+    return due
+
+
+def _sweep_ttl(session: _Session) -> int:
+    """Remove every value whose TTL expired by the batch timestamp; returns how many."""
+    store = session.store
+    now = session.batch_timestamp_ms
+    assert now is not None
+    removed = 0
+    for state in session.ttl_vars:
+        due = []
+        for k, _ in store.items(state._ttl_cf):
+            if codec.decode_ts(k) > now:
+                break
+            due.append(k)
+        for k in due:
+            removed += state.expire(bytes(k[8:]), now)
+            store.delete(state._ttl_cf, k)
+    return removed
