@@ -113,6 +113,7 @@ class S3BlobStore(BlobStore):
         multipart_chunksize: int = DEFAULT_MULTIPART_CHUNKSIZE,
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
+        list_page_size: int = 1000,
         **options: Any,
     ) -> None:
         options.setdefault("backoff_seconds", 0.2)
@@ -121,6 +122,7 @@ class S3BlobStore(BlobStore):
         self.endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
         self.region = region or DEFAULT_REGION
         self.multipart_threshold = multipart_threshold
+        self.list_page_size = list_page_size
         config = Config(
             region_name=self.region,
             # The I/O pool's threads call S3 directly; multipart transfers add up to io_threads more.
@@ -261,7 +263,9 @@ class S3BlobStore(BlobStore):
         names: list[str] = []
         with self._errors(prefix or "<all objects>"):
             pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
+                Bucket=self.bucket,
+                Prefix=self.prefix + prefix,
+                PaginationConfig={"PageSize": self.list_page_size},
             )
             for page in pages:
                 for item in page.get("Contents", []):

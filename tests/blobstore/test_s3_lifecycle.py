@@ -1,0 +1,279 @@
+"""S3 store specifics against a real S3-protocol server (moto): lifecycle rule, tags, layout, errors."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from blobstate.blobstore import BlobNotFoundError, BlobStoreError, TransientBlobError, open_blob_store
+from blobstate.blobstore.s3 import ENDPOINT_ENV, S3BlobStore, parse_s3_url
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def s3(s3_endpoint: str) -> Any:
+    """A plain boto3 client on the test server, to look at what the store wrote."""
+    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+
+
+@pytest.fixture
+def store(s3_url: str) -> Iterator[S3BlobStore]:
+    s = open_blob_store(s3_url)
+    assert isinstance(s, S3BlobStore)
+    yield s
+    s.close()
+
+
+def _tags(s3: Any, bucket: str, key: str) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]}
+
+
+# --------------------------------------------------------------------------- lifecycle
+def test_install_lifecycle_rule_expires_pending_objects_under_the_prefix(store: S3BlobStore, s3: Any) -> None:
+    store.install_lifecycle_rule(days=30)
+    rules = s3.get_bucket_lifecycle_configuration(Bucket=store.bucket)["Rules"]
+    assert len(rules) == 1
+    rule = rules[0]
+    assert rule["Status"] == "Enabled"
+    assert rule["Expiration"] == {"Days": 30}
+    assert rule["Filter"] == {
+        "And": {"Prefix": "root/", "Tags": [{"Key": "blobstate-pending", "Value": "true"}]}
+    }
+
+
+def test_reinstalling_replaces_our_rule_and_keeps_other_rules(store: S3BlobStore, s3: Any) -> None:
+    foreign = {
+        "ID": "someone-elses-rule",
+        "Filter": {"Prefix": "logs/"},
+        "Status": "Enabled",
+        "Expiration": {"Days": 90},
+    }
+    s3.put_bucket_lifecycle_configuration(Bucket=store.bucket, LifecycleConfiguration={"Rules": [foreign]})
+    store.install_lifecycle_rule(days=30)
+    store.install_lifecycle_rule(days=7)
+    rules = {r["ID"]: r for r in s3.get_bucket_lifecycle_configuration(Bucket=store.bucket)["Rules"]}
+    assert set(rules) == {"someone-elses-rule", store.lifecycle_rule_id}
+    assert rules[store.lifecycle_rule_id]["Expiration"] == {"Days": 7}
+    assert rules["someone-elses-rule"]["Expiration"] == {"Days": 90}
+    assert store.lifecycle_rules() == list(
+        s3.get_bucket_lifecycle_configuration(Bucket=store.bucket)["Rules"]
+    )
+
+
+def test_lifecycle_rule_for_a_whole_bucket_filters_on_the_tag_alone(s3_url: str, s3: Any) -> None:
+    bucket, _ = parse_s3_url(s3_url)
+    with open_blob_store(f"s3://{bucket}") as store:
+        assert isinstance(store, S3BlobStore)
+        store.install_lifecycle_rule(days=3)
+    (rule,) = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    assert rule["Filter"] == {"Tag": {"Key": "blobstate-pending", "Value": "true"}}
+    assert rule["Expiration"] == {"Days": 3}
+
+
+def test_lifecycle_rule_needs_at_least_a_day(store: S3BlobStore) -> None:
+    with pytest.raises(ValueError, match="at least 1 day"):
+        store.install_lifecycle_rule(days=0)
+
+
+def test_expire_is_left_to_the_lifecycle_rule(store: S3BlobStore) -> None:
+    store.put("pending", b"1", ttl=1)
+    assert store.expire(now=10**12) == []
+    assert store.exists("pending")
+
+
+# --------------------------------------------------------------------------- tags and layout
+def test_pending_tag_is_set_at_put_and_removed(store: S3BlobStore, s3: Any, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(b"file")
+    store.put("a/pending", b"1", ttl=60)
+    store.put("a/pending-file", source, ttl=60)
+    store.put_if_absent("a/pending-once", b"1", ttl=60)
+    store.put("a/permanent", b"1")
+    for name in ("a/pending", "a/pending-file", "a/pending-once"):
+        assert _tags(s3, store.bucket, f"root/{name}") == {"blobstate-pending": "true"}
+        store.remove_ttl(name)
+        assert _tags(s3, store.bucket, f"root/{name}") == {}
+    assert _tags(s3, store.bucket, "root/a/permanent") == {}
+
+
+def test_names_live_under_the_prefix_and_nothing_else_is_listed(store: S3BlobStore, s3: Any) -> None:
+    store.put("state/0/1/1_u.delta", b"d")
+    assert s3.get_object(Bucket=store.bucket, Key="root/state/0/1/1_u.delta")["Body"].read() == b"d"
+    for key in ("rootx/y", "other/z", "root/dir/", "state/0/1/1_u.delta"):
+        s3.put_object(Bucket=store.bucket, Key=key, Body=b"not ours")
+    assert store.list() == ["state/0/1/1_u.delta"]
+    assert store.list("state/") == ["state/0/1/1_u.delta"]
+    assert not store.exists("dir")
+
+
+def test_list_pages_through_every_page(s3_url: str, s3: Any) -> None:
+    with open_blob_store(s3_url, list_page_size=7) as store:
+        names = [f"blobs/0/0/{i:03d}" for i in range(40)]
+        store.run_parallel(lambda n: store.put(n, b""), names)
+        assert store.list("blobs/") == names
+        assert store.list("blobs/0/0/01") == names[10:20]
+
+
+def test_multipart_upload_keeps_content_and_tag(s3_url: str, s3: Any, tmp_path: Path) -> None:
+    payload = os.urandom(11 * MiB + 7)
+    source = tmp_path / "big"
+    source.write_bytes(payload)
+    with open_blob_store(s3_url, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB) as store:
+        assert isinstance(store, S3BlobStore)
+        store.put("blobs/big", source, ttl=60)
+        assert "-" in s3.head_object(Bucket=store.bucket, Key="root/blobs/big")["ETag"]  # multipart
+        assert store.has_ttl("blobs/big")
+        target = tmp_path / "back"
+        assert store.get_file("blobs/big", target) == len(payload)
+        assert target.read_bytes() == payload
+
+
+# --------------------------------------------------------------------------- configuration
+def test_endpoint_option_wins_over_the_environment(
+    s3_url: str, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENDPOINT_ENV, f"http://127.0.0.1:{_closed_port()}")
+    with open_blob_store(s3_url, endpoint_url=s3_endpoint) as store:
+        store.put("x", b"1")
+        assert store.get("x") == b"1"
+
+
+def test_endpoint_comes_from_the_environment(s3_url: str, s3_endpoint: str) -> None:
+    assert os.environ[ENDPOINT_ENV] == s3_endpoint
+    with open_blob_store(s3_url) as store:
+        assert isinstance(store, S3BlobStore)
+        assert store.endpoint_url == s3_endpoint
+        assert store.region == "us-east-1"
+
+
+@pytest.mark.parametrize("url", ["s3://", "s3:///prefix", "s3://b/../x", "s3://b/p?x=1"])
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(ValueError):
+        open_blob_store(url, endpoint_url="http://127.0.0.1:1")
+
+
+# --------------------------------------------------------------------------- errors
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_endpoint_is_transient_and_retried(s3_url: str) -> None:
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    with (
+        open_blob_store(s3_url, endpoint_url=dead, max_attempts=2, backoff_seconds=0.001) as store,
+        pytest.raises(BlobStoreError, match=r"get 'state/x' in s3://.* failed after 2 attempts") as info,
+    ):
+        store.get("state/x")
+    assert isinstance(info.value.__cause__, TransientBlobError)
+
+
+def test_missing_bucket_is_a_clear_error_and_not_retried(s3_endpoint: str) -> None:
+    with open_blob_store(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/p") as store:
+        calls: list[str] = []
+        real = store._get_bytes
+        store._get_bytes = lambda name: (calls.append(name), real(name))[1]  # type: ignore[method-assign]
+        with pytest.raises(BlobStoreError, match=r"bucket 'no-such-bucket-.*' .*does not exist \('x'\)"):
+            store.get("x")
+    assert calls == ["x"]
+
+
+class _ErrorServer:
+    """A real HTTP server answering every request with one S3 error, counting requests."""
+
+    def __init__(self, status: int, code: str) -> None:
+        self.requests = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                outer.requests += 1
+                self._drain()
+                body = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>injected"
+                body += "</Message></Error>"
+                data = body.encode() if self.command != "HEAD" else b""
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body.encode())))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _drain(self) -> None:
+                if "chunked" in self.headers.get("Transfer-Encoding", ""):
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        self.rfile.read(size + 2)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b""):
+                                pass
+                            return
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "transient"),
+    [
+        (503, "SlowDown", True),
+        (500, "InternalError", True),
+        (429, "TooManyRequests", True),
+        (409, "ConditionalRequestConflict", True),
+        (403, "AccessDenied", False),
+    ],
+)
+def test_error_answers_are_mapped(s3_endpoint: str, status: int, code: str, transient: bool) -> None:
+    server = _ErrorServer(status, code)
+    try:
+        with open_blob_store(
+            "s3://bucket/p", endpoint_url=server.url, max_attempts=3, backoff_seconds=0.001
+        ) as store:
+            for operation in (
+                lambda: store.get("commits/4.json"),
+                lambda: store.put_if_absent("commits/4.json", b"c"),
+            ):
+                server.requests = 0
+                with pytest.raises(BlobStoreError, match=r"'commits/4.json'") as info:
+                    operation()
+                assert not isinstance(info.value, BlobNotFoundError)
+                assert code in str(info.value)
+                assert server.requests == (3 if transient else 1)
+                assert isinstance(info.value.__cause__, TransientBlobError) == transient
+    finally:
+        server.close()
+
+
+def test_precondition_failed_answer_means_not_created(s3_endpoint: str) -> None:
+    server = _ErrorServer(412, "PreconditionFailed")
+    try:
+        with open_blob_store("s3://bucket/p", endpoint_url=server.url, backoff_seconds=0.001) as store:
+            assert store.put_if_absent("commits/4.json", b"c") is False
+        assert server.requests == 1
+    finally:
+        server.close()
