@@ -80,9 +80,9 @@ def _remote_info(
 ) -> LineageInfo:
     """Lineage info of ``cid`` rebuilt from the remote objects (a local copy had none)."""
     if store.exists(snapshot_name(operator, partition, cid)):
-        return LineageInfo(cid, (cid.uid,), 0, snapshot=True)
+        return LineageInfo(cid, (cid.uid,), 0, 0)
     lineage = delta_lineage(store, operator, partition, cid)
-    return LineageInfo(cid, (cid.uid, *lineage), delta_bytes)
+    return LineageInfo(cid, (cid.uid, *lineage), len(lineage) + 1, delta_bytes)
 
 
 def load_working(
@@ -222,7 +222,7 @@ def _restore_snapshot(
     report.bytes_downloaded += stats.bytes_downloaded
     report.snapshot_index = index
     report.snapshot_index_name = name
-    return LineageInfo(base, (base.uid,), 0, snapshot=True)
+    return LineageInfo(base, (base.uid,), 0, 0)
 
 
 def _download_deltas(
@@ -256,10 +256,11 @@ def _next_info(chain: Chain, base_info: LineageInfo | None, report: LoadReport) 
     lineage = chain.next_lineage()
     if lineage is None:  # the base is the target's own local copy: rule 2 handles that, never here
         raise AssertionError(f"chain of {target} has no lineage")
-    nbytes = report.delta_bytes
+    count, nbytes = len(chain.deltas), report.delta_bytes
     if base_info is not None:
+        count += base_info.deltas_since_snapshot
         nbytes += base_info.delta_bytes_since_snapshot
-    return LineageInfo(target, lineage, nbytes, snapshot=chain.base == target)
+    return LineageInfo(target, lineage, count, nbytes)
 
 
 def _finish(

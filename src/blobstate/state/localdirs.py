@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from blobstate.ids import CheckpointId, InvalidIdError, validate_uid
@@ -38,14 +38,14 @@ class LineageInfo:
 
     ``next_lineage`` is the lineage record of a delta built on ``checkpoint_id``: its uid first, then the
     uids of older versions back to the newest presumed snapshot (empty for version 0).
-    ``delta_bytes_since_snapshot`` counts the delta bytes since that snapshot (approximate when the
-    checkpoint was rebuilt from elsewhere).
+    ``deltas_since_snapshot`` and ``delta_bytes_since_snapshot`` count the deltas (and their bytes) since
+    that snapshot, for the snapshot policy (approximate when the checkpoint was rebuilt from elsewhere).
     """
 
     checkpoint_id: CheckpointId | None
     next_lineage: tuple[str, ...] = ()
+    deltas_since_snapshot: int = 0
     delta_bytes_since_snapshot: int = 0
-    snapshot: bool = field(default=False)
 
     @property
     def version(self) -> int:
@@ -76,8 +76,8 @@ class LineageInfo:
                 "format": INFO_FORMAT,
                 "checkpoint_id": None if self.checkpoint_id is None else self.checkpoint_id.name,
                 "next_lineage": list(self.next_lineage),
+                "deltas_since_snapshot": self.deltas_since_snapshot,
                 "delta_bytes_since_snapshot": self.delta_bytes_since_snapshot,
-                "snapshot": self.snapshot,
             },
             sort_keys=True,
         ).encode()
@@ -92,11 +92,12 @@ class LineageInfo:
             )
         name = raw.get("checkpoint_id")
         lineage = raw.get("next_lineage")
+        count = raw.get("deltas_since_snapshot", 0)
         nbytes = raw.get("delta_bytes_since_snapshot", 0)
-        if not isinstance(lineage, list) or not isinstance(nbytes, int):
+        if not isinstance(lineage, list) or not isinstance(nbytes, int) or not isinstance(count, int):
             raise ValueError("malformed lineage info")
         cid = None if name is None else CheckpointId.parse(name)
-        return cls(cid, tuple(lineage), nbytes, bool(raw.get("snapshot", False))).validate()
+        return cls(cid, tuple(lineage), count, nbytes).validate()
 
 
 # ---------------------------------------------------------------------------------------------- markers

@@ -182,8 +182,8 @@ class PartitionState:
         started = time.monotonic()
         op, p, bs = self.operator, self.partition, self.blob_store
         new = CheckpointId(self.version + 1, new_uid())
+        changelog_bytes = self.store.changelog_bytes
         records = self.store.take_changelog()
-        changelog_bytes = sum(len(r[2]) + (len(r[3]) if r[3] is not None else 0) for r in records)
         lineage = self._info.next_lineage
         data = encode_delta(records, lineage)
         dname = delta_name(op, p, new)
@@ -191,14 +191,13 @@ class PartitionState:
         written = [dname]
         uploaded = len(data)
 
+        deltas_since = self._info.deltas_since_snapshot + 1
         bytes_since = self._info.delta_bytes_since_snapshot + len(data)
-        due = self.policy.due(max(1, len(lineage)), bytes_since)
-        new_info = LineageInfo(
-            new,
-            (new.uid,) if due else (new.uid, *lineage),
-            0 if due else bytes_since,
-            snapshot=due,
-        )
+        due = self.policy.due(deltas_since, bytes_since)
+        if due:
+            new_info = LineageInfo(new, (new.uid,), 0, 0)
+        else:
+            new_info = LineageInfo(new, (new.uid, *lineage), deltas_since, bytes_since)
         checkpoint_dir = self._local_checkpoint(new, new_info)
 
         sname: str | None = None
@@ -304,11 +303,9 @@ class PartitionState:
             ttl=self.pending_ttl,
         )
         SNAPSHOT_INDEX_CACHE.put(bs.url, name, result.index)
-        stats = result.stats
-        new_blobs = list(
-            getattr(stats, "blobs_written", None) or getattr(stats, "objects_written", None) or []
-        )
-        nbytes = int(getattr(stats, "bytes_uploaded", 0) or 0)
+        reused = previous.present_blob_ids() if previous is not None else set()
+        new_blobs = sorted(result.index.present_blob_ids() - reused)
+        nbytes = result.stats.bytes_uploaded + len(result.index.to_json())
         return name, [*new_blobs, name], nbytes
 
     # ------------------------------------------------------------------ abort / close

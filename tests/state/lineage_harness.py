@@ -1,0 +1,192 @@
+"""Helpers for the partition, load-rule, retention and crash tests: fault injection around a real store,
+a recording wrapper, a tiny driver that commits through the real commit log, and state dumps."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from blobstate.blobstore import BlobStore
+from blobstate.ids import CheckpointId
+from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
+from blobstate.state.chain import LINEAGE_CACHE
+from blobstate.state.partition import SNAPSHOT_INDEX_CACHE, PartitionState, open_partition
+from blobstate.state.retention import MEMO, after_commit
+
+QUERY_ID = "5f0c3f3e-9d7e-4c55-a1a4-0a0b0c0d0e0f"
+OP = "0"
+CFS = ("a", "b")
+MUTATING = ("put", "put_if_absent", "delete", "remove_ttl")
+
+
+class InjectedCrash(BaseException):
+    """A simulated process crash: a BaseException, so no ``except Exception`` handler swallows it."""
+
+
+class FaultyStore(BlobStore):
+    """A real store behind a wrapper that records every call and can crash at a chosen one.
+
+    ``crash_when(op, name, n)`` is asked before every call (``n`` counts mutating calls since
+    :meth:`arm`); when it returns True the call raises :class:`InjectedCrash` instead of running.
+    ``fail_when`` does the same with an ordinary exception (an I/O error the caller may handle).
+    """
+
+    def __init__(self, inner: BlobStore) -> None:
+        super().__init__(inner.url, io_threads=4)
+        self.inner = inner
+        self.calls: list[tuple[str, str]] = []
+        self.crash_when: Callable[[str, str, int], bool] | None = None
+        self.fail_when: Callable[[str, str], bool] | None = None
+        self.mutations = 0
+        self.crashed = False
+        self._lock = threading.Lock()
+
+    def arm(self, crash_when: Callable[[str, str, int], bool] | None) -> None:
+        """Start counting mutating calls from zero and crash when ``crash_when`` says so."""
+        with self._lock:
+            self.crash_when = crash_when
+            self.mutations = 0
+            self.crashed = False
+
+    def _check(self, op: str, name: str) -> None:
+        with self._lock:
+            self.calls.append((op, name))
+            if op in MUTATING:
+                self.mutations += 1
+            if self.crashed:
+                raise InjectedCrash(f"already crashed ({op} {name})")
+            if self.crash_when is not None and self.crash_when(op, name, self.mutations):
+                self.crashed = True
+                self.crash_when = None
+                raise InjectedCrash(f"crash at {op} {name} (mutation #{self.mutations})")
+        if self.fail_when is not None and self.fail_when(op, name):
+            raise OSError(f"injected failure: {op} {name}")
+
+    def names_touched(self) -> set[str]:
+        """Every object name any call was about."""
+        return {name for _, name in self.calls}
+
+    # primitives delegate to the real store's public operations
+    def _put_bytes(self, name: str, data: bytes | memoryview, ttl: float | None) -> None:
+        self._check("put", name)
+        self.inner.put(name, data, ttl=ttl)
+
+    def _put_file(self, name: str, path: Path, ttl: float | None) -> None:
+        self._check("put", name)
+        self.inner.put(name, path, ttl=ttl)
+
+    def _put_if_absent(self, name: str, data: bytes, ttl: float | None) -> bool:
+        self._check("put_if_absent", name)
+        return self.inner.put_if_absent(name, data, ttl=ttl)
+
+    def _get_bytes(self, name: str) -> bytes:
+        self._check("get", name)
+        return self.inner.get(name)
+
+    def _get_file(self, name: str, path: Path) -> int:
+        self._check("get", name)
+        return self.inner.get_file(name, path)
+
+    def _delete(self, name: str) -> None:
+        self._check("delete", name)
+        self.inner.delete(name)
+
+    def _remove_ttl(self, name: str) -> None:
+        self._check("remove_ttl", name)
+        self.inner.remove_ttl(name)
+
+    def _has_ttl(self, name: str) -> bool:
+        self._check("has_ttl", name)
+        return self.inner.has_ttl(name)
+
+    def _exists(self, name: str) -> bool:
+        self._check("exists", name)
+        return self.inner.exists(name)
+
+    def _list(self, prefix: str) -> list[str]:
+        self._check("list", prefix)
+        return self.inner.list(prefix)
+
+    def expire(self, now: float | None = None) -> list[str]:
+        return self.inner.expire(now)
+
+
+def forget_process_memory() -> None:
+    """What a process restart loses: the caches and memos of this module's process."""
+    LINEAGE_CACHE.clear()
+    MEMO.forget()
+    with SNAPSHOT_INDEX_CACHE._lock:
+        SNAPSHOT_INDEX_CACHE._items.clear()
+
+
+def new_memory_store() -> BlobStore:
+    """A fresh in-memory store."""
+    from blobstate.blobstore import open_blob_store
+
+    return open_blob_store(f"memory://{uuid.uuid4().hex}")
+
+
+def dump(state: PartitionState | Any) -> dict[tuple[str, bytes], bytes]:
+    """Every (column family, key) -> value of an open partition's store."""
+    store = state.store if isinstance(state, PartitionState) else state
+    out = {}
+    for cf in CFS:
+        for key, value in store.items(cf):
+            out[(cf, bytes(key))] = bytes(value)
+    return out
+
+
+def apply_model(store: Any, model: dict[tuple[str, bytes], bytes], ops: list[tuple]) -> None:
+    """Apply ops to the real store and to the plain-dict model alike."""
+    for op in ops:
+        if op[0] == "put":
+            _, cf, key, value = op
+            store.put(cf, key, value)
+            model[(cf, key)] = value
+        elif op[0] == "delete":
+            _, cf, key = op
+            store.delete(cf, key)
+            model.pop((cf, key), None)
+        else:
+            _, cf = op
+            store.clear(cf)
+            for k in [k for k in model if k[0] == cf]:
+                del model[k]
+
+
+class Driver:
+    """The driver role: writes ``metadata.json`` and ``commits/<v>`` through the real commit log."""
+
+    def __init__(self, store: BlobStore, num_partitions: int = 1, writer: str = "test-driver") -> None:
+        self.store = store
+        self.log = CommitLog(store)
+        self.writer = writer
+        self.log.write_metadata(QueryMetadata(QUERY_ID, num_partitions, {OP: {"key_columns": ["k"]}}))
+
+    def committed(self, partition: int = 0) -> CheckpointId | None:
+        """The newest committed checkpoint of a partition (None: version 0)."""
+        version = self.log.latest_version()
+        if not version:
+            return None
+        return self.log.read_commit(version).checkpoint_id(OP, partition)
+
+    def commit(self, uids: dict[int, str], version: int) -> Commit:
+        """Write ``commits/<version>`` naming ``uids``."""
+        commit = Commit(version=version, checkpoints={OP: dict(uids)}, writer=self.writer)
+        self.log.write_commit(commit)
+        return commit
+
+    def cleanup(self, commit: Commit, retain: int) -> Any:
+        """Post-commit cleanup through the real retention code."""
+        return after_commit(self.store, commit, min_versions_to_retain=retain, commit_log=self.log)
+
+
+def open_p(
+    store: BlobStore, local: Path, committed: CheckpointId | None, partition: int = 0, **options: Any
+) -> PartitionState:
+    """``open_partition`` with the test query id and operator."""
+    options.setdefault("lock_timeout", 5.0)
+    return open_partition(store, local, QUERY_ID, OP, partition, committed, **options)
