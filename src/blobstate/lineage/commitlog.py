@@ -110,25 +110,29 @@ class QueryMetadata:
 class Commit:
     """``commits/<v>.json``: which uid of every (operator, partition) makes up version ``v``.
 
-    ``version`` is v >= 1 (the state after batch ``v - 1``); ``checkpoints`` maps operator id to
-    ``{partition: uid}`` and must cover every partition of every operator; ``writer`` identifies the
-    driver run that wrote it. ``placement`` maps partition to executor id.
+    ``version`` is v >= 1 (the state after batch ``v - 1``); ``batch_id`` is always ``version - 1``
+    (derived when not given); ``checkpoints`` maps operator id to ``{partition: uid}`` and must cover
+    every partition of every operator; ``writer`` identifies the driver run that wrote it.
+    ``placement`` maps partition to an executor id, or to a JSON object with an ``executor_id`` (and
+    free-form entries such as ``host``). ``adjunct_offsets`` and ``metrics`` are free-form JSON objects.
     """
 
     version: int
     checkpoints: dict[str, dict[int, str]]
     writer: str
-    placement: dict[int, str] | None = None
+    placement: dict[int, str | dict[str, Any]] | None = None
     watermark_ms: int | None = None
     adjunct_offsets: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
     created_time_ms: int = field(default_factory=now_ms)
     format_version: int = COMMIT_FORMAT_VERSION
+    batch_id: int = None  # type: ignore[assignment]  # derived: version - 1
 
-    @property
-    def batch_id(self) -> int:
-        """The micro-batch whose state this version is: ``version - 1``."""
-        return self.version - 1
+    def __post_init__(self) -> None:
+        if self.batch_id is None:
+            object.__setattr__(self, "batch_id", self.version - 1)
+        elif self.batch_id != self.version - 1:
+            raise ValueError(f"commit of version {self.version} must have batch_id {self.version - 1}")
 
     def checkpoint_id(self, operator: str, partition: int) -> CheckpointId:
         """The committed ``(v, uid)`` of one (operator, partition)."""
@@ -155,10 +159,14 @@ class Commit:
         }
 
     def same_content(self, other: Commit) -> bool:
-        """Whether two commits are the same apart from their creation time (an idempotent retry)."""
-        mine, theirs = self.to_json(), other.to_json()
-        del mine["created_time_ms"], theirs["created_time_ms"]
-        return mine == theirs
+        """Whether two commits store the same JSON apart from their creation time (an idempotent retry)."""
+
+        def content(commit: Commit) -> Any:
+            obj = commit.to_json()
+            del obj["created_time_ms"]
+            return json.loads(json.dumps(obj))  # as stored: int keys of free-form maps become strings
+
+        return content(self) == content(other)
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -329,8 +337,9 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
         for key, executor in raw_placement.items():
             where = f"placement[{key!r}]"
             partition = _partition_key(f, where, key, n)
-            if not isinstance(executor, str) or not executor:
-                f.fail(where, f"expected an executor id string, found {executor!r}")
+            executor_id = executor.get("executor_id") if isinstance(executor, dict) else executor
+            if not isinstance(executor_id, str) or not executor_id:
+                f.fail(where, f"expected an executor id or an object with one, found {executor!r}")
             placement[partition] = executor
         placement = dict(sorted(placement.items()))
     watermark_ms = f.integer("watermark_ms", optional=True)
@@ -451,6 +460,10 @@ class CommitLog:
         name = commit_name(validate_version(version))
         data = self.store.get(name)
         return parse_commit(data, self._where(name), version, self.read_metadata())
+
+    def commit_exists(self, version: int) -> bool:
+        """Whether ``commits/<version>.json`` exists (without reading or validating it)."""
+        return self.store.exists(commit_name(validate_version(version)))
 
     def versions(self) -> list[int]:
         """Every committed version, ascending (other names under ``commits/`` are ignored)."""
