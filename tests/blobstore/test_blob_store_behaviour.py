@@ -290,38 +290,43 @@ def _race_worker(url: str, payload: bytes, barrier: Any, results: Any) -> None:
         store.close()
 
 
+def _race_in_threads(url: str, payloads: list[bytes]) -> list[tuple[int, bytes, bool]]:
+    barrier = threading.Barrier(len(payloads))
+    results: queue.Queue[tuple[int, bytes, bool]] = queue.Queue()
+    threads = [threading.Thread(target=_race_worker, args=(url, p, barrier, results)) for p in payloads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results.get_nowait() for _ in range(results.qsize())]
+
+
+def _race_in_processes(url: str, payloads: list[bytes]) -> list[tuple[int, bytes, bool]]:
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(payloads))
+    results = ctx.Queue()
+    processes = [ctx.Process(target=_race_worker, args=(url, p, barrier, results)) for p in payloads]
+    for p in processes:
+        p.start()
+    try:
+        collected = [results.get(timeout=180) for _ in range(len(payloads) * RACE_ROUNDS)]
+        for p in processes:
+            p.join(timeout=60)
+        assert [p.exitcode for p in processes] == [0] * len(payloads)
+        return collected
+    finally:
+        for p in processes:
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
 def test_put_if_absent_race_has_exactly_one_winner(blob_store: BlobStore, blob_store_url: str) -> None:
     payloads = [f"racer {i} ".encode() * (i + 1) for i in range(RACERS)]
-    results: list[tuple[int, bytes, bool]] = []
     if backend(blob_store) == "memory":  # in-process by nature: race threads
-        barrier: Any = threading.Barrier(RACERS)
-        result_queue: Any = queue.Queue()
-        threads = [
-            threading.Thread(target=_race_worker, args=(blob_store_url, p, barrier, result_queue))
-            for p in payloads
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = _race_in_threads(blob_store_url, payloads)
     else:  # real, separate processes
-        ctx = multiprocessing.get_context("spawn")
-        barrier = ctx.Barrier(RACERS)
-        result_queue = ctx.Queue()
-        processes = [
-            ctx.Process(target=_race_worker, args=(blob_store_url, p, barrier, result_queue))
-            for p in payloads
-        ]
-        for p in processes:
-            p.start()
-        try:
-            results = [result_queue.get(timeout=180) for _ in range(RACERS * RACE_ROUNDS)]
-        finally:
-            for p in processes:
-                p.join(timeout=60)
-        assert [p.exitcode for p in processes] == [0] * RACERS
-    while not result_queue.empty() and len(results) < RACERS * RACE_ROUNDS:
-        results.append(result_queue.get())
+        results = _race_in_processes(blob_store_url, payloads)
     assert len(results) == RACERS * RACE_ROUNDS
     for round_ in range(RACE_ROUNDS):
         winners = [payload for r, payload, won in results if r == round_ and won]
