@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import struct
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +24,11 @@ from enum import IntEnum
 
 import numpy as np
 import zstandard
+
+try:  # ISA-L computes exactly zlib's CRC-32, several times faster
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
+    from zlib import crc32 as _crc32
 
 from blobstate.ids import InvalidIdError, validate_uid
 
@@ -98,7 +102,8 @@ def encode_delta(
 ) -> bytes:
     """Encode change records and a lineage record as one delta object.
 
-    ``lineage`` is the uids of versions v-1, v-2, ... back to the newest snapshot (may be empty).
+    ``lineage`` is the uids of versions v-1, v-2, ... back to and including the newest snapshot (empty
+    for v = 1).
     Raises :class:`~blobstate.ids.InvalidIdError` for a bad lineage uid, ``ValueError``/``TypeError``
     naming the record for a malformed record.
     """
@@ -113,9 +118,9 @@ def encode_delta(
     header_len = _PREFIX.size + len(lineage_bytes) + _CRC.size
     total_len = header_len + len(body) + _TRAILER.size
     header = _PREFIX.pack(MAGIC, FORMAT_VERSION, flags, header_len, total_len, len(uids)) + lineage_bytes
-    header += _CRC.pack(zlib.crc32(header))
+    header += _CRC.pack(_crc32(header))
     counts = _TRAILER.pack(count, len(raw_body), 0)[: -_CRC.size]
-    crc = zlib.crc32(counts, zlib.crc32(body, zlib.crc32(header)))
+    crc = _crc32(counts, _crc32(body, _crc32(header)))
     return b"".join((header, body, counts, _CRC.pack(crc)))
 
 
@@ -262,7 +267,7 @@ def _parse_header(data: bytes | memoryview, name: str) -> _Header:
     if len(data) < header_len:
         raise DeltaFormatError(name, f"truncated: {len(data)} bytes, the header alone has {header_len}")
     (stored_crc,) = _CRC.unpack_from(data, header_len - _CRC.size)
-    if zlib.crc32(data[: header_len - _CRC.size]) != stored_crc:
+    if _crc32(data[: header_len - _CRC.size]) != stored_crc:
         raise DeltaFormatError(name, "header checksum mismatch: the header is corrupt")
     if flags & ~_KNOWN_FLAGS:
         raise DeltaFormatError(name, f"unknown flags {flags:#06x}")
@@ -309,7 +314,7 @@ def decode_delta(data: bytes | bytearray | memoryview, *, name: str) -> Delta:
     if header.total_len < header.header_len + _TRAILER.size:
         raise DeltaFormatError(name, f"corrupt header: total length {header.total_len} leaves no trailer")
     count, raw_len, stored_crc = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
-    if zlib.crc32(memoryview(data)[: -_CRC.size]) != stored_crc:
+    if _crc32(memoryview(data)[: -_CRC.size]) != stored_crc:
         raise DeltaFormatError(name, "checksum mismatch: the object is corrupt")
     body = data[header.header_len : len(data) - _TRAILER.size]
     if header.flags & _FLAG_ZSTD:
