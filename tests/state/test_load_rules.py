@@ -1,0 +1,399 @@
+"""Seed 002's load examples 1-3 and appendix scenarios, and the errors of loading (rule 4).
+
+The seed's versions 20..24 are played here as 3..7: version 3 has a snapshot (the seed's 20), version 4
+has two attempts (21_ef6618c2 and 21_f4d05ac9, the second committed), and so on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from lineage_harness import OP, QUERY_ID, Driver, FaultyStore, dump, new_memory_store, on_tmpfs, open_p
+
+from blobstate.ids import CheckpointId, InvalidIdError
+from blobstate.layout import CHECKPOINT_ID_FILE, LocalPartitionLayout, commit_name, delta_name, snapshot_name
+from blobstate.lineage.commitlog import CommitLog, CommitLogFormatError
+from blobstate.lineage.delta import encode_delta
+from blobstate.snapshot import read_snapshot_index
+from blobstate.state.errors import CorruptObjectError, LineageError, MissingObjectError
+from blobstate.state.localdirs import read_checkpoint_id
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Iterator[Path]:
+    """Local directories on tmpfs when there is one: fsync and RocksDB opens are much cheaper there."""
+    with on_tmpfs(tmp_path) as path:
+        yield path
+
+
+NEVER = 1000  # snapshot_every that never triggers a snapshot
+ALWAYS = 1  # snapshot_every that always does
+
+
+@dataclass
+class History:
+    store: object
+    dirs: dict[str, Path]
+    cids: dict[str, CheckpointId] = field(default_factory=dict)
+    states: dict[str, dict] = field(default_factory=dict)
+    driver: Driver | None = None
+
+    def attempt(
+        self, name: str, where: str, base: str | None, values: dict[bytes, bytes], every: int
+    ) -> None:
+        """Run one attempt on top of the attempt ``base`` (None: version 0) in local dir ``where``."""
+        committed = None if base is None else self.cids[base]
+        with open_p(self.store, self.dirs[where], committed, snapshot_every=every) as state:
+            expected = dict(self.states[base]) if base else {}
+            assert dump(state) == expected, f"attempt {name} loaded the wrong state"
+            for k, v in values.items():
+                state.store.put("a", k, v)
+                expected[("a", k)] = v
+            result = state.commit()
+        self.cids[name] = result.checkpoint_id
+        self.states[name] = expected
+
+    def commit(self, name: str) -> None:
+        assert self.driver is not None
+        self.driver.commit({0: self.cids[name].uid}, self.cids[name].version)
+
+
+def seed_history(
+    tmp_path: Path, *, snapshot_23: bool, other_23: bool = False, fail_23: bool = False
+) -> History:
+    """Versions 1..7 (the seed's 18..24) with the seed's attempts; returns the attempts by seed name."""
+    inner = new_memory_store()
+    store = FaultyStore(inner)
+    h = History(store, {x: tmp_path / x for x in ("X", "Y", "Z")})
+    h.driver = Driver(store)
+    h.attempt("18", "Y", None, {b"k18": b"18"}, NEVER)
+    h.commit("18")
+    h.attempt("19", "Y", "18", {b"k19": b"19"}, NEVER)
+    h.commit("19")
+    h.attempt("20", "Y", "19", {b"k20": b"20"}, ALWAYS)  # 20_d8e2ca47.zip
+    h.commit("20")
+    h.attempt("21_ef66", "X", "20", {b"k21": b"ef66", b"only-ef66": b"x"}, NEVER)
+    h.attempt("21_f4d0", "Y", "20", {b"k21": b"f4d0"}, NEVER)
+    h.commit("21_f4d0")
+    h.attempt("22", "Y", "21_f4d0", {b"k22": b"22"}, NEVER)
+    h.commit("22")
+    if fail_23:
+        store.fail_when = lambda op, name: op == "put_if_absent" and name.endswith(".snapshot")
+    h.attempt("23_689a", "Y", "22", {b"k23": b"689a"}, ALWAYS if snapshot_23 else NEVER)
+    store.fail_when = None
+    if other_23:
+        h.attempt("23_8205", "Z", "22", {b"k23": b"8205", b"only-8205": b"x"}, ALWAYS)
+    h.commit("23_689a")
+    h.attempt("24", "Y", "23_689a", {b"k24": b"24"}, NEVER)
+    h.commit("24")
+    store.calls.clear()
+    return h
+
+
+def uid_touched(store: FaultyStore, cid: CheckpointId) -> bool:
+    return any(cid.uid in name for name in store.names_touched())
+
+
+def test_example_1_the_checkpoint_has_a_snapshot(tmp_path: Path) -> None:
+    h = seed_history(tmp_path, snapshot_23=True, other_23=True)
+    target = h.cids["23_689a"]
+    with open_p(h.store, tmp_path / "fresh", target) as state:
+        assert dump(state) == h.states["23_689a"]
+        report = state.load_report
+        assert (report.rule, report.base_kind, report.base, report.deltas_replayed) == (
+            "remote",
+            "snapshot",
+            target.name,
+            0,
+        )
+    assert not uid_touched(h.store, h.cids["21_ef66"]) and not uid_touched(h.store, h.cids["23_8205"])
+
+
+def test_example_2_only_a_delta_and_another_attempts_snapshot_is_ignored(tmp_path: Path) -> None:
+    h = seed_history(tmp_path, snapshot_23=False, other_23=True)
+    assert h.store.inner.exists(snapshot_name(OP, 0, h.cids["23_8205"]))
+    target = h.cids["23_689a"]
+    with open_p(h.store, tmp_path / "fresh", target) as state:
+        assert dump(state) == h.states["23_689a"]
+        assert (b"only-8205" not in {k for _, k in dump(state)}) and ("a", b"only-ef66") not in dump(state)
+        report = state.load_report
+        assert report.base == h.cids["20"].name and report.base_kind == "snapshot"
+        assert report.deltas_replayed == 3  # 21_f4d05ac9, 22, 23_689aa6bd
+    touched = h.store.names_touched()
+    assert not uid_touched(h.store, h.cids["23_8205"]), "files of another uid of version 23 were opened"
+    assert not uid_touched(h.store, h.cids["21_ef66"])
+    assert delta_name(OP, 0, h.cids["21_f4d0"]) in touched
+
+
+def test_example_3_the_presumed_snapshot_is_missing(tmp_path: Path) -> None:
+    h = seed_history(tmp_path, snapshot_23=True, fail_23=True)
+    assert not h.store.inner.exists(snapshot_name(OP, 0, h.cids["23_689a"]))
+    target = h.cids["24"]
+    with open_p(h.store, tmp_path / "fresh", target) as state:
+        assert dump(state) == h.states["24"]
+        report = state.load_report
+        assert report.missing_snapshots == [h.cids["23_689a"].name]
+        assert report.base == h.cids["20"].name
+        assert report.deltas_replayed == 4  # 21_f4d05ac9, 22, 23_689aa6bd, 24
+    # 24's own lineage reaches only 23, the presumed snapshot; 23's delta carried the rest
+    lineage_24 = h.store.inner.get(delta_name(OP, 0, target))
+    from blobstate.lineage.delta import read_delta_lineage
+
+    assert read_delta_lineage(lineage_24, name="24") == [h.cids["23_689a"].uid]
+
+
+def test_a_local_checkpoint_on_the_lineage_is_preferred_to_a_remote_snapshot(tmp_path: Path) -> None:
+    h = seed_history(tmp_path, snapshot_23=False)
+    # local dir Y holds checkpoints 22, 23 and 24 (the newest three); load 24 after its working is gone
+    import shutil
+
+    lay = LocalPartitionLayout(h.dirs["Y"], QUERY_ID, OP, 0)
+    shutil.rmtree(lay.checkpoint(h.cids["24"]))
+    shutil.rmtree(lay.working)
+    with open_p(h.store, h.dirs["Y"], h.cids["24"]) as state:
+        assert dump(state) == h.states["24"]
+        report = state.load_report
+        assert (report.rule, report.base_kind, report.base) == ("remote", "local", h.cids["23_689a"].name)
+        assert report.deltas_replayed == 1
+    assert not any(op == "get" and name.endswith(".snapshot") for op, name in h.store.calls)
+
+
+def test_a_clean_working_store_on_the_lineage_is_a_base(tmp_path: Path) -> None:
+    h = seed_history(tmp_path, snapshot_23=False)
+    # dir Z never ran anything; give it a working store clean at 22 by loading and committing nothing new:
+    with open_p(h.store, h.dirs["Z"], h.cids["22"]):
+        pass  # loaded and closed without commit: dirty
+    lay = LocalPartitionLayout(h.dirs["Y"], QUERY_ID, OP, 0)
+    import shutil
+
+    for cid in ("23_689a", "24"):
+        shutil.rmtree(lay.checkpoint(h.cids[cid]))
+    # Y's working store is clean at 24; load 24 elsewhere is rule 3, but in Y itself after dropping the
+    # clean marker and keeping only checkpoint 22 it must replay 23 and 24 on top of checkpoint 22
+    (lay.working / CHECKPOINT_ID_FILE).unlink()
+    with open_p(h.store, h.dirs["Y"], h.cids["24"]) as state:
+        assert dump(state) == h.states["24"]
+        assert state.load_report.base == h.cids["22"].name
+        assert state.load_report.deltas_replayed == 2
+
+
+def test_appendix_collect_list_the_unchosen_attempts_local_state_never_leaks(tmp_path: Path) -> None:
+    store = new_memory_store()
+    driver = Driver(store)
+    # Batch 1: task 1 puts 6 -> foo on executor X, task 2 puts 8 -> foo on executor Y; task 1 is committed.
+    with open_p(store, tmp_path / "X", None, snapshot_every=ALWAYS) as t1:
+        t1.store.put("a", b"6", b"foo")
+        r1 = t1.commit()
+    with open_p(store, tmp_path / "Y", None) as t2:
+        t2.store.put("a", b"8", b"foo")
+        t2.commit()
+    driver.commit({0: r1.checkpoint_id.uid}, 1)
+    # Batch 2 runs on Y, whose working store is clean at the un-chosen attempt: it must rebuild.
+    with open_p(store, tmp_path / "Y", driver.committed()) as task:
+        assert task.load_rule != "working"
+        assert dump(task) == {("a", b"6"): b"foo"}
+        task.store.put("a", b"6", task.store.get("a", b"6") + b",bar")
+        r2 = task.commit()
+    driver.commit({0: r2.checkpoint_id.uid}, 2)
+    # Query restart: replaying the committed lineage gives (6 -> foo,bar); foo is not lost, 8 never appears.
+    with open_p(store, tmp_path / "restart", driver.committed()) as state:
+        assert dump(state) == {("a", b"6"): b"foo,bar"}
+
+
+def test_appendix_sample_three_a_task_must_not_continue_from_its_own_unchosen_state(tmp_path: Path) -> None:
+    store = new_memory_store()
+    driver = Driver(store)
+
+    def members(state) -> set[bytes]:
+        return {k for (_, k) in dump(state)}
+
+    with open_p(store, tmp_path / "X", None) as s:
+        for m in (b"A", b"B", b"C"):
+            s.store.put("a", m, b"")
+        base = s.commit()
+    driver.commit({0: base.checkpoint_id.uid}, 1)
+    # Batch n: D arrives. Task 1 (executor X) drops A, task 2 (executor Y) drops B; task 2 wins.
+    with open_p(store, tmp_path / "X", driver.committed()) as t1:
+        t1.store.delete("a", b"A")
+        t1.store.put("a", b"D", b"")
+        t1.commit()
+    with open_p(store, tmp_path / "Y", driver.committed()) as t2:
+        t2.store.delete("a", b"B")
+        t2.store.put("a", b"D", b"")
+        chosen = t2.commit()
+    driver.commit({0: chosen.checkpoint_id.uid}, 2)
+    # Batch n+1 runs on X again: its working store is clean at task 1's (un-chosen) checkpoint.
+    with open_p(store, tmp_path / "X", driver.committed()) as t:
+        assert members(t) == {b"A", b"C", b"D"}, "task continued from the un-chosen attempt's local state"
+        t.store.put("a", b"E", b"")
+        t.store.delete("a", b"A")  # keep exactly three
+        nxt = t.commit()
+    driver.commit({0: nxt.checkpoint_id.uid}, 3)
+    with open_p(store, tmp_path / "restart", driver.committed()) as s:
+        assert members(s) == {b"C", b"D", b"E"}
+
+
+def test_two_attempts_on_one_executor_load_the_chosen_ones_local_checkpoint(tmp_path: Path) -> None:
+    inner = new_memory_store()
+    driver = Driver(inner)
+    with open_p(inner, tmp_path, None) as s:
+        s.store.put("a", b"k", b"first")
+        first = s.commit()
+    with open_p(inner, tmp_path, None) as s:
+        s.store.put("a", b"k", b"second")
+        s.commit()  # the working store is now clean at the second attempt
+    driver.commit({0: first.checkpoint_id.uid}, 1)
+    store = FaultyStore(inner)
+    with open_p(store, tmp_path, driver.committed()) as s:
+        assert s.load_rule == "local-checkpoint"
+        assert dump(s) == {("a", b"k"): b"first"}
+    assert store.calls == []
+
+
+# ---------------------------------------------------------------------------------------------- rule 4
+def three_versions(tmp_path: Path, every: int = NEVER) -> tuple[FaultyStore, list]:
+    store = FaultyStore(new_memory_store())
+    committed, results = None, []
+    for i in range(3):
+        with open_p(store, tmp_path / "writer", committed, snapshot_every=every) as s:
+            s.store.put("a", b"k%d" % i, b"v%d" % i)
+            results.append(s.commit())
+        committed = results[-1].checkpoint_id
+    return store, results
+
+
+def assert_dirty(local: Path) -> None:
+    working = LocalPartitionLayout(local, QUERY_ID, OP, 0).working
+    assert read_checkpoint_id(working) is None
+
+
+def test_a_missing_delta_is_an_error_naming_object_version_and_uid(tmp_path: Path) -> None:
+    store, results = three_versions(tmp_path)
+    middle = results[1]
+    data = store.inner.get(middle.delta_name)
+    store.inner.delete(middle.delta_name)
+    with pytest.raises(MissingObjectError) as info:
+        open_p(store, tmp_path / "fresh", results[2].checkpoint_id)
+    message = str(info.value)
+    assert middle.delta_name in message and "version 2" in message and middle.checkpoint_id.uid in message
+    assert info.value.checkpoint_id == middle.checkpoint_id
+    assert_dirty(tmp_path / "fresh")
+    # never reset to empty: asking again fails again; once the object is back, it loads
+    with pytest.raises(MissingObjectError):
+        open_p(store, tmp_path / "fresh", results[2].checkpoint_id)
+    store.inner.put(middle.delta_name, data)
+    with open_p(store, tmp_path / "fresh", results[2].checkpoint_id) as s:
+        assert len(dump(s)) == 3
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda d: d[: len(d) // 2], "truncated"),
+        (lambda d: d[:-3] + bytes([d[-3] ^ 0xFF]) + d[-2:], "checksum"),
+        (lambda d: d[:8] + (99).to_bytes(2, "little") + d[10:], "unknown format version 99"),
+        (lambda d: b"not a delta at all", "bad magic"),
+    ],
+    ids=["truncated", "bit-flip", "format-version", "garbage"],
+)
+def test_a_corrupt_delta_is_an_error_and_nothing_is_half_applied(tmp_path: Path, damage, expected) -> None:
+    store, results = three_versions(tmp_path)
+    last = results[2]
+    store.inner.put(last.delta_name, damage(store.inner.get(last.delta_name)))
+    with pytest.raises(CorruptObjectError, match=expected) as info:
+        open_p(store, tmp_path / "fresh", last.checkpoint_id)
+    assert info.value.name == last.delta_name and info.value.checkpoint_id == last.checkpoint_id
+    assert_dirty(tmp_path / "fresh")
+
+
+def test_a_lineage_gap_is_an_error(tmp_path: Path) -> None:
+    store = new_memory_store()
+    cid = CheckpointId(3, "ab" * 16)
+    store.put(delta_name(OP, 0, cid), encode_delta([], []))  # version 3 claims to follow version 0
+    with pytest.raises(LineageError, match="gap"):
+        open_p(store, tmp_path, cid)
+    too_long = CheckpointId(2, "cd" * 16)
+    store.put(delta_name(OP, 0, too_long), encode_delta([], ["ef" * 16, "01" * 16]))
+    with pytest.raises(LineageError, match="below version 1"):
+        open_p(store, tmp_path, too_long)
+
+
+def test_a_missing_or_corrupt_snapshot_blob_is_an_error(tmp_path: Path) -> None:
+    store, results = three_versions(tmp_path, every=3)
+    snap = results[2]
+    assert snap.snapshot_name
+    index = read_snapshot_index(store.inner, snap.snapshot_name)
+    blob = sorted(index.present_blob_ids())[0]
+    data = store.inner.get(blob)
+    store.inner.put(blob, data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(CorruptObjectError, match="corrupt") as info:
+        open_p(store, tmp_path / "fresh", snap.checkpoint_id)
+    assert info.value.name == blob and info.value.checkpoint_id == snap.checkpoint_id
+    store.inner.delete(blob)
+    with pytest.raises(MissingObjectError) as missing:
+        open_p(store, tmp_path / "fresh", snap.checkpoint_id)
+    assert blob in str(missing.value) and snap.checkpoint_id.uid in str(missing.value)
+    assert_dirty(tmp_path / "fresh")
+
+
+def test_a_snapshot_index_of_another_checkpoint_is_rejected(tmp_path: Path) -> None:
+    store, results = three_versions(tmp_path, every=3)
+    snap = results[2]
+    other = CheckpointId(3, "ab" * 16)
+    store.inner.put(snapshot_name(OP, 0, other), store.inner.get(snap.snapshot_name))
+    store.inner.put(delta_name(OP, 0, other), store.inner.get(snap.delta_name))
+    with pytest.raises(CorruptObjectError, match="says it is checkpoint"):
+        open_p(store, tmp_path / "fresh", other)
+    store.inner.put(snapshot_name(OP, 0, other), b"{not json")
+    with pytest.raises(CorruptObjectError, match="snapshot"):
+        open_p(store, tmp_path / "fresh", other)
+
+
+def test_ids_that_try_to_escape_the_checkpoint_root_are_rejected(tmp_path: Path) -> None:
+    for bad in ("../../etc", "ABCDEF12", "x" * 8, "", "12345678/../.."):
+        with pytest.raises(InvalidIdError):
+            CheckpointId(3, bad)
+    for bad in ("3_../../etc", "../3_abcdef12", "3_abcdef12/..", "-1_abcdef12", "03_abcdef12"):
+        with pytest.raises(InvalidIdError):
+            CheckpointId.parse(bad)
+    with pytest.raises(InvalidIdError):
+        LocalPartitionLayout(tmp_path, "../../x", OP, 0)
+    with pytest.raises(InvalidIdError):
+        LocalPartitionLayout(tmp_path, QUERY_ID, "../0", 0)
+    with pytest.raises(TypeError):
+        open_p(new_memory_store(), tmp_path, "3_abcdef12")  # type: ignore[arg-type]
+
+
+def test_bad_ids_in_the_commit_log_are_clear_errors(tmp_path: Path) -> None:
+    import json
+
+    store = new_memory_store()
+    driver = Driver(store)
+    with open_p(store, tmp_path, None) as s:
+        s.store.put("a", b"k", b"v")
+        result = s.commit()
+    driver.commit({0: result.checkpoint_id.uid}, 1)
+    raw = json.loads(store.get(commit_name(1)))
+    raw["version"] = 2
+    raw["batch_id"] = 1
+    raw["checkpoints"][OP]["0"] = "../../../etc/passwd"
+    store.put(commit_name(2), json.dumps(raw).encode())
+    with pytest.raises(CommitLogFormatError, match=r"commits/2\.json.*checkpoints"):
+        CommitLog(store).read_commit(2)
+
+
+def test_a_tampered_clean_marker_is_treated_as_dirty(tmp_path: Path) -> None:
+    inner = new_memory_store()
+    with open_p(inner, tmp_path, None) as s:
+        s.store.put("a", b"k", b"v")
+        result = s.commit()
+    working = LocalPartitionLayout(tmp_path, QUERY_ID, OP, 0).working
+    (working / CHECKPOINT_ID_FILE).write_text("1_../../../../etc")
+    assert read_checkpoint_id(working) is None
+    (LocalPartitionLayout(tmp_path, QUERY_ID, OP, 0).checkpoints / "not-a-checkpoint").mkdir()
+    with open_p(inner, tmp_path, result.checkpoint_id) as s:
+        assert s.load_rule == "local-checkpoint"
+        assert dump(s) == {("a", b"k"): b"v"}
