@@ -193,3 +193,11 @@ def test_store_root_may_itself_be_a_symlink(tmp_path: Path) -> None:
     store.put("a/b", b"1", ttl=60)
     assert store.get("a/b") == b"1"
     assert (real / "a" / "b").read_bytes() == b"1"
+
+
+def test_scratch_store_without_fsync_keeps_the_same_contract(root: Path) -> None:
+    store = open_blob_store(str(root), fsync=False)
+    assert store.put_if_absent("c", b"1", ttl=60) is True
+    assert store.put_if_absent("c", b"2") is False
+    store.remove_ttl("c")
+    assert (store.get("c"), store.has_ttl("c"), store.list()) == (b"1", False, ["c"])
