@@ -114,6 +114,8 @@ class _Checker:
         self.pending(name, cid)
         referenced: set[str] = set()
         for path, f in index.iter_present_files():
+            if not f.blobs:
+                continue  # an empty file has no blobs
             for blob, length in f.chunks():
                 referenced.add(blob.blob_id)
                 if blob.blob_id not in self.blobs:

@@ -1,0 +1,298 @@
+"""Post-commit cleanup, retention, ``gc --full``, ``verify`` and the ``lineage``/``verify`` commands."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from lineage_harness import (
+    OP,
+    Driver,
+    FaultyStore,
+    InjectedCrash,
+    dump,
+    forget_process_memory,
+    new_memory_store,
+    on_tmpfs,
+    open_p,
+)
+from typer.testing import CliRunner
+
+from blobstate.blobstore import BlobStore, open_blob_store
+from blobstate.ids import CheckpointId
+from blobstate.layout import delta_name, snapshot_name
+from blobstate.snapshot import read_snapshot_index
+from blobstate.state.retention import after_commit, cleanup_latest, gc_full, referenced_by_retained
+from blobstate.state.verify import verify
+
+FAR_FUTURE = 2**40
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Iterator[Path]:
+    """Local directories on tmpfs when there is one: fsync and RocksDB opens are much cheaper there."""
+    forget_process_memory()
+    with on_tmpfs(tmp_path) as path:
+        yield path
+
+
+class Query:
+    """A one-partition query driven version by version, with a plain-dict model of every version."""
+
+    def __init__(self, store: BlobStore, local: Path, *, every: int, retain: int) -> None:
+        self.store, self.local, self.every, self.retain = store, local, every, retain
+        self.driver = Driver(store)
+        self.models: dict[int, dict] = {0: {}}
+        self.cids: dict[int, CheckpointId] = {}
+        self.version = 0
+
+    def attempt(self, values: dict[bytes, bytes], *, where: Path | None = None):
+        committed = self.cids.get(self.version)
+        with open_p(self.store, where or self.local, committed, snapshot_every=self.every) as s:
+            for k, v in values.items():
+                s.store.put("a", k, v)
+            model = dict(self.models[self.version])
+            model.update({("a", k): v for k, v in values.items()})
+            return s.commit(), model
+
+    def step(self, values: dict[bytes, bytes], *, cleanup: bool = True):
+        result, model = self.attempt(values)
+        self.version += 1
+        self.cids[self.version] = result.checkpoint_id
+        self.models[self.version] = model
+        commit = self.driver.commit({0: result.checkpoint_id.uid}, self.version)
+        if cleanup:
+            self.driver.cleanup(commit, self.retain)
+        return result, commit
+
+    def run(self, n: int) -> None:
+        for _ in range(n):
+            v = self.version + 1
+            self.step({b"k%d" % (v % 5): b"v%d" % v, b"n%d" % v: b"x" * 30})
+
+    def restore(self, version: int, where: Path) -> dict:
+        with open_p(self.store, where, self.cids[version]) as s:
+            assert s.load_rule == "remote"
+            return dump(s)
+
+
+def remaining(store: BlobStore) -> set[str]:
+    return set(store.list("state/")) | set(store.list("blobs/"))
+
+
+def test_after_commit_makes_what_the_version_references_permanent(tmp_path: Path) -> None:
+    store = new_memory_store()
+    q = Query(store, tmp_path / "a", every=2, retain=3)
+    other, _ = q.attempt({b"loser": b"1"}, where=tmp_path / "b")  # an attempt that is never committed
+    result, _ = q.step({b"k": b"v"})
+    assert not store.has_ttl(result.delta_name)
+    assert store.has_ttl(other.delta_name), "an un-chosen attempt's delta must stay pending"
+    q.run(1)  # version 2 has a snapshot
+    snap = snapshot_name(OP, 0, q.cids[2])
+    index = read_snapshot_index(store, snap)
+    for name in {snap, *index.present_blob_ids(), delta_name(OP, 0, q.cids[2])}:
+        assert not store.has_ttl(name), name
+    assert verify(store, min_versions_to_retain=3) == []
+
+
+@pytest.mark.parametrize(("every", "retain"), [(3, 4), (1, 1), (5, 2), (2, 7)])
+def test_retention_keeps_exactly_the_retained_versions_restorable(
+    tmp_path: Path, every: int, retain: int
+) -> None:
+    store = new_memory_store()
+    q = Query(store, tmp_path / "writer", every=every, retain=retain)
+    for _ in range(12):
+        q.run(1)
+        assert verify(store, min_versions_to_retain=retain) == []
+    for version in range(q.version - retain + 1, q.version + 1):
+        assert q.restore(version, tmp_path / f"r{version}") == q.models[version]
+    # what remains is what the retained versions reference, and nothing else once TTLs have expired
+    store.expire(FAR_FUTURE)
+    latest, referenced = referenced_by_retained(store, min_versions_to_retain=retain)
+    assert latest == 12
+    assert remaining(store) == referenced
+    oldest_needed = min(
+        CheckpointId.parse(n.rsplit("/", 1)[1].split(".")[0]).version
+        for n in referenced
+        if n.startswith("state/")
+    )
+    assert oldest_needed >= q.version - retain + 1 - every
+
+
+def test_steady_state_cleanup_never_lists_the_bucket(tmp_path: Path) -> None:
+    inner = new_memory_store()
+    q = Query(inner, tmp_path, every=2, retain=2)
+    q.run(4)
+    store = FaultyStore(inner)
+    store.fail_when = lambda op, name: op == "list"
+    q.store, q.driver.store = store, store
+    q.driver.log.store = store
+    for _ in range(6):
+        _, commit = q.step({b"k": b"v%d" % q.version}, cleanup=False)
+        q.driver.cleanup(commit, q.retain)
+    assert not [c for c in store.calls if c[0] == "list"]
+    assert [c for c in store.calls if c[0] == "delete"], "cleanup deleted nothing"
+
+
+def test_cleanup_is_idempotent(tmp_path: Path) -> None:
+    inner = new_memory_store()
+    q = Query(inner, tmp_path, every=2, retain=2)
+    q.run(6)
+    before = remaining(inner)
+    store = FaultyStore(inner)
+    commit = q.driver.log.read_commit(q.version)
+    for forget in (False, True):
+        if forget:
+            forget_process_memory()
+        stats = after_commit(store, commit, min_versions_to_retain=2)
+        assert stats.deleted == []
+    assert remaining(inner) == before
+    assert verify(inner, min_versions_to_retain=2) == []
+
+
+@pytest.mark.parametrize("crash_after", [1, 2, 3, 5, 8])
+def test_a_cleanup_cut_off_part_way_is_finished_by_the_next_one(tmp_path: Path, crash_after: int) -> None:
+    inner = new_memory_store()
+    q = Query(inner, tmp_path, every=3, retain=2)
+    q.run(3)
+    reference = new_memory_store()
+    r = Query(reference, tmp_path / "ref", every=3, retain=2)
+    r.run(3)
+    # version 4..8 committed without cleanup, then a cleanup that crashes after a few deletions
+    for _ in range(5):
+        q.step({b"k": b"v%d" % (q.version + 1)}, cleanup=False)
+    store = FaultyStore(inner)
+    store.arm(lambda op, name, n: op == "delete" and n >= crash_after)
+    commit = q.driver.log.read_commit(q.version)
+    with pytest.raises(InjectedCrash):
+        after_commit(store, commit, min_versions_to_retain=2)
+    forget_process_memory()  # a restart
+    assert cleanup_latest(inner, min_versions_to_retain=2) is not None
+    assert verify(inner, min_versions_to_retain=2) == []
+    inner.expire(FAR_FUTURE)
+    _, referenced = referenced_by_retained(inner, min_versions_to_retain=2)
+    assert remaining(inner) == referenced
+    for version in (q.version - 1, q.version):
+        assert q.restore(version, tmp_path / f"r{version}") == q.models[version]
+
+
+def test_gc_full_deletes_only_unreferenced_objects_that_are_not_pending(tmp_path: Path) -> None:
+    store = new_memory_store()
+    q = Query(store, tmp_path, every=2, retain=2)
+    q.run(5)
+    referenced_before = referenced_by_retained(store, min_versions_to_retain=2)[1]
+    leaked = ["blobs/0/0/" + "ab" * 16, delta_name(OP, 0, CheckpointId(1, "cd" * 16))]
+    for name in leaked:
+        store.put(name, b"leak")  # permanent and referenced by nothing
+    pending = "blobs/0/0/" + "ef" * 16
+    store.put(pending, b"in flight", ttl=3600)
+    future = delta_name(OP, 0, CheckpointId(99, "12" * 16))
+    store.put(future, b"an attempt of a version not committed yet")
+    stats = gc_full(store, min_versions_to_retain=2)
+    assert sorted(stats.deleted) == sorted(leaked)
+    assert store.exists(pending) and store.exists(future)
+    assert referenced_before <= remaining(store)
+    stats = gc_full(store, min_versions_to_retain=2, now=FAR_FUTURE)
+    assert pending in stats.expired and not store.exists(pending)
+    assert verify(store, min_versions_to_retain=2) == []
+
+
+def test_gc_full_by_default_keeps_every_version_not_cleaned_up(tmp_path: Path) -> None:
+    store = new_memory_store()
+    q = Query(store, tmp_path, every=2, retain=4)
+    q.run(6)
+    before = remaining(store)
+    assert gc_full(store).deleted == []
+    assert remaining(store) == before
+    for version in range(3, 7):
+        assert q.restore(version, tmp_path / f"r{version}") == q.models[version]
+
+
+def test_verify_names_what_is_wrong(tmp_path: Path) -> None:
+    store = new_memory_store()
+    q = Query(store, tmp_path, every=3, retain=3)
+    q.run(4)
+    assert verify(store) == [] and verify(store, min_versions_to_retain=3, checksums=True) == []
+    index = read_snapshot_index(store, snapshot_name(OP, 0, q.cids[3]))
+    blob = sorted(index.present_blob_ids())[0]
+    data = store.get(blob)
+    store.put(blob, data[:-1] + bytes([data[-1] ^ 1]))
+    problems = verify(store, checksums=True)
+    assert [p.object for p in problems] == [blob] and "checksum" in problems[0].message
+    assert problems[0].version == 3 and problems[0].uid == q.cids[3].uid
+    store.delete(blob)
+    problems = verify(store)
+    assert blob in {p.object for p in problems} and all(p.version == 3 for p in problems)
+    store.put(blob, data)
+    last = delta_name(OP, 0, q.cids[4])
+    good = store.get(last)
+    store.put(last, good[:-5], ttl=None)
+    problems = verify(store)
+    assert [p.object for p in problems] == [last] and "truncated" in problems[0].message
+    store.put(last, good, ttl=60)
+    problems = verify(store)
+    assert [p.object for p in problems] == [last] and "pending" in problems[0].message
+
+
+def test_verify_reports_a_lineage_that_disagrees_with_the_commit_log(tmp_path: Path) -> None:
+    store = new_memory_store()
+    driver = Driver(store)
+    with open_p(store, tmp_path / "a", None) as s:
+        s.store.put("a", b"k", b"chosen")
+        chosen = s.commit()
+    with open_p(store, tmp_path / "b", None) as s:
+        s.store.put("a", b"k", b"other")
+        other = s.commit()
+    driver.cleanup(driver.commit({0: chosen.checkpoint_id.uid}, 1), 5)
+    with open_p(store, tmp_path / "b", other.checkpoint_id) as s:  # built on the un-chosen attempt
+        bad = s.commit()
+    driver.cleanup(driver.commit({0: bad.checkpoint_id.uid}, 2), 5)
+    problems = verify(store)
+    assert [p.object for p in problems] == [bad.delta_name]
+    assert "commit log says " + chosen.checkpoint_id.uid in problems[0].message
+
+
+def cli() -> typer.Typer:
+    from blobstate.cli import lineage_cmds
+
+    app = typer.Typer()
+    lineage_cmds.register(app)
+    return app
+
+
+def test_lineage_and_verify_commands(tmp_path: Path) -> None:
+    url = str(tmp_path / "checkpoint")
+    store = open_blob_store(url)
+    q = Query(store, tmp_path / "local", every=2, retain=3)
+    q.run(5)
+    runner = CliRunner()
+    result = runner.invoke(cli(), ["lineage", url, "--partition", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["latest"] == 5
+    rows = data["partitions"][0]["versions"]
+    assert [r["version"] for r in rows[:3]] == [5, 4, 3]
+    assert [r["uid"] for r in rows[:3]] == [q.cids[v].uid for v in (5, 4, 3)]
+    assert rows[1]["snapshot"] is True and rows[0]["snapshot"] is False
+    assert rows[1]["snapshot_bytes"] > 0 and rows[0]["delta_bytes"] > 0
+    assert rows[0]["restore_from"] == q.cids[4].name + ".snapshot" and rows[0]["deltas_to_replay"] == 1
+    text = runner.invoke(cli(), ["lineage", url])
+    assert text.exit_code == 0 and q.cids[5].name in text.output
+
+    ok = runner.invoke(cli(), ["verify", url])
+    assert ok.exit_code == 0, ok.output
+    broken = delta_name(OP, 0, q.cids[5])
+    store.delete(broken)
+    bad = runner.invoke(cli(), ["verify", url])
+    assert bad.exit_code == 1
+    assert broken in bad.output
+
+
+def test_lineage_command_on_an_empty_checkpoint(tmp_path: Path) -> None:
+    url = str(tmp_path / "empty")
+    Driver(open_blob_store(url))
+    result = CliRunner().invoke(cli(), ["lineage", url])
+    assert result.exit_code == 0 and "no committed versions" in result.output
