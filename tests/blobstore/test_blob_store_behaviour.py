@@ -228,6 +228,26 @@ def test_overwrite_sets_the_new_ttl_state(blob_store: BlobStore) -> None:
     assert blob_store.has_ttl("x")
 
 
+def test_failed_pending_overwrite_leaves_a_permanent_object_permanent(
+    blob_store: BlobStore, tmp_path: Path
+) -> None:
+    blob_store.put("commits/1.json", b"committed")
+    with pytest.raises(FileNotFoundError):
+        blob_store.put("commits/1.json", tmp_path / "missing", ttl=60)
+    assert not blob_store.has_ttl("commits/1.json")
+    assert blob_store.expire(time.time() + 10**9) == []
+    assert blob_store.get("commits/1.json") == b"committed"
+
+
+def test_failed_pending_overwrite_keeps_the_old_expiry(blob_store: BlobStore, tmp_path: Path) -> None:
+    blob_store.put("x", b"pending", ttl=60)
+    with pytest.raises(FileNotFoundError):
+        blob_store.put("x", tmp_path / "missing", ttl=10**6)
+    assert blob_store.has_ttl("x")
+    if backend(blob_store) != "s3":
+        assert blob_store.expire(time.time() + 120) == ["x"]
+
+
 def test_delete_forgets_the_ttl(blob_store: BlobStore) -> None:
     blob_store.put("x", b"1", ttl=3600)
     blob_store.delete("x")

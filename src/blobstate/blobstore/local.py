@@ -174,13 +174,30 @@ class LocalBlobStore(BlobStore):
 
     def _put(self, name: str, ttl: float | None, fill: Callable[[Path], None]) -> None:
         final = self._object_path(name)
-        if ttl is not None:
-            # The record goes first: a crash after it leaves a record without an object, which expire
-            # drops; the other order could leave a pending object that never expires.
-            self._record_ttl(name, ttl)
-        self._write_atomic(name, final, fill)
         if ttl is None:
+            self._write_atomic(name, final, fill)
             self._drop_ttl_record(name)
+            return
+        # The record goes first: a crash after it leaves a record without an object, which expire drops;
+        # the other order could leave a pending object that never expires.
+        previous = self._read_record(name)
+        self._record_ttl(name, ttl)
+        try:
+            self._write_atomic(name, final, fill)
+        except BaseException:
+            # The old object is still in place: give it back its old TTL state, or a failed pending
+            # overwrite would make a permanent object expire.
+            if previous is None:
+                self._drop_ttl_record(name)
+            else:
+                self._write_atomic(name, self._ttl_path(name), lambda tmp: tmp.write_bytes(previous))
+            raise
+
+    def _read_record(self, name: str) -> bytes | None:
+        try:
+            return self._ttl_path(name).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
 
     def _put_bytes(self, name: str, data: bytes | memoryview, ttl: float | None) -> None:
         self._put(name, ttl, lambda tmp: tmp.write_bytes(data))

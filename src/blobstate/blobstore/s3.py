@@ -116,11 +116,19 @@ class S3BlobStore(BlobStore):
         list_page_size: int = 1000,
         **options: Any,
     ) -> None:
+        """Open ``s3://bucket/prefix``.
+
+        ``endpoint_url`` (else ``BLOBSTATE_S3_ENDPOINT``) points at a non-AWS server; ``region`` defaults
+        to ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else us-east-1. Files of ``multipart_threshold`` bytes
+        or more are uploaded in parallel parts. Credentials come from boto3's usual chain.
+        """
         options.setdefault("backoff_seconds", 0.2)
         super().__init__(url, **options)
         self.bucket, self.prefix = parse_s3_url(url)
         self.endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
-        self.region = region or DEFAULT_REGION
+        self.region = (
+            region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+        )
         self.multipart_threshold = multipart_threshold
         self.list_page_size = list_page_size
         config = Config(
