@@ -89,6 +89,8 @@ class BatchDriver:
             )
         uids = previous.checkpoints[self.config.operator] if previous else {}
         watermark = previous.watermark_ms if previous else None
+        # Spark drops late rows by the previous batch's eviction watermark, one step behind.
+        late_watermark = (previous.metrics or {}).get("eviction_watermark_ms") if previous else None
         spec = TaskSpec(
             checkpoint_url=self.checkpoint_url,
             query_id=self.query_id,
@@ -103,6 +105,7 @@ class BatchDriver:
             time_mode=self.config.time_mode,
             batch_timestamp_ms=int(time.time() * 1000),
             watermark_ms=watermark,
+            late_watermark_ms=late_watermark,
             event_time_column=self.config.event_time_column,
             local_dir=self.config.local_dir,
             snapshot_every=self.config.snapshot_every,
@@ -146,10 +149,13 @@ class BatchDriver:
             PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
         ).repartition(self.num_partitions, *keys)
         if self.placement_helper is not None and placement:
+            from blobstate.engine.executor_identity import ExecutorIdentity
             from blobstate.engine.placement import location_string
 
             locations = [
-                location_string(placement[p]["host"], placement[p]["executor_id"]) if p in placement else None
+                location_string(ExecutorIdentity(placement[p]["executor_id"], placement[p]["host"]))
+                if p in placement
+                else None
                 for p in range(self.num_partitions)
             ]
             shuffled = self.placement_helper.with_preferred_locations(shuffled, locations)
@@ -187,6 +193,7 @@ class BatchDriver:
             placement={p: {"executor_id": m["executor_id"], "host": m["host"]} for p, m in metas.items()},
             watermark_ms=new_watermark,
             metrics={
+                "eviction_watermark_ms": watermark,
                 "seconds": round(time.monotonic() - started, 3),
                 "partitions": {
                     p: {k: m[k] for k in ("input_rows", "output_rows", "bytes_uploaded", "load_seconds")}

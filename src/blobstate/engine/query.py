@@ -19,12 +19,6 @@ from blobstate.engine.driver import BatchDriver, BatchReport, Sink
 
 log = logging.getLogger("blobstate")
 
-FORMAT_VERSION = 1
-
-
-class QueryMismatchError(ValueError):
-    """The checkpoint was written by a query with a different partition count or key."""
-
 
 def normalize_checkpoint(checkpoint: str) -> str:
     """An absolute location: plain paths and ``file://`` URLs become absolute paths."""
@@ -87,15 +81,15 @@ def transform_with_state(
 
     checkpoint_url = normalize_checkpoint(checkpoint)
     store = open_blob_store(checkpoint_url)
-    metadata = _ensure_metadata(store, checkpoint_url, num_partitions, config, key_columns)
+    metadata = _ensure_metadata(store, num_partitions, config, key_columns)
     placement_helper = None
     if config.placement:
         from blobstate.engine.placement import PlacementHelper
 
         placement_helper = PlacementHelper.get(spark)
-    from blobstate.state.retention import after_start
+    from blobstate.state.retention import cleanup_latest
 
-    after_start(store, min_versions_to_retain=config.min_versions_to_retain)
+    cleanup_latest(store, min_versions_to_retain=config.min_versions_to_retain)
     driver = BatchDriver(
         spark=spark,
         config=config,
@@ -157,31 +151,10 @@ def _validate_processor(processor: Any, config: QueryConfig) -> None:
 
 
 def _ensure_metadata(
-    store: Any, checkpoint_url: str, num_partitions: int, config: QueryConfig, key_columns: tuple[str, ...]
+    store: Any, num_partitions: int, config: QueryConfig, key_columns: tuple[str, ...]
 ) -> Any:
+    """Create the checkpoint's metadata, or check the query still matches it (partitions, key)."""
     from blobstate.lineage.commitlog import CommitLog, QueryMetadata
 
-    log_ = CommitLog(store)
-    wanted = QueryMetadata(
-        query_id=str(uuid.uuid4()),
-        num_partitions=num_partitions,
-        operators={config.operator: {"key_columns": list(key_columns)}},
-        format_version=FORMAT_VERSION,
-    )
-    existing = log_.write_metadata(wanted)
-    if existing.num_partitions != num_partitions:
-        raise QueryMismatchError(
-            f"{checkpoint_url} holds state in {existing.num_partitions} partitions, but num_partitions="
-            f"{num_partitions} was given: the partition count cannot change for an existing checkpoint"
-        )
-    recorded = existing.operators.get(config.operator)
-    if recorded is None:
-        raise QueryMismatchError(
-            f"{checkpoint_url} has no operator {config.operator!r} (it has {sorted(existing.operators)})"
-        )
-    if list(recorded.get("key_columns", [])) != list(key_columns):
-        raise QueryMismatchError(
-            f"{checkpoint_url} keys operator {config.operator!r} by {recorded.get('key_columns')}, but"
-            f" key={list(key_columns)} was given: the key columns cannot change for an existing checkpoint"
-        )
-    return existing
+    wanted = QueryMetadata.new(num_partitions, {config.operator: {"key_columns": list(key_columns)}})
+    return CommitLog(store).write_metadata(wanted)

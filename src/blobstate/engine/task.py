@@ -36,6 +36,7 @@ class TaskSpec:
     time_mode: str
     batch_timestamp_ms: int
     watermark_ms: int | None
+    late_watermark_ms: int | None
     event_time_column: str | None
     local_dir: str
     snapshot_every: int
@@ -120,6 +121,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             output_mode=spec.output_mode,
             batch_timestamp_ms=spec.batch_timestamp_ms,
             watermark_ms=spec.watermark_ms,
+            late_watermark_ms=spec.late_watermark_ms,
             event_time_column=spec.event_time_column,
             max_event_time=max_event_time,
         )
@@ -144,8 +146,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "changelog_bytes": result.changelog_bytes,
         "snapshot": result.snapshot_name is not None,
         "load_seconds": round(load_seconds, 4),
-        "restore_bytes": getattr(state, "restore_bytes", 0),
-        "load_rule": getattr(state, "load_rule", None),
+        "restore_bytes": state.load_report.bytes_downloaded,
+        "load_rule": state.load_report.rule,
         "task_seconds": round(time.monotonic() - started, 4),
         "max_event_time_ms": max_event_time[0],
         **stats,
