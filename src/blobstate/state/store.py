@@ -60,8 +60,9 @@ APPLY_BATCH = 65536
 """Change records per RocksDB write batch in ``apply``."""
 
 _CF_PREFIX = "s:"
-"""RocksDB column family name = prefix + state column family name. Keeps RocksDB's undroppable
-``default`` column family out of the namespace, so every state column family can be dropped by ``clear``."""
+"""RocksDB column family name = prefix + state column family name. Keeps RocksDB's own ``default``
+column family (always present, never droppable) out of the namespace, so a store's column families are
+exactly the ones written, and a database that is not a state store is recognised on open."""
 
 _DEFAULT_CF = "default"
 
@@ -144,6 +145,15 @@ def _prefix_end(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _holding(it: Iterator[tuple[bytes, bytes]], *refs: object) -> Iterator[tuple[bytes, bytes]]:
+    """Yield from ``it`` while keeping ``refs`` alive.
+
+    rocksdict 0.3.29 iterators point into the ``bytes`` given to ``set_iterate_upper_bound`` without
+    holding a reference to it: once that object is freed the bound is garbage and scans stop early.
+    """
+    yield from it
 
 
 class RocksStateStore:
@@ -325,11 +335,12 @@ class RocksStateStore:
         self._sync()
         if not prefix:
             return family.view.items()
-        read_opt = ReadOptions()
         end = _prefix_end(prefix)
-        if end is not None:
-            read_opt.set_iterate_upper_bound(end)
-        return family.view.items(from_key=prefix, read_opt=read_opt)
+        if end is None:
+            return family.view.items(from_key=prefix)
+        read_opt = ReadOptions()
+        read_opt.set_iterate_upper_bound(end)
+        return _holding(family.view.items(from_key=prefix, read_opt=read_opt), read_opt, end, prefix)
 
     # ------------------------------------------------------------------ writes
 
@@ -377,24 +388,27 @@ class RocksStateStore:
             self._sync()
 
     def clear(self, cf: str) -> None:
-        """Delete every key of ``cf`` (by dropping and recreating the column family); capture the change."""
+        """Delete every key of ``cf`` with one range deletion, and capture the change."""
         self._clear(cf)
         self._changelog.append((_CLEAR, cf, b"", None))
 
     def _clear(self, cf: str) -> None:
-        family = self._cfs.get(cf)
-        if family is None:
-            self._create(cf)
-            return
+        # A range tombstone from b"" to just past the largest key: one cheap write, where dropping and
+        # recreating the column family would cost two MANIFEST and OPTIONS rewrites, each synced to disk.
+        family = self._family(cf)
         self._sync()
-        db = self._open_db()
-        del self._cfs[cf]
-        family.view = family.handle = None  # type: ignore[assignment]
+        it = family.view.iter()
+        it.seek_to_last()
+        if not it.valid():
+            return
+        end = it.key() + b"\x00"
+        del it
+        batch = WriteBatch(raw_mode=True)
+        batch.delete_range(b"", end, family.handle)
         try:
-            db.drop_column_family(_CF_PREFIX + cf)
+            self._open_db().write(batch, self._write_opt)
         except Exception as e:
             raise StateStoreError(self.path, f"cannot clear column family {cf!r}: {e}") from e
-        self._create(cf)
 
     def _sync(self) -> None:
         """Write every overlay entry to RocksDB in one write batch and empty the overlays."""
@@ -478,13 +492,13 @@ class RocksStateStore:
                 elif op == _DELETE:
                     batch.delete(key)
                 elif op == _CLEAR:
-                    if in_batch:
+                    if in_batch:  # the clear must see this batch's writes
                         db.write(batch, write_opt)
                         done += in_batch
                         in_batch = 0
-                    batch = WriteBatch(raw_mode=True)
+                        batch = WriteBatch(raw_mode=True)
+                        current_cf = None
                     self._clear(cf)
-                    current_cf = None
                     done += 1
                     continue
                 else:
