@@ -1,0 +1,230 @@
+"""Executor placement: the JVM helper compiled from source, preferred locations, executor identity.
+
+Run as a script (``python test_placement.py``), this module starts its own ``local-cluster`` session
+and prints the placement of repeated runs as JSON; the cluster test below does exactly that, because
+a local-cluster SparkContext cannot share a JVM with the shared local[2] session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from blobstate.engine.executor_identity import ExecutorIdentity, current_executor
+from blobstate.engine.placement import (
+    HELPER_CLASS,
+    PlacementHelper,
+    build_jar,
+    location_string,
+)
+
+CLUSTER_RUNS = 5
+CLUSTER_PARTITIONS = 4
+
+RESULT_SCHEMA = "partition long, executor_id string, host string, rows long, key_sum long"
+
+
+def _partition_reporter() -> Callable[[Iterator], Iterator]:
+    """A mapInArrow function: one row per task with its partition, executor identity and input.
+
+    Built in a closure so cloudpickle ships it by value (workers cannot import this test module).
+    """
+
+    def report(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        rows = 0
+        key_sum = 0
+        for batch in batches:
+            rows += batch.num_rows
+            key_sum += pc.sum(batch.column("k")).as_py() or 0
+        me = current_executor()
+        yield pa.RecordBatch.from_pydict(
+            {
+                "partition": [TaskContext.get().partitionId()],
+                "executor_id": [me.executor_id],
+                "host": [me.host],
+                "rows": [rows],
+                "key_sum": [key_sum],
+            }
+        )
+
+    return report
+
+
+@pytest.mark.spark
+def test_preferred_locations_keep_partitions_and_tasks_see_their_executor(spark) -> None:
+    from pyspark.sql import functions as F
+
+    helper = PlacementHelper.get(spark)
+    assert helper is not None
+    with zipfile.ZipFile(helper.jar) as jar:
+        assert HELPER_CLASS.replace(".", "/") + ".class" in jar.namelist()
+    executors = helper.executors()
+    assert [e.executor_id for e in executors] == ["driver"]
+    (driver,) = executors
+
+    df = spark.range(1000).select((F.col("id") * 7 % 101).alias("k")).repartition(4, "k")
+    expected = {
+        r.p: (r.n, r.s)
+        for r in df.groupBy(F.spark_partition_id().alias("p"))
+        .agg(F.count("*").alias("n"), F.sum("k").alias("s"))
+        .collect()
+    }
+    located = helper.with_preferred_locations(
+        df, [location_string(driver), None, location_string(driver), None]
+    )
+
+    assert sorted(r.k for r in located.collect()) == sorted(r.k for r in df.collect())
+    report = located.mapInArrow(_partition_reporter(), RESULT_SCHEMA).collect()
+    assert sorted(r.partition for r in report) == [0, 1, 2, 3]
+    # Every partition holds exactly the rows the hash repartitioning put there.
+    assert {r.partition: (r.rows, r.key_sum) for r in report if r.rows} == expected
+    # Tasks learn the identity Spark uses, with or without a preference of their own.
+    assert {ExecutorIdentity(r.executor_id, r.host) for r in report} == {driver}
+
+
+@pytest.mark.spark
+def test_wrong_number_of_locations_is_rejected(spark) -> None:
+    helper = PlacementHelper.get(spark)
+    assert helper is not None
+    df = spark.range(10).repartition(3, "id")
+    with pytest.raises(Exception, match="2 preferred locations given for a DataFrame with 3 partitions"):
+        helper.with_preferred_locations(df, ["executor_h_1", None])
+
+
+@pytest.mark.spark
+def test_unavailable_placement_returns_none_and_warns_once(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = tmp_path / "no-such-javac"
+    monkeypatch.setenv("BLOBSTATE_JAVAC", str(missing))
+    monkeypatch.setenv("BLOBSTATE_CACHE_DIR", str(tmp_path / "cache"))  # nothing prebuilt here
+    with caplog.at_level(logging.WARNING, logger="blobstate.engine.placement"):
+        assert PlacementHelper.get(spark) is None
+        assert PlacementHelper.get(spark) is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert str(missing) in warnings[0].getMessage()
+
+
+def test_concurrent_first_builds_publish_one_complete_jar(tmp_path: Path) -> None:
+    """Two processes compiling at once into an empty cache both end up with the same valid jar."""
+    import pyspark
+
+    classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+    script = (
+        "import sys; from pathlib import Path; from blobstate.engine.placement import build_jar; "
+        "print(build_jar(sys.argv[1], sys.argv[2], cache_dir=Path(sys.argv[3])))"
+    )
+    args = [sys.executable, "-c", script, pyspark.__version__, classpath, str(tmp_path)]
+    procs = [
+        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=900) for p in procs]
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err
+    paths = {out.strip() for out, _ in outputs}
+    assert len(paths) == 1
+    jar = Path(paths.pop())
+    with zipfile.ZipFile(jar) as z:
+        assert z.testzip() is None
+        assert HELPER_CLASS.replace(".", "/") + ".class" in z.namelist()
+    # Only the published build remains; the loser's temporary directory is gone.
+    assert [p.name for p in tmp_path.iterdir()] == [jar.parent.name]
+    assert build_jar(pyspark.__version__, classpath, cache_dir=tmp_path, javac="/nonexistent") == jar
+
+
+def test_current_executor_outside_a_task_is_a_stable_fallback() -> None:
+    first = current_executor()
+    assert first.is_fallback
+    assert first == current_executor()
+    assert first.host
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_local_cluster_tasks_run_on_their_preferred_executor(tmp_path: Path) -> None:
+    """Two executors; each run assigns the 4 partitions alternately (swapped every run)."""
+    import pyspark
+
+    env = dict(os.environ)
+    # local-cluster launches executor JVMs from $SPARK_HOME/jars; the pip package has them.
+    env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    proc = subprocess.run(
+        [sys.executable, __file__],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    executors = result["executors"]
+    assert len(executors) == 2 and "driver" not in {e["executor_id"] for e in executors}
+    assert len(result["runs"]) == CLUSTER_RUNS
+    for run in result["runs"]:
+        assert run["ran_on"] == run["assigned"]
+        assert run["rows"] == 1000
+    # The assignment moved every partition between runs, so the scheduler really followed it.
+    assert result["runs"][0]["assigned"] != result["runs"][1]["assigned"]
+
+
+def _cluster_main() -> None:
+    """Run the processing stage CLUSTER_RUNS times on local-cluster[2,1,1024]; print JSON."""
+    import time
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .appName("blobstate-placement-cluster-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        # Generous on a shared 2-core machine: a slow task must not let its successor move away.
+        .config("spark.locality.wait", "30s")
+        .getOrCreate()
+    )
+    try:
+        helper = PlacementHelper.get(spark)
+        assert helper is not None, "placement helper unavailable"
+        deadline = time.monotonic() + 120
+        while len(executors := helper.executors()) < 2:
+            assert time.monotonic() < deadline, f"executors did not register: {executors}"
+            time.sleep(0.5)
+        runs = []
+        for run in range(CLUSTER_RUNS):
+            df = spark.range(1000).select(F.col("id").alias("k")).repartition(CLUSTER_PARTITIONS, "k")
+            assigned = [executors[(p + run) % 2] for p in range(CLUSTER_PARTITIONS)]
+            located = helper.with_preferred_locations(df, [location_string(e) for e in assigned])
+            report = located.mapInArrow(_partition_reporter(), RESULT_SCHEMA).collect()
+            runs.append(
+                {
+                    "assigned": {str(p): e.executor_id for p, e in enumerate(assigned)},
+                    "ran_on": {str(r.partition): r.executor_id for r in report},
+                    "rows": sum(r.rows for r in report),
+                }
+            )
+        print(json.dumps({"executors": [dataclasses.asdict(e) for e in executors], "runs": runs}))
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    _cluster_main()
