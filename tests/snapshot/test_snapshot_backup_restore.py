@@ -20,6 +20,7 @@ from blobstate.snapshot import (
     read_snapshot_index,
     restore_directory,
 )
+from blobstate.snapshot.backup import chunk_ranges
 from blobstate.snapshot.restore import TEMP_MARKER
 
 PREFIX = "blobs/0/0/"
@@ -374,3 +375,24 @@ def test_default_ttl_is_the_pending_ttl(mem_store: BlobStore, tmp_path: Path) ->
     backup(mem_store, write_tree(tmp_path / "src", {"a": b"a"}), 1)
     assert mem_store.expire(time.time() + DEFAULT_PENDING_TTL_SECONDS - 60) == []
     assert len(mem_store.expire(time.time() + DEFAULT_PENDING_TTL_SECONDS + 1)) == 2
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        (0, []),
+        (1, [(0, 1)]),
+        (1000, [(0, 1000)]),
+        (1249, [(0, 1249)]),  # a tail under a quarter chunk joins the previous blob
+        (1250, [(0, 1000), (1000, 250)]),
+        (3100, [(0, 1000), (1000, 1000), (2000, 1100)]),
+    ],
+)
+def test_chunk_ranges(size: int, expected: list[tuple[int, int]]) -> None:
+    assert chunk_ranges(size, 1000) == expected
+
+
+def test_sst_slightly_over_the_chunk_size_is_one_blob(mem_store: BlobStore, tmp_path: Path) -> None:
+    src = write_tree(tmp_path / "src", {"000010.sst": os.urandom(1100)})
+    result = backup(mem_store, src, 1, chunk_size=1000)
+    assert result.stats.blobs_uploaded == 1

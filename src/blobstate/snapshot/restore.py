@@ -189,9 +189,8 @@ def restore_directory(
         )
 
     def finish(d: _Download, verified_crc: int | None) -> None:
-        m = d.file.metadata
-        os.chmod(d.temp, m.mode)
-        os.utime(d.temp, ns=(m.mtime_ms * 1_000_000, m.mtime_ms * 1_000_000))
+        # mtime is left as written: the checksum cache keys on it, so it must reflect this local write.
+        os.chmod(d.temp, d.file.metadata.mode)
         os.replace(d.temp, d.final)
         d.done = True
         if checksum_cache is not None and verified_crc is not None:
