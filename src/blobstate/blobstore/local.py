@@ -169,7 +169,14 @@ class LocalBlobStore(BlobStore):
             return
         # Durable before returning: a record that came back after a crash would expire a committed object.
         if self.fsync:
-            _fsync_dir(path.parent)
+            directory = path.parent
+            while True:
+                try:
+                    _fsync_dir(directory)
+                    break
+                except FileNotFoundError:
+                    # A concurrent call pruned the emptied directory: make that removal durable instead.
+                    directory = directory.parent
         self._prune(path.parent, self.root / TTL_DIR)
 
     def _put(self, name: str, ttl: float | None, fill: Callable[[Path], None]) -> None:
