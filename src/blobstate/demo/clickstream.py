@@ -10,8 +10,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA = pa.schema([("user", pa.string()), ("ts", pa.int64()), ("page", pa.int32())])
-"""Columns of the click stream: user id, event time (epoch milliseconds), page id."""
+SCHEMA = pa.schema(
+    [
+        ("user", pa.string()),
+        ("ts", pa.int64()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("page", pa.int32()),
+    ]
+)
+"""Columns of the click stream: user id, event time (epoch ms, and as the timestamp that drives the
+watermark), page id."""
 
 SENTINEL_USER = "~flush"
 """A user whose far-future clicks in the last two batches push the watermark past every real session."""
@@ -47,16 +55,16 @@ def generate_batches(shape: StreamShape) -> list[pa.Table]:
         late = rng.random(n) < shape.late_fraction
         ts = np.where(late, ts - 5 * shape.batch_span_ms, ts)
         pages = rng.integers(0, 50, n).astype(np.int32)
-        tables.append(
-            pa.table(
-                {"user": [f"u{u:06d}" for u in users], "ts": ts.astype(np.int64), "page": pages},
-                schema=SCHEMA,
-            )
-        )
+        tables.append(_table([f"u{u:06d}" for u in users], ts.astype(np.int64), pages))
     far = start + (shape.batches + 1000) * shape.batch_span_ms
     for i in (1, 2):
-        tables.append(pa.table({"user": [SENTINEL_USER], "ts": [far + i], "page": [0]}, schema=SCHEMA))
+        tables.append(_table([SENTINEL_USER], np.array([far + i], np.int64), np.zeros(1, np.int32)))
     return tables
+
+
+def _table(users: list[str], ts: np.ndarray, pages: np.ndarray) -> pa.Table:
+    micros = pa.array(ts * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    return pa.table({"user": users, "ts": ts, "event_time": micros, "page": pages}, schema=SCHEMA)
 
 
 def write_batches(tables: list[pa.Table], directory: Path) -> list[Path]:

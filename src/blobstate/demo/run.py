@@ -78,7 +78,7 @@ def _run_job(command: list[str], console: Console, attempt: str, kill_after: int
                 f"{report['bytes_uploaded'] / 1024:,.0f}",
                 "snapshot" if report["snapshots"] else "delta",
             ]
-            console.print(_row(row), highlight=False)
+            console.print(_row(row), highlight=False, soft_wrap=True)
             if kill_after is not None and committed >= kill_after:
                 time.sleep(0.5)  # let the next batch start, so the kill lands mid-batch
                 os.kill(process.pid, signal.SIGKILL)
@@ -105,7 +105,7 @@ def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after:
         f" {partitions} state partitions, checkpoint {workdir / 'checkpoint'}"
     )
     header = ["run", "batch", "rows in", "rows out", "latency s", "restore s", "uploaded KB", "checkpoint"]
-    console.print(_row(header), highlight=False)
+    console.print(_row(header), highlight=False, soft_wrap=True)
     log = workdir / "job.log"
     command = _job_command(workdir, partitions)
     first = _run_job(command, console, "first", kill_after, log)

@@ -73,18 +73,18 @@ class SessionProcessor(StatefulProcessor):
 def reference_sessions(batches: list[pa.Table]) -> tuple[list[Session], dict[str, tuple[int, int, int]]]:
     """Closed sessions and still-open sessions, computed batch by batch without Spark.
 
-    Mirrors the engine: a batch uses the watermark computed after the previous batches (max event
-    time minus the delay), drops clicks older than it, applies input rows, then fires timers at or
-    before the watermark.
+    Mirrors Spark's rules: the watermark starts at 0 and, after each batch, becomes the largest event
+    time seen minus the delay. A batch fires timers at or before the current watermark but drops
+    clicks older than the previous batch's watermark (one step behind). Input rows come before timers.
     """
     open_sessions: dict[str, tuple[int, int, int]] = {}
     closed: list[Session] = []
-    watermark: int | None = None
+    watermark = 0
+    late_watermark = 0
     max_seen: int | None = None
     for table in batches:
         rows = table.select(["user", "ts"]).to_pylist()
-        if watermark is not None:
-            rows = [r for r in rows if r["ts"] >= watermark]
+        rows = [r for r in rows if r["ts"] >= late_watermark]
         by_user: dict[str, list[int]] = {}
         for r in rows:
             by_user.setdefault(r["user"], []).append(r["ts"])
@@ -99,16 +99,15 @@ def reference_sessions(batches: list[pa.Table]) -> tuple[list[Session], dict[str
                 last = max(last, t)
                 clicks += 1
             open_sessions[user] = (start, last, clicks)
-        if watermark is not None:
-            for user in sorted(open_sessions):
-                start, last, clicks = open_sessions[user]
-                if last + GAP_MS <= watermark:
-                    closed.append((user, start, last, clicks))
-                    del open_sessions[user]
+        for user in sorted(open_sessions):
+            start, last, clicks = open_sessions[user]
+            if last + GAP_MS <= watermark:
+                closed.append((user, start, last, clicks))
+                del open_sessions[user]
         batch_max = max((r["ts"] for r in rows), default=None)
         if batch_max is not None:
             max_seen = batch_max if max_seen is None else max(max_seen, batch_max)
+        late_watermark = watermark
         if max_seen is not None:
-            candidate = max_seen - WATERMARK_DELAY_MS
-            watermark = candidate if watermark is None else max(watermark, candidate)
+            watermark = max(watermark, max_seen - WATERMARK_DELAY_MS)
     return closed, open_sessions

@@ -88,9 +88,7 @@ class BatchDriver:
                 f" in {self.checkpoint_url}: the blobstate checkpoint does not match Spark's checkpoint"
             )
         uids = previous.checkpoints[self.config.operator] if previous else {}
-        watermark = previous.watermark_ms if previous else None
-        # Spark drops late rows by the previous batch's eviction watermark, one step behind.
-        late_watermark = (previous.metrics or {}).get("eviction_watermark_ms") if previous else None
+        watermark, late_watermark = self._watermarks(previous)
         spec = TaskSpec(
             checkpoint_url=self.checkpoint_url,
             query_id=self.query_id,
@@ -133,6 +131,20 @@ class BatchDriver:
         self._start_cleanup(commit)
 
     # ------------------------------------------------------------------ steps
+    def _watermarks(self, previous: Any) -> tuple[int | None, int | None]:
+        """The event-time watermarks of this batch: for timers and eviction, and for late rows.
+
+        As in Spark, the watermark starts at 0, and late rows are dropped by the previous batch's
+        eviction watermark (one step behind the one that fires timers).
+        """
+        if self.config.time_mode != "EventTime":
+            return None, None
+        if previous is None:
+            return 0, 0
+        eviction = previous.watermark_ms if previous.watermark_ms is not None else 0
+        late = (previous.metrics or {}).get("eviction_watermark_ms")
+        return eviction, late if late is not None else 0
+
     def _placement(self, previous: Any) -> dict[int, dict[str, str]]:
         if self.placement_helper is None:
             return {}
