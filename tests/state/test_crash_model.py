@@ -47,6 +47,16 @@ SEEDS = int(os.environ.get("BLOBSTATE_CRASH_SEEDS", "200"))
 FAR_FUTURE = 2**40
 KEYS = [b"k%d" % i for i in range(8)]
 
+CRASH_STEPS = {
+    "delta upload": lambda op, name: op == "put" and name.endswith(".delta"),
+    "snapshot blob upload": lambda op, name: op == "put" and name.startswith("blobs/"),
+    "snapshot index upload": lambda op, name: op == "put_if_absent" and name.endswith(".snapshot"),
+    "commit log write": lambda op, name: op == "put_if_absent" and name.startswith("commits/"),
+    "cleanup: TTL removal": lambda op, name: op == "remove_ttl",
+    "cleanup: deletion": lambda op, name: op == "delete",
+}
+"""Where a commit can be cut off, as predicates on blob store calls; a crash fires at the k-th match."""
+
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -80,7 +90,7 @@ class History:
             self.inner = new_memory_store()
         self.store = FaultyStore(self.inner)
         self.every = rng.randint(1, 4)
-        self.retain = rng.randint(1, 4)
+        self.retain = rng.choice([1, 1, 2, 3, 4])
         self.keep_local = rng.randint(1, 3)
         self.executors = [root / f"executor-{i}" for i in range(3)]
         self.driver = Driver(self.store)
@@ -98,10 +108,24 @@ class History:
             local_checkpoints_to_keep=self.keep_local,
         )
 
+    def crash_point(self):
+        """None, or a predicate that fires at the k-th call of one step of a commit."""
+        rng = self.rng
+        if rng.random() < 0.4:
+            return None
+        step = rng.choice(list(CRASH_STEPS))
+        matches, k, seen = CRASH_STEPS[step], rng.randint(1, 3), [0]
+
+        def crash_when(op: str, name: str, n: int) -> bool:
+            if matches(op, name):
+                seen[0] += 1
+            return seen[0] == k and matches(op, name)
+
+        return crash_when
+
     def batch(self) -> None:
         rng = self.rng
-        crash_at = rng.randint(1, 14) if rng.random() < 0.5 else None
-        self.store.arm(None if crash_at is None else (lambda op, name, n: n == crash_at))
+        self.store.arm(self.crash_point())
         try:
             results = []
             for _ in range(rng.choice([1, 1, 1, 2, 2, 3])):
