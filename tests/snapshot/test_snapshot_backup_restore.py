@@ -396,3 +396,24 @@ def test_sst_slightly_over_the_chunk_size_is_one_blob(mem_store: BlobStore, tmp_
     src = write_tree(tmp_path / "src", {"000010.sst": os.urandom(1100)})
     result = backup(mem_store, src, 1, chunk_size=1000)
     assert result.stats.blobs_uploaded == 1
+
+
+def test_backup_refuses_a_file_name_that_is_not_text(mem_store: BlobStore, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(os.path.join(os.fsencode(src), b"bad-\xff.sst"), "wb") as f:
+        f.write(b"x")
+    with pytest.raises(SnapshotError, match="not valid Unicode"):
+        backup(mem_store, src, 1)
+
+
+def test_permission_change_of_a_reused_file_is_recorded(mem_store: BlobStore, tmp_path: Path) -> None:
+    src = write_tree(tmp_path / "src", {"1.sst": b"one"})
+    first = backup(mem_store, src, 1)
+    os.chmod(src / "1.sst", 0o600)
+    second = backup(mem_store, src, 2, previous=first)
+    assert second.stats.uploaded == ()
+    (entry,) = second.index.dir_index.files_present
+    assert entry.metadata.mode == 0o600 and entry.blobs == first.index.dir_index.files_present[0].blobs
+    restore_directory(mem_store, second.index, tmp_path / "t")
+    assert stat.S_IMODE((tmp_path / "t" / "1.sst").stat().st_mode) == 0o600

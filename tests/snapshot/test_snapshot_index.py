@@ -172,7 +172,7 @@ def test_unknown_field_is_rejected() -> None:
     expect_error(raw, "unknown field", "owner", "000009.sst")
 
 
-HOSTILE = ["..", ".", "", "/etc/passwd", "a/b", "..\\..\\x", "a\\b", "nul\x00byte"]
+HOSTILE = ["..", ".", "", "/etc/passwd", "a/b", "..\\..\\x", "a\\b", "nul\x00byte", "lone\ud800surrogate"]
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -341,3 +341,9 @@ def test_combined_blob_checksums_equal_whole_file_checksum() -> None:
     for b, n in f.chunks():
         total = crc32_combine(total, b.checksum, n)
     assert total == zlib.crc32(data) == f.checksum
+
+
+def test_deeply_nested_json_is_a_format_error() -> None:
+    data = b'{"dirIndex":' * 100_000 + b"{}" + b"}" * 100_000
+    with pytest.raises(SnapshotFormatError, match=INDEX_NAME):
+        SnapshotIndex.from_json(data, name=INDEX_NAME)

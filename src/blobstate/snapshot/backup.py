@@ -20,7 +20,7 @@ import stat
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from blobstate.blobstore.base import DEFAULT_PENDING_TTL_SECONDS, BlobStore
 from blobstate.blobstore.names import validate_prefix
@@ -198,6 +198,9 @@ def compute_dir_diff(local: LocalDir, previous: DirIndex | None, checksums: Mapp
             and prev.size == f.size
             and checksums.get(f.relpath) == prev.checksum
         ):
+            mode = stat.S_IMODE(f.stat.st_mode)
+            if prev.metadata.mode != mode:  # same content, new permissions: same blobs, new attributes
+                prev = replace(prev, metadata=replace(prev.metadata, mode=mode))
             retained.append(prev)
         else:
             added.append(f)

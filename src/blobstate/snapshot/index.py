@@ -74,7 +74,8 @@ def validate_entry_name(name: object) -> str:
     """Return ``name`` if it is a safe single path component, else raise ``ValueError`` saying why.
 
     Rejected: non-strings, empty, ``.``, ``..``, anything containing ``/``, ``\\`` or NUL (so also
-    absolute paths). Such a name could escape or alias the directory a snapshot is restored into.
+    absolute paths), and text that is not valid Unicode. Such a name could escape or alias the directory
+    a snapshot is restored into.
     """
     if not isinstance(name, str):
         raise ValueError(f"name {name!r} is not a string")
@@ -83,6 +84,10 @@ def validate_entry_name(name: object) -> str:
     for bad, what in (("/", "a slash"), ("\\", "a backslash"), ("\x00", "NUL")):
         if bad in name:
             raise ValueError(f"name {name!r} contains {what}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"name {name!r} is not valid Unicode text") from None
     return name
 
 
@@ -247,9 +252,11 @@ class SnapshotIndex:
         """Parse and validate; errors are :class:`SnapshotFormatError` naming ``name`` and the entry."""
         try:
             raw = json.loads(data)
+            return _Parser(name).index(raw).validate(name)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise SnapshotFormatError(f"snapshot index {name!r} is not valid JSON: {error}") from None
-        return _Parser(name).index(raw).validate(name)
+        except RecursionError:
+            raise SnapshotFormatError(f"snapshot index {name!r} is nested too deeply") from None
 
 
 # ---------------------------------------------------------------------------------------------- encoding
