@@ -32,6 +32,7 @@ from typing import Any
 
 from rocksdict import (
     BlockBasedOptions,
+    Cache,
     Checkpoint,
     ColumnFamily,
     Options,
@@ -117,10 +118,25 @@ class _Family:
         self.handle = handle
 
 
+BLOCK_CACHE_BYTES = 128 * 1024 * 1024
+"""One LRU block cache of this size is shared by every store of the process (instead of one default cache
+per column family of every store, which multiplies with the number of partitions)."""
+
+_block_cache: Cache | None = None
+
+
+def _shared_block_cache() -> Cache:
+    global _block_cache
+    if _block_cache is None:
+        _block_cache = Cache(BLOCK_CACHE_BYTES)
+    return _block_cache
+
+
 def _cf_options() -> Options:
     """Options of every state column family: raw bytes, bloom filters (most gets of new keys miss)."""
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)
+    table.set_block_cache(_shared_block_cache())
     options = Options(raw_mode=True)
     options.set_block_based_table_factory(table)
     return options
