@@ -1,11 +1,14 @@
 """Byte encodings of grouping keys, map user keys, state values and timestamps.
 
 Keys (grouping keys and MapState user keys) use a small typed, self-delimiting encoding: every
-component is a tag byte plus a fixed-width or length-prefixed body. It is deterministic (equal
-keys always give equal bytes, unlike pickle, whose output depends on object identity), stable
-across Python/pandas versions, and prefix-free for tuples of the same arity, so the bytes of one
-grouping key are never a prefix of another's. That makes "all entries of grouping key k" a plain
-prefix scan: ``key_bytes(k) + suffix``.
+component is a tag byte plus a body: fixed width for numbers (order-preserving: offset binary for
+ints, the usual sign flip for floats), ``\x00`` escaped as ``\x00\x01`` and terminated by
+``\x00\x00`` for strings and bytes (order-preserving too). It is deterministic (equal keys always
+give equal bytes, unlike pickle, whose output depends on object identity), stable across
+Python/pandas versions, and prefix-free for tuples of the same arity, so the bytes of one grouping
+key are never a prefix of another's. That makes "all entries of grouping key k" a plain prefix
+scan: ``key_bytes(k) + suffix``. Keys of one type sort in value order, so MapState iterates its
+user keys in order and timers with equal expiry fire in key order.
 
 Values are ``header + pickle(tuple, protocol 5)``. The header is ``b"\\x00"`` (no expiry) or
 ``b"\\x01" + be64(expiry_ms)`` (TTL), so a value is self-describing whether or not its state
@@ -31,6 +34,10 @@ _OFFSET = 1 << 63
 _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
 _DOUBLE = struct.Struct(">d")
+_U64 = struct.Struct(">Q")
+_SIGN = 1 << 63
+_ALL = (1 << 64) - 1
+_TERM = b"\x00\x00"
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 
 NO_EXPIRY = b"\x00"
@@ -87,6 +94,29 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def _escaped(body: bytes) -> bytes:
+    return body.replace(b"\x00", b"\x00\x01") + _TERM
+
+
+def _read_escaped(data: bytes, pos: int) -> tuple[bytes, int]:
+    end = data.find(_TERM, pos)
+    if end < 0:
+        raise ValueError(f"corrupt key bytes: unterminated string at offset {pos}")
+    return bytes(data[pos:end]).replace(b"\x00\x01", b"\x00"), end + 2
+
+
+def _float_bits(v: float) -> bytes:
+    bits = _U64.unpack(_DOUBLE.pack(v))[0]
+    bits = bits ^ _ALL if bits & _SIGN else bits | _SIGN
+    return _U64.pack(bits)
+
+
+def _float_from_bits(data: bytes, pos: int) -> float:
+    bits = _U64.unpack_from(data, pos)[0]
+    bits = bits ^ _SIGN if bits & _SIGN else bits ^ _ALL
+    return _DOUBLE.unpack(_U64.pack(bits))[0]
+
+
 def _encode_component(v: Any, out: bytearray) -> None:
     t = type(v)
     if t is int:
@@ -99,10 +129,8 @@ def _encode_component(v: Any, out: bytearray) -> None:
             out += _varint(len(body))
             out += body
     elif t is str:
-        body = v.encode("utf-8")
         out.append(_T_STR)
-        out += _varint(len(body))
-        out += body
+        out += _escaped(v.encode("utf-8"))
     elif v is None:
         out.append(_T_NONE)
     elif t is bool:
@@ -114,12 +142,10 @@ def _encode_component(v: Any, out: bytearray) -> None:
         elif math.isnan(v):
             v = math.nan
         out.append(_T_FLOAT)
-        out += _DOUBLE.pack(v)
+        out += _float_bits(v)
     elif t is bytes or t is bytearray or t is memoryview:
-        body = bytes(v)
         out.append(_T_BYTES)
-        out += _varint(len(body))
-        out += body
+        out += _escaped(bytes(v))
     elif isinstance(v, np.generic):
         _encode_component(_numpy_scalar(v), out)
     elif isinstance(v, (_dt.datetime, np.datetime64)):
@@ -137,6 +163,8 @@ def _encode_component(v: Any, out: bytearray) -> None:
         out.append(_T_DATE)
         out += ((v - _EPOCH_DATE).days + _OFFSET).to_bytes(8, "big")
     elif isinstance(v, Decimal):
+        if v.is_zero() and v.is_signed():
+            v = -v  # -0.00 == 0.00: one key
         body = str(v).encode()
         out.append(_T_DECIMAL)
         out += _varint(len(body))
@@ -175,10 +203,7 @@ def encode_key(key: tuple) -> bytes:
         if t is int and _I64_MIN <= v <= _I64_MAX:  # fast path: one int64 column
             return b"\x03" + (v + _OFFSET).to_bytes(8, "big")
         if t is str:
-            body = v.encode("utf-8")
-            n = len(body)
-            if n < 0x80:
-                return b"\x06" + bytes((n,)) + body
+            return b"\x06" + v.encode("utf-8").replace(b"\x00", b"\x00\x01") + _TERM
     out = bytearray()
     for v in key:
         _encode_component(v, out)
@@ -191,8 +216,8 @@ def _decode_component(data: bytes, pos: int) -> tuple[Any, int]:
     if tag == _T_INT:
         return int.from_bytes(data[pos : pos + 8], "big") - _OFFSET, pos + 8
     if tag == _T_STR:
-        n, pos = _read_varint(data, pos)
-        return bytes(data[pos : pos + n]).decode("utf-8"), pos + n
+        body, pos = _read_escaped(data, pos)
+        return body.decode("utf-8"), pos
     if tag == _T_NONE:
         return None, pos
     if tag == _T_FALSE:
@@ -200,10 +225,9 @@ def _decode_component(data: bytes, pos: int) -> tuple[Any, int]:
     if tag == _T_TRUE:
         return True, pos
     if tag == _T_FLOAT:
-        return _DOUBLE.unpack_from(data, pos)[0], pos + 8
+        return _float_from_bits(data, pos), pos + 8
     if tag == _T_BYTES:
-        n, pos = _read_varint(data, pos)
-        return bytes(data[pos : pos + n]), pos + n
+        return _read_escaped(data, pos)
     if tag == _T_BIGINT:
         n, pos = _read_varint(data, pos)
         return int(bytes(data[pos : pos + n])), pos + n

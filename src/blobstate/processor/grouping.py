@@ -8,7 +8,9 @@ match what Spark's worker passes), and each key's rows are handed to the process
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +23,14 @@ from blobstate.processor import codec
 # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch: a key's rows arrive in DataFrames of
 # at most this many rows.
 DEFAULT_MAX_ROWS_PER_FRAME = 10_000
+
+
+@contextmanager
+def quiet_pyspark_conversion() -> Iterator[None]:
+    """Silence the pandas 3 deprecation warning PySpark 4.3's conversion code raises on every call."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The copy keyword is deprecated")
+        yield
 
 
 def to_table(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None) -> pa.Table | None:
@@ -109,27 +119,75 @@ def group_by_key(table: pa.Table, key_columns: Sequence[str], timezone: str) -> 
         changed |= _changes(table.column(c))
     starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
     ends = np.append(starts[1:], n).astype(np.int64)
-    frame = pd.concat(ArrowBatchTransformer.to_pandas(table, timezone=timezone), axis=1)
+    with quiet_pyspark_conversion():
+        frame = pd.concat(ArrowBatchTransformer.to_pandas(table, timezone=timezone), axis=1)
     frame.columns = table.column_names
-    key_values = [frame[c].take(starts).tolist() for c in key_columns]
+    key_values = []
+    for c in key_columns:
+        values = frame[c].take(starts).tolist()
+        column = table.column(c)
+        if column.null_count:  # pandas shows nulls as NaN/NaT; keys carry None
+            nulls = np.asarray(column.take(pa.array(starts)).is_null().to_numpy(zero_copy_only=False))
+            for i in np.flatnonzero(nulls).tolist():
+                values[i] = None
+        key_values.append(values)
     keys = list(zip(*key_values, strict=True))
     encode = codec.encode_key
     return Groups(frame, keys, [encode(k) for k in keys], starts, ends)
 
 
+def _slice_iloc(frame: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:
+    chunk = frame.iloc[start:stop]
+    chunk.index = pd.RangeIndex(stop - start)
+    return chunk
+
+
+_FROM_MGR = pd.DataFrame._from_mgr
+
+
+def _slice_fast(frame: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:
+    """``frame.iloc[start:stop]`` with a fresh RangeIndex, cut from the block manager directly.
+
+    About 40% cheaper than ``iloc`` plus an index assignment; copy-on-write still protects ``frame``
+    (the blocks keep their reference tracking). pandas internals, so :func:`slicer` checks it once
+    against ``iloc`` and falls back when it differs or fails.
+    """
+    mgr = frame._mgr.get_slice(slice(start, stop), axis=1)
+    mgr.axes[1] = pd.RangeIndex(stop - start)
+    return _FROM_MGR(mgr, axes=mgr.axes)
+
+
+_slicer: Callable[[pd.DataFrame, int, int], pd.DataFrame] | None = None
+
+
+def slicer() -> Callable[[pd.DataFrame, int, int], pd.DataFrame]:
+    """The row slicer to use: the fast one if it gives exactly what ``iloc`` gives here."""
+    global _slicer
+    if _slicer is None:
+        probe = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [0.5, None, 1.5]})
+        try:
+            ok = _slice_fast(probe, 1, 3).equals(_slice_iloc(probe, 1, 3))
+        except Exception:
+            ok = False
+        _slicer = _slice_fast if ok else _slice_iloc
+    return _slicer
+
+
 class Frames:
     """Iterator over one key's rows as pandas DataFrames of at most ``max_rows`` rows each.
 
-    Slices are cut lazily, so a handler that never iterates its rows costs nothing.
+    Slices are cut lazily, so a handler that never iterates its rows costs nothing. Each has a
+    fresh ``RangeIndex`` (0..n-1), as the DataFrames Spark's worker builds.
     """
 
-    __slots__ = ("_end", "_frame", "_max", "_pos")
+    __slots__ = ("_end", "_frame", "_max", "_pos", "_slice")
 
     def __init__(self, frame: pd.DataFrame, start: int, end: int, max_rows: int) -> None:
         self._frame = frame
         self._pos = start
         self._end = end
         self._max = max_rows
+        self._slice = _slicer or slicer()
 
     def __iter__(self) -> Iterator[pd.DataFrame]:
         return self
@@ -140,9 +198,7 @@ class Frames:
             raise StopIteration
         stop = min(pos + self._max, self._end)
         self._pos = stop
-        chunk = self._frame.iloc[pos:stop]
-        chunk.index = pd.RangeIndex(stop - pos)
-        return chunk
+        return self._slice(self._frame, pos, stop)
 
 
 def event_time_micros(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:

@@ -100,6 +100,8 @@ class _Parser:
         return tok
 
     def expect(self, value: str) -> None:
+        if self.peek() is None:
+            raise self.error(f"expected {value!r}, found the end")
         tok = self.next()
         if tok[1].lower() != value:
             self.i -= 1
