@@ -28,11 +28,12 @@ from blobstate.state.errors import CorruptObjectError, MissingObjectError
 from blobstate.state.localdirs import (
     LINEAGE_INFO_FILE,
     LineageInfo,
+    discard_tree,
     mark_dirty,
     materialize,
     read_checkpoint_id,
     read_info,
-    remove_tree,
+    sweep_trash,
 )
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,10 @@ def load_working(
     if working.exists():
         mark_dirty(working)
 
+    sweep_trash(layout.root)
+
     if committed is None:
-        remove_tree(working)
+        discard_tree(working)
         working.mkdir(parents=True)
         report = LoadReport(RULE_EMPTY, None, base_kind="empty")
         return _finish(open_store, working, LineageInfo(None), report, [], started)
@@ -168,7 +171,7 @@ def _restore_base(
     working = layout.working
     base = chain.base
     if chain.base_kind == "empty":
-        remove_tree(working)
+        discard_tree(working)
         working.mkdir(parents=True)
         return LineageInfo(None)
     assert base is not None

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,14 +177,47 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(path)
 
 
+TRASH_PREFIX = ".trash-"
+
+
+def discard_tree(path: Path) -> None:
+    """Remove a directory tree without waiting for it: rename it aside, delete it on a daemon thread.
+
+    Deleting a large store's files (the last links of gigabytes of SSTs) takes about a second; renaming
+    takes microseconds. A process that dies first leaves a ``.trash-*`` directory that
+    :func:`sweep_trash` removes later.
+    """
+    if not (path.exists() or path.is_symlink()):
+        return
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+        return
+    trash = path.with_name(f"{TRASH_PREFIX}{uuid.uuid4().hex}")
+    os.replace(path, trash)
+    threading.Thread(target=shutil.rmtree, args=(trash, True), name="blobstate-discard", daemon=True).start()
+
+
+def sweep_trash(directory: Path) -> None:
+    """Delete (in the background) ``.trash-*`` directories a dead process left in ``directory``."""
+    try:
+        entries = [e for e in os.scandir(directory) if e.name.startswith(TRASH_PREFIX)]
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        threading.Thread(
+            target=shutil.rmtree, args=(entry.path, True), name="blobstate-discard", daemon=True
+        ).start()
+
+
 def materialize(source: Path, target: Path) -> int:
     """Make ``target`` a private copy of the store in ``source``; returns the bytes copied (not linked).
 
     Immutable RocksDB files (``*.sst``, ``*.blob``) are hard-linked; the few small mutable ones
     (MANIFEST, CURRENT, OPTIONS, WAL) are copied so that opening ``target`` can never modify ``source``.
-    Markers and RocksDB's LOCK/LOG are not carried over. ``target`` is replaced.
+    Markers and RocksDB's LOCK/LOG are not carried over. ``target`` is replaced (the old one is
+    discarded in the background).
     """
-    remove_tree(target)
+    discard_tree(target)
     tmp = target.with_name(f".{target.name}.materializing")
     remove_tree(tmp)
     tmp.mkdir(parents=True)
@@ -224,12 +259,13 @@ def list_checkpoints(checkpoints_dir: Path) -> list[CheckpointId]:
 def prune_checkpoints(
     checkpoints_dir: Path, keep: int, protect: CheckpointId | None = None
 ) -> list[CheckpointId]:
-    """Delete all but the newest ``keep`` local checkpoints (never ``protect``) and stale temporaries."""
+    """Discard all but the newest ``keep`` local checkpoints (never ``protect``) and stale temporaries."""
+    sweep_trash(checkpoints_dir)  # left by a process that died; before adding our own
     removed = []
     cids = list_checkpoints(checkpoints_dir)
     for cid in cids[: max(0, len(cids) - keep)]:
         if cid != protect:
-            remove_tree(checkpoints_dir / cid.name)
+            discard_tree(checkpoints_dir / cid.name)
             removed.append(cid)
     if checkpoints_dir.exists():
         for entry in os.scandir(checkpoints_dir):
