@@ -5,7 +5,8 @@ without WAL, then compacted), checkpoints it, and measures against the local-dir
 
 - full backup (MB/s);
 - full restore into an empty directory vs ``cp -r`` of the same checkpoint, each run ``--rounds`` times,
-  alternating; throughput of both and their ratio (target: restore >= 0.7x ``cp -r``);
+  alternating; throughput of both and their ratio (target: restore >= 0.7x ``cp -r``), plus the CPU
+  seconds each used (the wall-clock ratio swings with whatever else the machine runs; CPU time less so);
 - restore into a directory that already holds every file: bytes moved (must be 0) and seconds, with the
   in-process checksum cache warm and cold (cold re-reads every local file);
 - incremental backup after ``--change-fraction`` of the keys were overwritten: bytes uploaded vs the
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -92,10 +94,23 @@ def sync() -> None:
 
 
 def timed(fn) -> float:  # type: ignore[no-untyped-def]
+    return timed_cpu(fn)[0]
+
+
+def _cpu_seconds() -> float:
+    # This process (all threads) plus waited-for children (cp).
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed_cpu(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(wall seconds, CPU seconds) of ``fn()``; CPU time is what the work costs whatever else runs."""
     sync()
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _cpu_seconds() - cpu
 
 
 def main() -> None:
@@ -130,6 +145,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "io_threads": args.io_threads,
         "workdir": str(work),
+        "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
     }
     try:
         db_path, cp1 = work / "db", work / "cp1"
@@ -163,15 +179,19 @@ def main() -> None:
         out["full_backup"] = {"seconds": round(seconds, 2), "mb_per_s": round(size / MB / seconds, 1)}
 
         target, cp_target = work / "restore", work / "cp"
-        restore_runs, cp_runs = [], []
+        restore_runs, cp_runs, restore_cpu, cp_cpu = [], [], [], []
         for _ in range(args.rounds):
             shutil.rmtree(target, ignore_errors=True)
             # A fresh cache: nothing is known about the target, every byte is verified.
-            restore_runs.append(
-                timed(lambda: restore_directory(store, b1.index, target, checksum_cache=ChecksumCache()))  # type: ignore[attr-defined]
+            wall, cpu = timed_cpu(
+                lambda: restore_directory(store, b1.index, target, checksum_cache=ChecksumCache())  # type: ignore[attr-defined]
             )
+            restore_runs.append(wall)
+            restore_cpu.append(cpu)
             shutil.rmtree(cp_target, ignore_errors=True)
-            cp_runs.append(timed(lambda: subprocess.run(["cp", "-r", str(cp1), str(cp_target)], check=True)))
+            wall, cpu = timed_cpu(lambda: subprocess.run(["cp", "-r", str(cp1), str(cp_target)], check=True))
+            cp_runs.append(wall)
+            cp_cpu.append(cpu)
         assert {p.name: p.read_bytes() == (cp1 / p.name).read_bytes() for p in target.iterdir()} == {
             n: True for n in os.listdir(cp1)
         }, "restored files differ from the checkpoint"
@@ -184,6 +204,9 @@ def main() -> None:
             "cp_r_mb_per_s": cp_mbs,
             "ratio_best": round(max(restore_mbs) / max(cp_mbs), 2),
             "ratio_mean": round(sum(cp_runs) / sum(restore_runs), 2),
+            "restore_cpu_seconds": [round(c, 2) for c in restore_cpu],
+            "cp_r_cpu_seconds": [round(c, 2) for c in cp_cpu],
+            "cpu_ratio": round(sum(cp_cpu) / sum(restore_cpu), 2),
         }
 
         # Target already holds every file.
@@ -236,6 +259,7 @@ def main() -> None:
             "seconds": round(seconds, 2),
         }
         store.close()
+        out["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -81,3 +81,13 @@ def test_cache_is_bounded() -> None:
         st = os.stat_result((0o100644, i, 1, 1, 0, 0, 10, 0, 0, 0))
         cache.put(f"{i}.sst", st, i)
     assert len(cache) == 3
+
+
+def test_mapped_crc32_equals_streamed(tmp_path: Path) -> None:
+    from blobstate.snapshot.checksum import mapped_file_crc32
+
+    data = os.urandom(2 * checksum.READ_BUFFER_SIZE + 7)
+    (tmp_path / "f").write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    assert mapped_file_crc32(tmp_path / "f") == file_crc32(tmp_path / "f") == (zlib.crc32(data), len(data))
+    assert mapped_file_crc32(tmp_path / "empty") == (0, 0)

@@ -43,6 +43,7 @@ from blobstate.snapshot.index import (
     SnapshotMetadata,
     validate_entry_name,
 )
+from blobstate.snapshot.parallel import default_workers, run_bounded
 
 DEFAULT_CHUNK_SIZE = 64 << 20
 """Files larger than this (plus a quarter, see :func:`chunk_ranges`) are stored as several blobs."""
@@ -348,7 +349,9 @@ def backup_directory(
 
     # Checksums of reuse candidates decide retained vs uploaded; read in parallel (cache first).
     candidates = _reuse_candidates(local, prev_root)
-    crcs = store.run_parallel(lambda f: cached_file_crc32(f.path, checksum_cache)[0], candidates)
+    crcs = run_bounded(
+        store, lambda f: cached_file_crc32(f.path, checksum_cache)[0], candidates, default_workers(store)
+    )
     diff = compute_dir_diff(local, prev_root, {f.relpath: c for f, c in zip(candidates, crcs, strict=True)})
 
     to_upload = _iter_diff_files(diff)

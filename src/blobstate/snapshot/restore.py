@@ -6,8 +6,8 @@ directories are created and permission bits restored. Every download goes to a t
 file's directory and is renamed into place only after its length and checksum are verified, so a
 truncated or corrupt blob never appears under a real file name. Downloads run in parallel on the store's
 I/O pool; a single-blob file is streamed to disk with ``store.get_file`` (the local-directory backend
-copies in the kernel) and checksummed from the page cache; chunks of multi-blob files are fetched into
-memory, verified and written at their offsets.
+copies in the kernel) and checksummed through a memory map of the page cache; chunks of multi-blob files
+are fetched into memory, verified and written at their offsets (peak memory: workers x chunk size).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from blobstate.snapshot.checksum import (
     ChecksumCache,
     cached_file_crc32,
     crc32,
-    file_crc32,
+    mapped_file_crc32,
 )
 from blobstate.snapshot.index import (
     DirIndex,
@@ -38,6 +38,7 @@ from blobstate.snapshot.index import (
     SnapshotError,
     SnapshotIndex,
 )
+from blobstate.snapshot.parallel import default_workers, run_bounded
 
 TEMP_MARKER = ".blobstate-restore-"
 """Part of the name of in-progress downloads; leftovers of a crashed restore are deleted as extras."""
@@ -133,6 +134,7 @@ def restore_directory(
     verify_checksums: bool = True,
     progress: Progress | None = None,
     checksum_cache: ChecksumCache | None = DEFAULT_CHECKSUM_CACHE,
+    workers: int | None = None,
 ) -> RestoreStats:
     """Make ``target_dir`` (created if missing) hold exactly the snapshot ``index``.
 
@@ -142,6 +144,7 @@ def restore_directory(
     followed. A missing blob raises :class:`SnapshotBlobMissingError`, a truncated or corrupt one
     :class:`SnapshotCorruptError`, both naming the blob and the file; no partial file is left behind
     under a real name. ``progress(nbytes)`` is called from I/O threads as blobs are downloaded.
+    ``workers`` bounds the blobs in flight (default: :func:`~blobstate.snapshot.parallel.default_workers`).
     """
     started = time.monotonic()
     target = os.fspath(target_dir)
@@ -165,7 +168,8 @@ def restore_directory(
             os.chmod(path, f.metadata.mode)
         return True
 
-    matches = store.run_parallel(check, plan.candidates)
+    workers = workers or default_workers(store)
+    matches = run_bounded(store, check, plan.candidates, workers)
     files_reused = bytes_reused = 0
     for (relpath, final, f), same in zip(plan.candidates, matches, strict=True):
         if same:
@@ -206,7 +210,7 @@ def restore_directory(
             raise corrupt(blob, d, f"{n} bytes instead of {length}")
         crc = None
         if verify_checksums:
-            crc, _ = file_crc32(d.temp)
+            crc, _ = mapped_file_crc32(d.temp)
             if crc != blob.checksum:
                 raise corrupt(blob, d, f"checksum {crc} instead of {blob.checksum}")
         if progress is not None:
@@ -247,7 +251,7 @@ def restore_directory(
                 for blob, length in d.file.chunks():
                     jobs.append((length, lambda job=(d, blob, length): chunk(job)))
         jobs.sort(key=lambda j: j[0], reverse=True)
-        store.run_parallel(lambda job: job[1](), jobs)
+        run_bounded(store, lambda job: job[1](), jobs, workers)
         for d in multi:
             assert d.fd is not None
             os.close(d.fd)
