@@ -6,7 +6,8 @@ Puts and gets (16-byte random keys, 32-byte values) through ``RocksStateStore`` 
 rocksdict column family (raw bytes mode, the store's column family options, WAL off like the store), in
 alternating rounds, each on a fresh database. Rates are reported against wall time and against the
 calling thread's CPU time (steadier on a shared machine), with store/raw ratios. Then the replay rate of
-``apply()`` on the changelog of a full round, and the time of ``checkpoint()`` and of reopening it.
+``apply()`` on the changelog of a full round next to a bare loop of rocksdict write batches of the same
+records, and the time of ``checkpoint()`` and of reopening the checkpoint.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rocksdict import Rdict, WriteOptions
+from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from blobstate.state import store as store_module
 from blobstate.state.store import RocksStateStore
@@ -80,6 +81,28 @@ def bench_store(
             get("bench", key)
     assert get("bench", keys[0]) == values[0]
     return {"puts": rates(len(keys), tp), "gets": rates(len(lookups), tg)}, store
+
+
+def bench_raw_batches(path: Path, records: list) -> dict[str, float]:
+    """The same records written by a bare loop of rocksdict write batches of ``APPLY_BATCH`` puts."""
+    db = Rdict(str(path), store_module._db_options(True))
+    db.create_column_family("s:bench", store_module._cf_options())
+    handle = db.get_column_family_handle("s:bench")
+    write_opt = WriteOptions()
+    write_opt.disable_wal = True
+    with Timer() as t:
+        batch = WriteBatch(raw_mode=True)
+        batch.set_default_column_family(handle)
+        for _op, _cf, key, value in records:
+            batch.put(key, value)
+            if len(batch) >= store_module.APPLY_BATCH:
+                db.write(batch, write_opt)
+                batch = WriteBatch(raw_mode=True)
+                batch.set_default_column_family(handle)
+        db.write(batch, write_opt)
+    del handle
+    db.close()
+    return rates(len(records), t)
 
 
 def ratio(store: dict, raw: dict, op: str, clock: str) -> float:
@@ -143,14 +166,21 @@ def main() -> None:
         raw_wal = bench_raw(root / "raw-wal", keys, values, lookups, wal=True)
         out["raw_with_wal_puts"] = raw_wal["puts"]
 
+        raw_batch = bench_raw_batches(root / "raw-batches", records)
         with RocksStateStore.open(root / "replay") as target:
             with Timer() as ta:
                 target.apply(records)
-            out["apply"] = {"records": len(records), **rates(len(records), ta)}
             with Timer() as tf:
                 target.flush()
-            out["apply"]["flush_s"] = round(tf.wall, 3)
             assert target.get("bench", keys[-1]) == values[-1]
+        out["apply"] = {
+            "records": len(records),
+            "store_apply": rates(len(records), ta),
+            "raw_write_batches": raw_batch,
+            "ratio_wall": round((len(records) / ta.wall) / raw_batch["wall_per_s"], 3),
+            "ratio_cpu": round((len(records) / ta.cpu) / raw_batch["cpu_per_s"], 3),
+            "flush_after_apply_s": round(tf.wall, 3),
+        }
 
         out["checkpoint"] = {
             "first_checkpoint_s_incl_memtable_flush": round(checkpoint_s, 4),
