@@ -310,8 +310,8 @@ def test_checkpoint_opens_with_the_same_content_and_ignores_later_writes(tmp_pat
         s.put("b", b"k", b"v")
         s.delete("a", b"k0000")
         before = contents(s)
-        dest = s.checkpoint(tmp_path / "cp")
-        assert dest == tmp_path / "cp"
+        dest = s.checkpoint(tmp_path / "checkpoints" / "cp")
+        assert dest == tmp_path / "checkpoints" / "cp"
         wal = [p for p in dest.iterdir() if p.suffix == ".log"]
         assert all(p.stat().st_size == 0 for p in wal), "the checkpoint must not need a write-ahead log"
 
@@ -352,6 +352,14 @@ def test_open_without_create_does_not_create(tmp_path: Path) -> None:
     with pytest.raises(NotAStoreError, match=re.escape(str(missing)) + ".*create=False"):
         RocksStateStore.open(missing, create=False)
     assert not missing.exists()
+
+
+def test_a_broken_store_is_refused_naming_the_path(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "CURRENT").write_text("MANIFEST-000099\n")
+    with pytest.raises(StateStoreError, match=re.escape(str(broken))):
+        RocksStateStore.open(broken)
 
 
 def test_a_database_with_foreign_column_families_is_refused(tmp_path: Path) -> None:

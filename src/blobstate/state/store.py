@@ -233,10 +233,14 @@ class RocksStateStore:
             db = Rdict(str(p), _db_options(create), column_families=families)
         except Exception as e:
             message = str(e)
-            if "lock" in message.lower():
+            if "/LOCK" in message or "lock hold" in message:
                 raise StoreLockedError(p, f"locked by another open store ({message})") from e
             raise StateStoreError(p, f"cannot open: {message}") from e
-        return cls(p, db, names)
+        try:
+            return cls(p, db, names)
+        except BaseException:
+            db.close()
+            raise
 
     def close(self) -> None:
         """Write pending changes to SST files and close the database. Idempotent.
@@ -562,6 +566,7 @@ class RocksStateStore:
             raise StateStoreError(self.path, f"checkpoint target {str(dest)!r} already exists")
         self.flush()
         try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
             Checkpoint(db).create_checkpoint(str(dest))
         except Exception as e:
             raise StateStoreError(self.path, f"cannot create checkpoint at {str(dest)!r}: {e}") from e
