@@ -417,3 +417,27 @@ def test_permission_change_of_a_reused_file_is_recorded(mem_store: BlobStore, tm
     assert entry.metadata.mode == 0o600 and entry.blobs == first.index.dir_index.files_present[0].blobs
     restore_directory(mem_store, second.index, tmp_path / "t")
     assert stat.S_IMODE((tmp_path / "t" / "1.sst").stat().st_mode) == 0o600
+
+
+def test_hostile_index_is_refused_before_anything_is_written(mem_store: BlobStore, tmp_path: Path) -> None:
+    import json
+
+    from blobstate.snapshot import DirIndex, SnapshotFormatError
+
+    src = write_tree(tmp_path / "src", {"a.sst": b"a"})
+    result = backup(mem_store, src, 1)
+    raw = json.loads(result.index.to_json())
+    raw["dirIndex"]["filesPresent"][0]["name"] = "../../escaped.sst"
+    mem_store.put("state/0/0/9_hostile.snapshot", json.dumps(raw).encode())
+    with pytest.raises(SnapshotFormatError, match=r"9_hostile.*'\.\./\.\./escaped\.sst'"):
+        read_snapshot_index(mem_store, "state/0/0/9_hostile.snapshot")
+
+    # An index built in code is validated too.
+    from dataclasses import replace
+
+    entry = replace(result.index.dir_index.files_present[0], name="..")
+    bad = replace(result.index, dir_index=DirIndex("", files_present=(entry,)))
+    target = tmp_path / "deep" / "target"
+    with pytest.raises(SnapshotFormatError, match="unsafe name"):
+        restore_directory(mem_store, bad, target)
+    assert not (tmp_path / "deep").exists()

@@ -330,7 +330,8 @@ def backup_directory(
     (pending until :func:`~blobstate.snapshot.cleanup.post_commit_cleanup` makes it permanent); if the
     backup fails part-way, no index exists and what was written expires. Nothing the previous snapshot
     references is modified or deleted. ``progress(nbytes)`` is called from I/O threads as chunks land.
-    ``checksum_cache`` (None to disable) avoids re-reading unchanged immutable files.
+    ``checksum_cache`` (None to disable) avoids re-reading unchanged immutable files. Must not be
+    called from the store's own I/O pool.
     """
     started = time.monotonic()
     if (previous is None) != (previous_name is None):

@@ -71,7 +71,6 @@ class _Download:
     final: str
     temp: str
     file: FileIndex
-    fd: int | None = None
     done: bool = False
 
 
@@ -143,17 +142,20 @@ def restore_directory(
     False) and renamed into place. Extra files and directories are deleted; symlinks are removed, never
     followed. A missing blob raises :class:`SnapshotBlobMissingError`, a truncated or corrupt one
     :class:`SnapshotCorruptError`, both naming the blob and the file; no partial file is left behind
-    under a real name. ``progress(nbytes)`` is called from I/O threads as blobs are downloaded.
-    ``workers`` bounds the blobs in flight (default: :func:`~blobstate.snapshot.parallel.default_workers`).
+    under a real name; the target may then hold a mix of old and new files, and running the restore
+    again completes it. ``progress(nbytes)`` is called from I/O threads as blobs are downloaded.
+    Must not be called from the store's own I/O pool. ``workers`` bounds the blobs in flight (default:
+    :func:`~blobstate.snapshot.parallel.default_workers`).
     """
     started = time.monotonic()
+    where = f"snapshot {index.checkpoint_id!r}"
+    index.validate(where)  # never trust names or offsets of an index built elsewhere
     target = os.fspath(target_dir)
     if os.path.islink(target):
         raise SnapshotError(f"restore target {target!r} is a symlink; refusing to restore through it")
     if os.path.exists(target) and not os.path.isdir(target):
         raise SnapshotError(f"restore target {target!r} exists and is not a directory")
     Path(target).mkdir(parents=True, exist_ok=True)
-    where = f"snapshot {index.checkpoint_id!r}"
 
     plan = _Plan([], [])
     _sync_dir(index.dir_index, target, "", plan)
@@ -227,11 +229,14 @@ def restore_directory(
             raise corrupt(blob, d, f"{len(data)} bytes instead of {length}")
         if verify_checksums and crc32(data) != blob.checksum:
             raise corrupt(blob, d, f"checksum {crc32(data)} instead of {blob.checksum}")
-        assert d.fd is not None
         view = memoryview(data)
-        written = 0
-        while written < length:
-            written += os.pwrite(d.fd, view[written:], blob.offset + written)
+        fd = os.open(d.temp, os.O_WRONLY)
+        try:
+            written = 0
+            while written < length:
+                written += os.pwrite(fd, view[written:], blob.offset + written)
+        finally:
+            os.close(fd)
         if progress is not None:
             progress(length)
 
@@ -246,16 +251,13 @@ def restore_directory(
             elif len(d.file.blobs) == 1:
                 jobs.append((d.file.size, lambda d=d: whole_file(d)))
             else:
-                d.fd = os.open(d.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.close(os.open(d.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
                 multi.append(d)
                 for blob, length in d.file.chunks():
                     jobs.append((length, lambda job=(d, blob, length): chunk(job)))
         jobs.sort(key=lambda j: j[0], reverse=True)
         run_bounded(store, lambda job: job[1](), jobs, workers)
         for d in multi:
-            assert d.fd is not None
-            os.close(d.fd)
-            d.fd = None
             if os.path.getsize(d.temp) != d.file.size:
                 raise SnapshotCorruptError(
                     f"{where}: file {d.relpath!r} has {os.path.getsize(d.temp)} bytes after download, "
@@ -266,9 +268,6 @@ def restore_directory(
             finish(d, d.file.checksum if verify_checksums else None)
     finally:
         for d in plan.downloads:
-            if d.fd is not None:
-                os.close(d.fd)
-                d.fd = None
             if not d.done:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(d.temp)
