@@ -10,6 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -138,11 +139,15 @@ class ChecksumCache:
     RocksDB checkpoint of the same SST hits the cache; ctime is left out on purpose because creating a
     hard link changes it. RocksDB never reuses an SST file number nor writes an SST in place, so the name
     plus inode, size and mtime identify the content. Only immutable files (:func:`is_immutable`) are
-    cached: a mutable file could be rewritten in place within one timestamp tick. Bounded (LRU).
+    cached: a mutable file could be rewritten in place within one timestamp tick. Nor are files modified
+    less than ``racy_seconds`` ago (git's "racily clean" rule): file timestamps can be coarse (one clock
+    tick, or whole seconds on some filesystems), so a same-size rewrite right after would look unchanged.
+    Bounded (LRU).
     """
 
-    def __init__(self, max_entries: int = 100_000) -> None:
+    def __init__(self, max_entries: int = 100_000, racy_seconds: float = 2.0) -> None:
         self.max_entries = max_entries
+        self.racy_ns = int(racy_seconds * 1e9)
         self._entries: OrderedDict[CacheKey, int] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -168,8 +173,8 @@ class ChecksumCache:
             return value
 
     def put(self, name: str, st: os.stat_result, crc: int) -> None:
-        """Remember the CRC-32 of this file (ignored for mutable files)."""
-        if not is_immutable(name):
+        """Remember the CRC-32 of this file (ignored for mutable and for just-modified files)."""
+        if not is_immutable(name) or time.time_ns() - st.st_mtime_ns < self.racy_ns:
             return
         with self._lock:
             self._entries[self.key(name, st)] = crc
