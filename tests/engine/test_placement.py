@@ -3,6 +3,13 @@
 Run as a script (``python test_placement.py``), this module starts its own ``local-cluster`` session
 and prints the placement of repeated runs as JSON; the cluster test below does exactly that, because
 a local-cluster SparkContext cannot share a JVM with the shared local[2] session.
+
+local-cluster with the pip ``pyspark`` package needs no SPARK_HOME: its launcher sets SPARK_HOME to
+the package directory (which holds ``bin/`` and ``jars/``) for the driver JVM, and the in-process
+master and workers start executor JVMs from it. Executors start Python workers with the driver's
+``PYSPARK_PYTHON`` (sent with each Python function), so only that must name this venv's python.
+All executors of a local-cluster share one host, so after ``spark.locality.wait.process`` (default
+3s) a task may run on the other executor; the test raises the wait so a slow machine stays exact.
 """
 
 from __future__ import annotations
@@ -86,7 +93,6 @@ def test_preferred_locations_keep_partitions_and_tasks_see_their_executor(spark)
         df, [location_string(driver), None, location_string(driver), None]
     )
 
-    assert sorted(r.k for r in located.collect()) == sorted(r.k for r in df.collect())
     report = located.mapInArrow(_partition_reporter(), RESULT_SCHEMA).collect()
     assert sorted(r.partition for r in report) == [0, 1, 2, 3]
     # Every partition holds exactly the rows the hash repartitioning put there.
@@ -157,11 +163,8 @@ def test_current_executor_outside_a_task_is_a_stable_fallback() -> None:
 @pytest.mark.slow
 def test_local_cluster_tasks_run_on_their_preferred_executor(tmp_path: Path) -> None:
     """Two executors; each run assigns the 4 partitions alternately (swapped every run)."""
-    import pyspark
-
     env = dict(os.environ)
-    # local-cluster launches executor JVMs from $SPARK_HOME/jars; the pip package has them.
-    env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
+    # Python workers are started with the driver's PYSPARK_PYTHON (this venv, which has blobstate).
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     proc = subprocess.run(
@@ -192,11 +195,11 @@ def _cluster_main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    started = time.monotonic()
     spark = (
         SparkSession.builder.master("local-cluster[2,1,1024]")
         .appName("blobstate-placement-cluster-test")
         .config("spark.ui.enabled", "false")
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         # Generous on a shared 2-core machine: a slow task must not let its successor move away.
         .config("spark.locality.wait", "30s")
         .getOrCreate()
@@ -208,20 +211,30 @@ def _cluster_main() -> None:
         while len(executors := helper.executors()) < 2:
             assert time.monotonic() < deadline, f"executors did not register: {executors}"
             time.sleep(0.5)
+        ready = time.monotonic()
         runs = []
         for run in range(CLUSTER_RUNS):
+            run_started = time.monotonic()
             df = spark.range(1000).select(F.col("id").alias("k")).repartition(CLUSTER_PARTITIONS, "k")
             assigned = [executors[(p + run) % 2] for p in range(CLUSTER_PARTITIONS)]
             located = helper.with_preferred_locations(df, [location_string(e) for e in assigned])
             report = located.mapInArrow(_partition_reporter(), RESULT_SCHEMA).collect()
             runs.append(
                 {
-                    "assigned": {str(p): e.executor_id for p, e in enumerate(assigned)},
-                    "ran_on": {str(r.partition): r.executor_id for r in report},
+                    "assigned": {str(p): dataclasses.asdict(e) for p, e in enumerate(assigned)},
+                    "ran_on": {
+                        str(r.partition): {"executor_id": r.executor_id, "host": r.host} for r in report
+                    },
                     "rows": sum(r.rows for r in report),
+                    "seconds": round(time.monotonic() - run_started, 2),
                 }
             )
-        print(json.dumps({"executors": [dataclasses.asdict(e) for e in executors], "runs": runs}))
+        result = {
+            "executors": [dataclasses.asdict(e) for e in executors],
+            "startup_seconds": round(ready - started, 2),
+            "runs": runs,
+        }
+        print(json.dumps(result))
     finally:
         spark.stop()
 
