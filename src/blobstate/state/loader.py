@@ -83,7 +83,7 @@ def _remote_info(
     if store.exists(snapshot_name(operator, partition, cid)):
         return LineageInfo(cid, (cid.uid,), 0, 0)
     lineage = delta_lineage(store, operator, partition, cid)
-    return LineageInfo(cid, (cid.uid, *lineage), len(lineage) + 1, delta_bytes)
+    return LineageInfo(cid, (cid.uid, *lineage), len(lineage), delta_bytes)
 
 
 def load_working(
@@ -144,8 +144,9 @@ def load_working(
         base_kind=chain.base_kind,
         missing_snapshots=[c.name for c in chain.missing_snapshots],
     )
-    base_info = _restore_base(store, layout, chain, prior, prior_info, report)
+    # Deltas first: a missing or corrupt one fails the load before the (larger) base is restored.
     records = _download_deltas(store, operator, partition, chain, data, report)
+    base_info = _restore_base(store, layout, chain, prior, prior_info, report)
     info = _next_info(chain, base_info, report)
     return _finish(open_store, working, info, report, records, started)
 

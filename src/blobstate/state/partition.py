@@ -369,6 +369,11 @@ def open_partition(
     :class:`~blobstate.state.errors.StateLoadError` subclasses naming the missing or corrupt object, its
     version and uid, and :class:`~blobstate.state.locking.PartitionLockedError` when another worker holds
     the partition longer than ``lock_timeout`` seconds.
+
+    ``snapshot_every`` / ``snapshot_delta_bytes`` decide when :meth:`PartitionState.commit` uploads a
+    snapshot; ``local_checkpoints_to_keep`` how many local hard-link checkpoints stay; ``pending_ttl``
+    the TTL of everything uploaded. ``min_versions_to_retain`` is validated and kept on the state for
+    callers; retention itself runs in the driver (:func:`blobstate.state.retention.after_commit`).
     """
     if committed is not None and not isinstance(committed, CheckpointId):
         raise TypeError(f"committed must be a CheckpointId or None, not {type(committed).__name__}")
