@@ -241,3 +241,12 @@ def test_fast_slicer_matches_iloc() -> None:
         expected = frame.iloc[start:stop].reset_index(drop=True)
         got = grouping.slicer()(frame, start, stop)
         pd.testing.assert_frame_equal(got, expected)
+
+
+def test_dictionary_encoded_and_small_int_keys(store: Any) -> None:
+    recorder = Recorder()
+    data = pa.table(
+        {"key": pa.array(["b", "a", "b"]).dictionary_encode(), "n": pa.array([3, 1, 2], pa.int8())}
+    )
+    go(store, recorder, data, key_columns=["key", "n"])
+    assert [c[1] for c in recorder.calls if c[0] == "input"] == [("a", 1), ("b", 2), ("b", 3)]

@@ -377,7 +377,12 @@ class MapState(_StateBase):
 
     def exists(self) -> bool:
         """Whether the map of the current grouping key has any (unexpired) entry."""
-        return next(self._entries(self._kb("read")), None) is not None
+        now = self._now()
+        for _, data in self._s.store.items(self._cf, self._kb("read")):
+            expiry = codec.value_expiry(data)
+            if expiry is None or now < expiry:
+                return True
+        return False
 
     def getValue(self, key: tuple) -> tuple | None:
         """The value of ``key`` in the current grouping key's map (a Row, as Spark returns), or None."""

@@ -58,11 +58,16 @@ def check_columns(table: pa.Table, columns: Sequence[str], what: str) -> None:
 
 
 def _widen(table: pa.Table) -> pa.Table:
-    """Widen small ints to int64 and floats to float64, as Spark's worker (which rebuilds rows) does."""
+    """Widen small ints to int64 and floats to float64, as Spark's worker (which rebuilds rows) does;
+    decode dictionary-encoded columns."""
     fields = []
     changed = False
     for field in table.schema:
         t = field.type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+            field = field.with_type(t)
+            changed = True
         if pa.types.is_integer(t) and t != pa.int64():
             fields.append(field.with_type(pa.int64()))
             changed = True
