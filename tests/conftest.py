@@ -67,13 +67,15 @@ def blob_store(blob_store_url: str) -> Iterator[BlobStore]:
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local[2] SparkSession shared by every Spark test of the session."""
+    """One local[2,2] SparkSession (2 cores, a failed task is retried once) shared by every Spark test."""
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Python workers must import what the tests import (test-local processor modules included).
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")
         .appName("blobstate-tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")

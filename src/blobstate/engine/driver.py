@@ -41,6 +41,10 @@ class BatchReport:
     restore_bytes: int
     bytes_uploaded: int
     snapshots: int
+    stage_seconds: float = 0.0
+    sink_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    max_task_seconds: float = 0.0
     skipped: bool = False
     executors: dict[int, str] = field(default_factory=dict)
 
@@ -110,17 +114,25 @@ class BatchDriver:
             snapshot_delta_bytes=self.config.snapshot_delta_bytes,
         )
         placement = self._placement(previous)
+        stage_started = time.monotonic()
         table = self._run_stage(batch_df, spec, placement)
         outputs, metas = _split(table)
         self._check_metas(metas, batch_id)
+        sink_started = time.monotonic()
         self._hand_to_sink(outputs, batch_id)
+        commit_started = time.monotonic()
         commit = self._commit(version, metas, watermark, started)
+        finished = time.monotonic()
         report = BatchReport(
             batch_id=batch_id,
             version=version,
             input_rows=sum(m["input_rows"] for m in metas.values()),
             output_rows=outputs.num_rows,
-            seconds=round(time.monotonic() - started, 3),
+            seconds=round(finished - started, 3),
+            stage_seconds=round(sink_started - stage_started, 3),
+            sink_seconds=round(commit_started - sink_started, 3),
+            commit_seconds=round(finished - commit_started, 3),
+            max_task_seconds=max((m["task_seconds"] for m in metas.values()), default=0.0),
             max_load_seconds=max((m["load_seconds"] for m in metas.values()), default=0.0),
             restore_bytes=sum(m.get("restore_bytes") or 0 for m in metas.values()),
             bytes_uploaded=sum(m["bytes_uploaded"] for m in metas.values()),

@@ -128,7 +128,10 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         for out in outputs:
             stats["output_rows"] += out.num_rows
             yield _with_null_meta(out, stage_schema)
+        commit_started = time.monotonic()
         result = state.commit()
+        stats["commit_seconds"] = round(time.monotonic() - commit_started, 4)
+        stats["process_seconds"] = round(commit_started - started - load_seconds, 4)
     except BaseException:
         state.abort()
         raise
