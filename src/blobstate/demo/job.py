@@ -16,14 +16,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 
-def build_spark(app_name: str):
-    """A local[2] SparkSession sized for this machine."""
+def build_spark(app_name: str, master: str = "local[2]", locality_wait: str = "3s"):
+    """A SparkSession sized for this machine (``local[2]`` or ``local-cluster[2,1,1024]``)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName(app_name)
+        .config("spark.locality.wait", locality_wait)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--local-dir", required=True)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--locality-wait", default="3s", help="spark.locality.wait")
     args = parser.parse_args(argv)
 
     import blobstate
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from blobstate.demo.sessions import OUTPUT_SCHEMA, WATERMARK_DELAY_MS, SessionProcessor
     from blobstate.engine.driver import BatchReport
 
-    spark = build_spark("blobstate-demo")
+    spark = build_spark("blobstate-demo", args.master, args.locality_wait)
     from pyspark.sql.pandas.types import from_arrow_schema
 
     clicks = (
