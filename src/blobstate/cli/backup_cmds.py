@@ -117,7 +117,7 @@ def restore(
             name, index = newest
         else:
             name, index = snapshot, read_snapshot_index(store, snapshot)
-        total = index.total_size()
+        total = index.total_size
         with _progress("restore", total, not as_json) as progress:
             stats = restore_directory(store, index, directory, progress=progress)
     result = asdict(stats)
