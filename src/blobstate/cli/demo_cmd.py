@@ -10,11 +10,11 @@ import typer
 
 def demo(
     workdir: Annotated[Path, typer.Option(help="Scratch directory (wiped first).")] = Path("blobstate-demo"),
-    batches: Annotated[int, typer.Option(help="Micro-batches of clicks.")] = 16,
-    events: Annotated[int, typer.Option(help="Click events per micro-batch.")] = 20_000,
-    users: Annotated[int, typer.Option(help="Distinct users.")] = 20_000,
+    batches: Annotated[int, typer.Option(help="Micro-batches of clicks.")] = 12,
+    events: Annotated[int, typer.Option(help="Click events per micro-batch.")] = 10_000,
+    users: Annotated[int, typer.Option(help="Distinct users.")] = 10_000,
     partitions: Annotated[int, typer.Option(help="State partitions.")] = 4,
-    kill_after: Annotated[int, typer.Option(help="Kill the job after this many batches, then restart.")] = 6,
+    kill_after: Annotated[int, typer.Option(help="Kill the job after this many batches, then restart.")] = 5,
 ) -> None:
     """Sessionize a click stream with blobstate state, kill and restart the job, check the result."""
     from blobstate.demo.clickstream import StreamShape
