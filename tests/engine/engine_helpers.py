@@ -1,0 +1,316 @@
+"""Shared helpers of the engine's end-to-end and Spark-compatibility tests.
+
+Input batches are parquet files, one per micro-batch, with increasing modification times, read by a file
+source with ``maxFilesPerTrigger=1`` (so batch ``i`` is file ``i``). Queries run to completion with
+``processAllAvailable``; a :class:`BatchRecorder` sink keeps each batch's output rows as a sorted list.
+Processors defined here are imported by Spark's Python workers (the ``spark`` fixture puts this
+directory on their ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
+
+KV_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64())])
+KV_DDL = "key STRING, value BIGINT"
+
+SPARK_ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+Row = tuple[Any, ...]
+
+
+# ---------------------------------------------------------------------------------------------- input
+def kv_table(rows: Sequence[tuple[str, int]]) -> pa.Table:
+    """A ``key STRING, value BIGINT`` batch."""
+    return pa.table({"key": [k for k, _ in rows], "value": [v for _, v in rows]}, schema=KV_SCHEMA)
+
+
+def write_batch_files(directory: Path, tables: Sequence[pa.Table], first: int = 0) -> list[Path]:
+    """Write ``tables`` as ``batch-<first + i>.parquet``, each file's mtime later than the one before.
+
+    The file source orders files by modification time; each file appears atomically (written under a
+    hidden name, which the source ignores, then renamed).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    base = time.time() - 3600
+    paths = []
+    for i, table in enumerate(tables, start=first):
+        path = directory / f"batch-{i:05d}.parquet"
+        tmp = directory / f".batch-{i:05d}.parquet.tmp"
+        pq.write_table(table, tmp)
+        os.utime(tmp, (base + i, base + i))
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
+
+
+def file_stream(spark: Any, directory: Path, schema: str) -> Any:
+    """A streaming DataFrame over ``directory`` that takes one file per micro-batch."""
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(directory))
+
+
+# ---------------------------------------------------------------------------------------------- output
+class BatchRecorder:
+    """A ``foreachBatch``-style sink: each batch id's rows (sorted tuples) and how often it was called."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, list[Row]] = {}
+        self.calls: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        rows = sorted((tuple(r) for r in frame.collect()), key=_sort_key)
+        with self._lock:
+            self.calls[batch_id] += 1
+            self.rows[batch_id] = rows
+
+    def nonempty(self) -> dict[int, list[Row]]:
+        """The batches that produced output."""
+        return {b: r for b, r in sorted(self.rows.items()) if r}
+
+
+def _sort_key(row: Row) -> tuple:
+    return tuple((v is not None, v) for v in row)
+
+
+def sorted_rows(rows: Sequence[Row]) -> list[Row]:
+    """``rows`` sorted the way :class:`BatchRecorder` sorts them (nulls first)."""
+    return sorted(rows, key=_sort_key)
+
+
+# ---------------------------------------------------------------------------------------------- running
+@contextmanager
+def spark_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """Set session conf values for the duration of the block, then restore the previous values."""
+    previous = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def run_to_end(query: Any) -> None:
+    """Process every available input file, then stop the query (re-raising its failure, if any)."""
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+def run_blobstate(
+    spark: Any,
+    input_dir: Path,
+    checkpoint: Path | str,
+    processor: Any,
+    *,
+    input_schema: str = KV_DDL,
+    key: str | Sequence[str] = "key",
+    output_schema: str,
+    num_partitions: int = 2,
+    local_dir: Path,
+    sink: BatchRecorder | None = None,
+    **options: Any,
+) -> tuple[BatchRecorder, list[Any]]:
+    """Run ``processor`` with blobstate over every file of ``input_dir``; returns the sink and reports."""
+    import blobstate
+
+    recorder = sink if sink is not None else BatchRecorder()
+    query = blobstate.transform_with_state(
+        file_stream(spark, input_dir, input_schema),
+        key=key,
+        processor=processor,
+        output_schema=output_schema,
+        checkpoint=str(checkpoint),
+        sink=recorder,
+        num_partitions=num_partitions,
+        local_dir=str(local_dir),
+        async_cleanup=False,
+        **options,
+    )
+    run_to_end(query)
+    return recorder, blobstate.batch_reports(query)
+
+
+def run_spark_tws(
+    spark: Any,
+    input_dir: Path,
+    checkpoint: Path,
+    processor: Any,
+    *,
+    input_schema: str = KV_DDL,
+    key: str = "key",
+    output_schema: str,
+    output_mode: str = "Update",
+    time_mode: str = "None",
+    event_time_column: str | None = None,
+    watermark_delay_ms: int = 0,
+) -> BatchRecorder:
+    """Run ``processor`` with Spark's own ``transformWithStateInPandas`` (RocksDB state store).
+
+    Spark's no-data batches are turned off: blobstate runs a batch only when input arrives (it sees
+    batches through ``foreachBatch``), so with them on Spark would run extra batches that fire timers
+    and shift batch ids.
+    """
+    recorder = BatchRecorder()
+    settings = {
+        "spark.sql.streaming.stateStore.providerClass": SPARK_ROCKSDB_PROVIDER,
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    }
+    with spark_conf(spark, settings):
+        df = file_stream(spark, input_dir, input_schema)
+        if event_time_column is not None:
+            df = df.withWatermark(event_time_column, f"{watermark_delay_ms} milliseconds")
+        query = (
+            df.groupBy(key)
+            .transformWithStateInPandas(
+                statefulProcessor=processor,
+                outputStructType=output_schema,
+                outputMode=output_mode,
+                timeMode=time_mode,
+            )
+            .writeStream.outputMode(output_mode.lower())
+            .foreachBatch(recorder)
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+        run_to_end(query)
+    return recorder
+
+
+# ---------------------------------------------------------------------------------------------- processors
+RUNNING_COUNT_OUTPUT = "key STRING, count BIGINT, total BIGINT"
+
+
+class RunningCount(StatefulProcessor):
+    """Running count and sum of ``value`` per key (time mode None); one output row per key per batch."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the per-key counters."""
+        self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        """Add this batch's rows to the key's counters and emit them."""
+        count = 0
+        total = 0
+        for pdf in rows:
+            count += len(pdf)
+            total += int(pdf["value"].sum())
+        old = self.state.get()
+        if old is not None:
+            count += old[0]
+            total += old[1]
+        self.state.update((count, total))
+        yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
+
+
+def reference_running_count(batches: Sequence[Sequence[tuple[str, int]]]) -> dict[int, list[Row]]:
+    """Plain-Python running count and sum per key: each batch's rows ``(key, count, total)``."""
+    state: dict[str, tuple[int, int]] = {}
+    out: dict[int, list[Row]] = {}
+    for batch_id, rows in enumerate(batches):
+        touched = set()
+        for k, v in rows:
+            c, t = state.get(k, (0, 0))
+            state[k] = (c + 1, t + v)
+            touched.add(k)
+        out[batch_id] = sorted_rows([(k, *state[k]) for k in touched])
+    return out
+
+
+EVENT_DDL = "key STRING, ts TIMESTAMP"
+EVENT_SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])
+SESSION_OUTPUT = (
+    "key STRING, kind STRING, start_ms BIGINT, last_ms BIGINT, events BIGINT, watermark_ms BIGINT"
+)
+SESSION_GAP_MS = 10_000
+SESSION_WATERMARK_DELAY_MS = 5_000
+
+
+def event_table(rows: Sequence[tuple[str, int]]) -> pa.Table:
+    """A ``key STRING, ts TIMESTAMP`` batch from ``(key, epoch ms)`` pairs."""
+    ts = pa.array([ms * 1000 for _, ms in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    return pa.table({"key": [k for k, _ in rows], "ts": ts}, schema=EVENT_SCHEMA)
+
+
+def _epoch_ms(series: pd.Series) -> pd.Series:
+    if getattr(series.dt, "tz", None) is not None:
+        series = series.dt.tz_convert("UTC").dt.tz_localize(None)
+    return series.astype("datetime64[ms]").astype("int64")
+
+
+class EventTimeSessions(StatefulProcessor):
+    """Event-time sessions (time mode EventTime): a timer at ``last event + gap`` closes a session.
+
+    Emits an ``input`` row per key per batch (the session so far and the watermark the handler saw) and
+    a ``closed`` row when the watermark passes the timer; output :data:`SESSION_OUTPUT`.
+    """
+
+    def __init__(self, gap_ms: int = SESSION_GAP_MS) -> None:
+        self.gap_ms = gap_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the open session of each key."""
+        self.handle = handle
+        self.session = handle.getValueState("session", "start_ms BIGINT, last_ms BIGINT, events BIGINT")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        """Extend the key's session and move its timer to the new last event + gap."""
+        times = [int(t) for pdf in rows for t in _epoch_ms(pdf["ts"])]
+        old = self.session.get()
+        start, last, events = min(times), max(times), len(times)
+        if old is not None:
+            self.handle.deleteTimer(old[1] + self.gap_ms)
+            start, last, events = min(start, old[0]), max(last, old[1]), events + old[2]
+        self.session.update((start, last, events))
+        self.handle.registerTimer(last + self.gap_ms)
+        watermark = timerValues.getCurrentWatermarkInMs()
+        yield pd.DataFrame([(key[0], "input", start, last, events, watermark)], columns=_SESSION_COLUMNS)
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        """The watermark passed last event + gap: emit the session and forget it."""
+        start, last, events = self.session.get()
+        self.session.clear()
+        watermark = timerValues.getCurrentWatermarkInMs()
+        yield pd.DataFrame([(key[0], "closed", start, last, events, watermark)], columns=_SESSION_COLUMNS)
+
+
+_SESSION_COLUMNS = ["key", "kind", "start_ms", "last_ms", "events", "watermark_ms"]
+
+T0 = 1_700_000_000_000
+"""Event-time origin of :data:`EVENT_BATCHES` (epoch ms)."""
+
+EVENT_BATCHES: list[list[tuple[str, int]]] = [
+    # watermark for timers 0, for late rows 0; afterwards T0 + 3s - 5s
+    [("a", T0), ("a", T0 + 2_000), ("b", T0 + 1_000), ("c", T0 + 3_000)],
+    # timers T0 - 2s, late rows 0: c's older event is accepted; afterwards T0 + 30s - 5s
+    [("b", T0 + 20_000), ("d", T0 + 30_000), ("c", T0 - 1_000)],
+    # timers T0 + 25s, late rows T0 - 2s: a at T0 - 3s is late and dropped; f at T0 is only behind the
+    # timer watermark, so it is accepted and its session closes at once; a and c close
+    [("a", T0 - 3_000), ("e", T0 + 26_000), ("d", T0 + 31_000), ("f", T0), ("g", T0 + 60_000)],
+    # timers T0 + 55s, late rows T0 + 25s: b, d and e close; g stays open
+    [("h", T0 + 61_000)],
+]
+"""Event-time input: late rows, timers firing, and the one-batch lag of Spark's late-row watermark."""
