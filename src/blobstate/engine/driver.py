@@ -23,6 +23,16 @@ log = logging.getLogger("blobstate")
 
 Sink = Callable[[DataFrame, int], None]
 
+PARTITION_METRICS = (
+    "input_rows",
+    "output_rows",
+    "bytes_uploaded",
+    "load_seconds",
+    "load_rule",
+    "restore_bytes",
+)
+"""Per-partition entries of a commit's ``metrics.partitions``: from the task's metadata row (``task.py``)."""
+
 
 class BatchError(RuntimeError):
     """A micro-batch could not be completed; nothing of it was committed."""
@@ -219,10 +229,7 @@ class BatchDriver:
             metrics={
                 "eviction_watermark_ms": watermark,
                 "seconds": round(time.monotonic() - started, 3),
-                "partitions": {
-                    p: {k: m[k] for k in ("input_rows", "output_rows", "bytes_uploaded", "load_seconds")}
-                    for p, m in metas.items()
-                },
+                "partitions": {p: {k: m[k] for k in PARTITION_METRICS} for p, m in metas.items()},
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
             },
             writer=self.writer_id,
