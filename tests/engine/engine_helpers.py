@@ -193,6 +193,7 @@ def run_spark_tws(
             .start()
         )
         run_to_end(query)
+    assert list(checkpoint.glob("state/0/*/SSTs")), "Spark's state did not use the RocksDB provider"
     return recorder
 
 
@@ -314,3 +315,99 @@ EVENT_BATCHES: list[list[tuple[str, int]]] = [
     [("h", T0 + 61_000)],
 ]
 """Event-time input: late rows, timers firing, and the one-batch lag of Spark's late-row watermark."""
+
+
+def expected_event_time_sessions() -> dict[int, list[tuple]]:
+    """What :class:`EventTimeSessions` emits for :data:`EVENT_BATCHES` (see the comments there)."""
+    w1, w2, w3 = T0 - 2_000, T0 + 25_000, T0 + 55_000
+    return {
+        0: sorted_rows([
+            ("a", "input", T0, T0 + 2_000, 2, 0),
+            ("b", "input", T0 + 1_000, T0 + 1_000, 1, 0),
+            ("c", "input", T0 + 3_000, T0 + 3_000, 1, 0),
+        ]),
+        1: sorted_rows([
+            ("b", "input", T0 + 1_000, T0 + 20_000, 2, w1),
+            ("c", "input", T0 - 1_000, T0 + 3_000, 2, w1),
+            ("d", "input", T0 + 30_000, T0 + 30_000, 1, w1),
+        ]),
+        2: sorted_rows([
+            ("a", "closed", T0, T0 + 2_000, 2, w2),  # the late event at T0 - 3s was dropped
+            ("c", "closed", T0 - 1_000, T0 + 3_000, 2, w2),
+            ("d", "input", T0 + 30_000, T0 + 31_000, 2, w2),
+            ("e", "input", T0 + 26_000, T0 + 26_000, 1, w2),
+            ("f", "closed", T0, T0, 1, w2),
+            ("f", "input", T0, T0, 1, w2),
+            ("g", "input", T0 + 60_000, T0 + 60_000, 1, w2),
+        ]),
+        3: sorted_rows([
+            ("b", "closed", T0 + 1_000, T0 + 20_000, 2, w3),
+            ("d", "closed", T0 + 30_000, T0 + 31_000, 2, w3),
+            ("e", "closed", T0 + 26_000, T0 + 26_000, 1, w3),
+            ("h", "input", T0 + 61_000, T0 + 61_000, 1, w3),
+        ]),
+    }  # fmt: skip
+
+
+REMINDERS_OUTPUT = "key STRING, kind STRING, count BIGINT, timers BIGINT, recent BIGINT, flags BIGINT"
+HOUR_MS = 3_600_000
+
+
+class Reminders(StatefulProcessor):
+    """Processing-time timers and TTL with outputs independent of the wall clock (time mode ProcessingTime).
+
+    Every batch with input for a key replaces the key's timers with one at ``now + 1 ms`` (due in the next
+    batch, which always starts later) and one an hour away (never due in a test). ``count`` lives an hour;
+    ``recent`` (ListState) and ``flags`` (MapState) live 1 ms, so a batch never sees an earlier batch's.
+    Output :data:`REMINDERS_OUTPUT`: per key and batch an ``input`` row, per fired timer a ``timer`` row,
+    each with the count, the timers then listed and the sizes of ``recent`` and ``flags``.
+    """
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the state variables, each with a TTL."""
+        self.handle = handle
+        self.count = handle.getValueState("count", "n BIGINT", ttlDurationMs=HOUR_MS)
+        self.recent = handle.getListState("recent", "value BIGINT", ttlDurationMs=1)
+        self.flags = handle.getMapState("flags", "flag STRING", "value BIGINT", ttlDurationMs=1)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        """Count, remember the values briefly, and replace the key's timers."""
+        now = timerValues.getCurrentProcessingTimeInMs()
+        values = sorted(int(v) for pdf in rows for v in pdf["value"])
+        leftovers = len(list(self.recent.get())) + len(list(self.flags.keys()))
+        timers = list(self.handle.listTimers())
+        for ts in timers:
+            self.handle.deleteTimer(ts)
+        self.handle.registerTimer(now + 1)
+        self.handle.registerTimer(now + HOUR_MS)
+        old = self.count.get()
+        count = (old[0] if old is not None else 0) + len(values)
+        self.count.update((count,))
+        self.recent.appendList([(v,) for v in values])
+        self.flags.updateValue(("seen",), (len(values),))
+        if values[0] < 0:
+            self.flags.updateValue(("negative",), (values[0],))
+        recent = len(list(self.recent.get()))
+        flags = len(list(self.flags.keys()))
+        yield pd.DataFrame(
+            [(key[0], "input", count, len(timers), recent + 100 * leftovers, flags)],
+            columns=_REMINDER_COLUMNS,
+        )
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        """Report the key's state as the timer sees it (its short-lived state has expired)."""
+        old = self.count.get()
+        row = (
+            key[0],
+            "timer",
+            old[0] if old is not None else -1,
+            len(list(self.handle.listTimers())),
+            len(list(self.recent.get())),
+            len(list(self.flags.keys())),
+        )
+        yield pd.DataFrame([row], columns=_REMINDER_COLUMNS)
+
+
+_REMINDER_COLUMNS = ["key", "kind", "count", "timers", "recent", "flags"]

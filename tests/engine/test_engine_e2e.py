@@ -24,11 +24,11 @@ from engine_helpers import (
     EventTimeSessions,
     RunningCount,
     event_table,
+    expected_event_time_sessions,
     file_stream,
     kv_table,
     reference_running_count,
     run_blobstate,
-    sorted_rows,
     write_batch_files,
 )
 
@@ -128,38 +128,6 @@ def test_restart_with_other_partitions_or_key_is_refused(spark: Any, tmp_path: P
         restart(key=["key", "value"])
     assert not spark.streams.active
     assert (ckpt / "metadata.json").read_bytes() == metadata
-
-
-def expected_event_time_sessions() -> dict[int, list[tuple]]:
-    """What :class:`EventTimeSessions` emits for :data:`EVENT_BATCHES` (see the comments there)."""
-    w1, w2, w3 = T0 - 2_000, T0 + 25_000, T0 + 55_000
-    return {
-        0: sorted_rows([
-            ("a", "input", T0, T0 + 2_000, 2, 0),
-            ("b", "input", T0 + 1_000, T0 + 1_000, 1, 0),
-            ("c", "input", T0 + 3_000, T0 + 3_000, 1, 0),
-        ]),
-        1: sorted_rows([
-            ("b", "input", T0 + 1_000, T0 + 20_000, 2, w1),
-            ("c", "input", T0 - 1_000, T0 + 3_000, 2, w1),
-            ("d", "input", T0 + 30_000, T0 + 30_000, 1, w1),
-        ]),
-        2: sorted_rows([
-            ("a", "closed", T0, T0 + 2_000, 2, w2),  # the late event at T0 - 3s was dropped
-            ("c", "closed", T0 - 1_000, T0 + 3_000, 2, w2),
-            ("d", "input", T0 + 30_000, T0 + 31_000, 2, w2),
-            ("e", "input", T0 + 26_000, T0 + 26_000, 1, w2),
-            ("f", "closed", T0, T0, 1, w2),
-            ("f", "input", T0, T0, 1, w2),
-            ("g", "input", T0 + 60_000, T0 + 60_000, 1, w2),
-        ]),
-        3: sorted_rows([
-            ("b", "closed", T0 + 1_000, T0 + 20_000, 2, w3),
-            ("d", "closed", T0 + 30_000, T0 + 31_000, 2, w3),
-            ("e", "closed", T0 + 26_000, T0 + 26_000, 1, w3),
-            ("h", "input", T0 + 61_000, T0 + 61_000, 1, w3),
-        ]),
-    }  # fmt: skip
 
 
 def test_event_time_timers_fire_and_late_rows_are_dropped(spark: Any, tmp_path: Path) -> None:
