@@ -41,6 +41,7 @@ class TaskSpec:
     local_dir: str
     snapshot_every: int
     snapshot_delta_bytes: int
+    pandas_object_strings: bool = True
     blob_store_options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -61,6 +62,18 @@ def _blob_store(spec: TaskSpec) -> Any:
     if store is None:
         store = _STORES[spec.checkpoint_url] = open_blob_store(spec.checkpoint_url, **spec.blob_store_options)
     return store
+
+
+def _use_object_strings() -> None:
+    """Make pandas build string columns as object dtype in this worker process (see QueryConfig)."""
+    import warnings
+
+    import pandas as pd
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if pd.get_option("future.infer_string"):
+            pd.set_option("future.infer_string", False)
 
 
 def _checked_input(
@@ -91,6 +104,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     from blobstate.processor.runner import run_partition
     from blobstate.state.partition import open_partition
 
+    if spec.pandas_object_strings:
+        _use_object_strings()
     context = TaskContext.get()
     partition = context.partitionId()
     executor = current_executor()
