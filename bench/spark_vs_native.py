@@ -1,0 +1,732 @@
+"""blobstate against Spark's own stateful Python APIs on one streaming workload; prints JSON.
+
+The workload: a per-key running count and sum of ``value`` over ``--keys`` string keys, micro-batches
+of ``--events`` uniformly random events read from a parquet file source (one file per micro-batch,
+``maxFilesPerTrigger=1``, every file written beforehand with increasing mtimes). Implementations,
+each run in its own subprocess (a fresh JVM) one after the other, on Spark ``local[2]`` with
+``spark.sql.shuffle.partitions`` = blobstate's ``num_partitions`` = ``--partitions``:
+
+* ``blobstate``: ``blobstate.transform_with_state`` with :class:`RunningCountSum`;
+* ``tws``: Spark's ``groupBy(key).transformWithStateInPandas`` with the same processor class;
+* ``apply``: Spark's ``groupBy(key).applyInPandasWithState`` (GroupState holding count and sum);
+* ``native``: Spark's JVM-native ``groupBy(key).agg(count, sum)`` in update mode.
+
+Spark's queries use the RocksDB state store provider, changelog checkpointing and checkpoint format
+version 2, and write to the ``noop`` sink; blobstate's sink writes each batch's output DataFrame to
+the ``noop`` sink too. Per implementation: the median batch latency (``durationMs.triggerExecution``
+of the query's progress; for blobstate its ``BatchReport.seconds``, its trigger time is given too),
+steady-state events/s (the first batch is warm-up) and events per CPU-second, where CPU is that of the
+whole process tree (driver, JVM, Python workers) sampled from /proc at the end of each batch; the
+whole subprocess's CPU comes from ``getrusage(RUSAGE_CHILDREN)`` (this process is made a child
+subreaper, so orphaned descendants are reaped and counted too). Then restart-to-first-batch: a new
+process on the same checkpoint, one more input file, empty local directories (Spark's
+``spark.local.dir``, blobstate's ``local_dir``); the time from query start to the first batch's
+completion. Ratios are blobstate over the other implementation (above 1: blobstate better).
+
+The machine is shared: ``machine`` gives the load average, a fixed pure-Python loop's time
+(``calibration_us``, about 10 us when idle) and, per subprocess, the CPU the rest of the machine used
+meanwhile. Events per CPU-second is the figure that holds up under load.
+
+    .venv/bin/python bench/spark_vs_native.py [--keys 100000] [--events 20000] [--batches 4]
+        [--partitions 2] [--only blobstate,tws,apply,native] [--no-restart] [--large]
+        [--timeout SECONDS] [--timeout-restart SECONDS] [--workdir DIR (kept)] [--keep]
+
+``--large``: 1,000,000 keys, 200,000-event batches, 6 batches (unless given), blobstate beside the
+JVM-native aggregation. Spark's Python APIs need 35-50 s per default batch on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from blobstate.processor import StatefulProcessor
+
+INPUT_SCHEMA = "key STRING, value BIGINT"
+OUTPUT_SCHEMA = "key STRING, count BIGINT, total BIGINT"
+STATE_SCHEMA = "count BIGINT, total BIGINT"
+IMPLEMENTATIONS = ("blobstate", "tws", "apply", "native")
+DEFAULT_SET = ("blobstate", "tws", "apply")
+LARGE_SET = ("blobstate", "native")
+RESULT_FILE = "result.json"
+
+
+class RunningCountSum(StatefulProcessor):
+    """Running count and sum of ``value`` per key, written exactly as for transformWithStateInPandas."""
+
+    def init(self, handle) -> None:
+        self.state = handle.getValueState("agg", STATE_SCHEMA)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        count = 0
+        total = 0
+        for pdf in rows:
+            count += len(pdf)
+            total += int(pdf["value"].sum())
+        old = self.state.get()
+        if old is not None:
+            count += old[0]
+            total += old[1]
+        self.state.update((count, total))
+        yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
+
+    def close(self) -> None:
+        pass
+
+
+def apply_running_count_sum(key, pdfs, state) -> Iterator[pd.DataFrame]:
+    """The same running count and sum for applyInPandasWithState (GroupState, no timeout)."""
+    count, total = state.get if state.exists else (0, 0)
+    for pdf in pdfs:
+        count += len(pdf)
+        total += int(pdf["value"].sum())
+    state.update((count, total))
+    yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
+
+
+# ---------------------------------------------------------------------------------------- CPU time
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and its live descendants, including the children they reaped (/proc)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(x) for x in fields[11:15]) / CLOCK_TICKS
+    total = 0.0
+    for pid, seconds in times.items():
+        p = pid
+        while p not in (0, 1) and p != root:
+            p = parents.get(p, 0)
+        if p == root:
+            total += seconds
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy since boot (all cores, /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+
+
+def calibration_us() -> float:
+    """A fixed pure-Python loop's time in microseconds: about 10 on an idle machine here."""
+    return round(min(timeit.repeat("sum(range(1000))", number=1000, repeat=5)) / 1000 * 1e6, 2)
+
+
+def children_cpu_seconds() -> tuple[float, int]:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+# ---------------------------------------------------------------------------------------- input data
+def write_inputs(directory: Path, keys: int, events: int, files: int, seed: int) -> dict[str, Any]:
+    """``files`` parquet files of ``events`` rows, mtimes one second apart; their key statistics."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    vocabulary = pa.array([f"k{i:07d}" for i in range(keys)], pa.string())
+    seen = np.zeros(keys, dtype=bool)
+    distinct, cumulative = [], []
+    base = time.time() - 10 * files
+    for i in range(files):
+        idx = rng.integers(0, keys, events)
+        table = pa.table(
+            {"key": vocabulary.take(pa.array(idx)), "value": rng.integers(0, 1000, events, dtype=np.int64)}
+        )
+        path = directory / f"part-{i:05d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (base + i, base + i))
+        distinct.append(len(np.unique(idx)))
+        seen[idx] = True
+        cumulative.append(int(seen.sum()))
+    return {"files": files, "distinct_keys_per_file": distinct, "keys_seen_after_file": cumulative}
+
+
+def link_inputs(source: Path, target: Path, indices: range) -> None:
+    """Hard links (same mtimes) of the source's files ``indices`` in ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    for i in indices:
+        name = f"part-{i:05d}.parquet"
+        if not (target / name).exists():
+            os.link(source / name, target / name)
+
+
+def du_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+# ---------------------------------------------------------------------------------------- worker side
+def build_spark(spec: dict[str, Any]):
+    """A local[2] session: RocksDB provider, changelog checkpointing, checkpoint format version 2."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName(f"spark_vs_native-{spec['impl']}-{spec['phase']}")
+        .config("spark.driver.memory", spec["driver_memory"])
+        .config("spark.local.dir", spec["spark_local_dir"])
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(spec["partitions"]))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.sql.streaming.stateStore.checkpointFormatVersion", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def progress_dict(progress: Any) -> dict[str, Any]:
+    text = getattr(progress, "json", None)
+    if isinstance(text, str):
+        return json.loads(text)
+    return dict(progress)
+
+
+def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) -> Any:
+    """Start the implementation's streaming query on the streaming DataFrame ``events``."""
+    impl = spec["impl"]
+    if impl == "blobstate":
+        import blobstate
+
+        def sink(frame: Any, batch_id: int) -> None:
+            frame.write.format("noop").mode("overwrite").save()
+
+        return blobstate.transform_with_state(
+            events,
+            key="key",
+            processor=RunningCountSum(),
+            output_schema=OUTPUT_SCHEMA,
+            checkpoint=spec["checkpoint"],
+            sink=sink,
+            num_partitions=spec["partitions"],
+            local_dir=spec["blobstate_local_dir"],
+            on_batch=on_batch,
+        )
+    if impl == "tws":
+        out = events.groupBy("key").transformWithStateInPandas(
+            statefulProcessor=RunningCountSum(),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Update",
+            timeMode="None",
+        )
+    elif impl == "apply":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        out = events.groupBy("key").applyInPandasWithState(
+            apply_running_count_sum,
+            outputStructType=OUTPUT_SCHEMA,
+            stateStructType=STATE_SCHEMA,
+            outputMode="Update",
+            timeoutConf=GroupStateTimeout.NoTimeout,
+        )
+    elif impl == "native":
+        from pyspark.sql import functions as F
+
+        out = events.groupBy("key").agg(F.count("*").alias("count"), F.sum("value").alias("total"))
+    else:
+        raise ValueError(f"unknown implementation {impl!r}")
+    return (
+        out.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", spec["checkpoint"])
+        .start()
+    )
+
+
+def worker(spec_path: Path) -> int:
+    """One implementation, one phase (run or restart), in this fresh process; writes result.json."""
+    spec = json.loads(spec_path.read_text())
+    result_path = spec_path.with_name(RESULT_FILE)
+    me = os.getpid()
+    result: dict[str, Any] = {"impl": spec["impl"], "phase": spec["phase"]}
+    try:
+        started = time.monotonic()
+        spark = build_spark(spec)
+        result["session_seconds"] = round(time.monotonic() - started, 3)
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        samples: dict[int, dict[str, float]] = {}
+
+        class Sampler(StreamingQueryListener):
+            """Records when each batch's progress arrived and the process tree's CPU at that time."""
+
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                p = event.progress
+                if p.numInputRows > 0 and p.batchId not in samples:
+                    samples[p.batchId] = {"at": time.monotonic(), "cpu": tree_cpu_seconds(me)}
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        spark.streams.addListener(Sampler())
+        reports: list[dict[str, Any]] = []
+
+        def on_batch(report: Any) -> None:
+            from dataclasses import asdict
+
+            reports.append(asdict(report))
+
+        events = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(spec["input"])
+        cpu_at_start = tree_cpu_seconds(me)
+        query_started = time.monotonic()
+        query = start_query(spark, spec, events, on_batch)
+        query.processAllAvailable()
+        batches_expected = spec["expected_batches"]
+        deadline = time.monotonic() + 30  # the listener bus delivers the last progress asynchronously
+        while len(samples) < batches_expected and time.monotonic() < deadline:
+            time.sleep(0.1)
+        progress = [progress_dict(p) for p in query.recentProgress]
+        query.stop()
+        progress = [p for p in progress if p.get("numInputRows", 0) > 0]
+        by_batch = {p["batchId"]: p for p in progress}
+        batches = []
+        for batch_id in sorted(by_batch):
+            p = by_batch[batch_id]
+            ops = p.get("stateOperators") or [{}]
+            entry: dict[str, Any] = {
+                "batch_id": batch_id,
+                "input_rows": p["numInputRows"],
+                "trigger_seconds": p["durationMs"]["triggerExecution"] / 1000,
+                "duration_ms": p["durationMs"],
+                "state_rows_total": ops[0].get("numRowsTotal"),
+                "state_rows_updated": ops[0].get("numRowsUpdated"),
+                "state_commit_ms": ops[0].get("commitTimeMs"),
+                "sink_output_rows": (p.get("sink") or {}).get("numOutputRows"),
+            }
+            if batch_id in samples:
+                entry["done_at_seconds"] = round(samples[batch_id]["at"] - query_started, 3)
+                entry["tree_cpu_seconds"] = round(samples[batch_id]["cpu"] - cpu_at_start, 2)
+            batches.append(entry)
+        for report in reports:
+            for entry in batches:
+                if entry["batch_id"] == report["batch_id"]:
+                    entry["blobstate"] = report
+        result["batches"] = batches
+        result["blobstate_reports"] = reports
+        result["state_operator_last"] = (
+            (progress[-1].get("stateOperators") or [None])[0] if progress else None
+        )
+        first = min(samples) if samples else None
+        result["query_start_to_first_batch_seconds"] = (
+            round(samples[first]["at"] - query_started, 3) if first is not None else None
+        )
+        spark.stop()
+        result["status"] = "ok"
+    except BaseException as error:  # the parent records the failure in its JSON
+        result["status"] = "failed"
+        result["error"] = f"{type(error).__name__}: {error}"
+        result["traceback"] = traceback.format_exc()[-4000:]
+    result_path.write_text(json.dumps(result))
+    sys.stdout.flush()
+    os._exit(0 if result["status"] == "ok" else 1)  # do not wait for non-daemon py4j threads
+
+
+# ---------------------------------------------------------------------------------------- parent side
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants (the JVM, Python workers) are re-parented here, so their CPU is counted."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_orphans(pgid: int, grace: float = 30.0) -> None:
+    """Wait for re-parented descendants to exit (killing the group after ``grace`` seconds), reap them."""
+    deadline = time.monotonic() + grace
+    killed = False
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid:
+            continue
+        if time.monotonic() > deadline and not killed:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            killed = True
+            deadline = time.monotonic() + 10
+        elif killed and time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+
+
+def run_worker(spec: dict[str, Any], directory: Path, timeout: float) -> dict[str, Any]:
+    """Run one worker subprocess under a timeout; its result, whole-tree CPU and the machine's load."""
+    directory.mkdir(parents=True, exist_ok=True)
+    spec_path = directory / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    (directory / RESULT_FILE).unlink(missing_ok=True)
+    cpu_before, _ = children_cpu_seconds()
+    busy_before = machine_busy_seconds()
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(directory / "stdout.log", "w") as out, open(directory / "stderr.log", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", str(spec_path)],
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    wall = time.monotonic() - started
+    reap_orphans(proc.pid)
+    cpu_after, max_rss_kb = children_cpu_seconds()
+    busy = machine_busy_seconds() - busy_before
+    process_cpu = cpu_after - cpu_before
+    result: dict[str, Any] = {}
+    if (directory / RESULT_FILE).exists():
+        result = json.loads((directory / RESULT_FILE).read_text())
+    if timed_out:
+        result["status"] = "failed"
+        result["error"] = f"timed out after {timeout:.0f} s"
+    elif not result:
+        result = {"status": "failed", "error": f"worker exited with code {proc.returncode} and no result"}
+    if result.get("status") != "ok":
+        result["stderr_tail"] = (directory / "stderr.log").read_text(errors="replace")[-3000:]
+    result["process"] = {
+        "wall_seconds": round(wall, 2),
+        "cpu_seconds": round(process_cpu, 2),
+        "max_rss_mb_one_process": round(max_rss_kb / 1024),
+        "machine_busy_cpu_seconds": round(busy, 2),
+        "others_cpu_seconds": round(max(busy - process_cpu, 0.0), 2),
+        "machine_cores": os.cpu_count(),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "logs": str(directory),
+    }
+    return result
+
+
+def summarize_run(run: dict[str, Any], impl: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Steady-state figures of a run (every batch but the first) and a check of the output row counts."""
+    batches = run.get("batches") or []
+    steady = batches[1:]
+    if not steady:
+        return {"error": "fewer than two batches completed"}
+
+    def latency(entry: dict[str, Any]) -> float:
+        if impl == "blobstate" and "blobstate" in entry:
+            return entry["blobstate"]["seconds"]
+        return entry["trigger_seconds"]
+
+    events = sum(b["input_rows"] for b in steady)
+    latencies = [latency(b) for b in steady]
+    triggers = [b["trigger_seconds"] for b in steady]
+    summary: dict[str, Any] = {
+        "steady_batches": len(steady),
+        "steady_events": events,
+        "median_batch_seconds": round(statistics.median(latencies), 3),
+        "events_per_s": round(events / sum(latencies)),
+        "median_trigger_seconds": round(statistics.median(triggers), 3),
+        "events_per_s_trigger": round(events / sum(triggers)),
+        "warmup_batch_seconds": round(latency(batches[0]), 3),
+        "output_rows_match_distinct_keys": output_rows_ok(batches, data),
+    }
+    if "tree_cpu_seconds" in batches[0] and "tree_cpu_seconds" in steady[-1]:
+        cpu = steady[-1]["tree_cpu_seconds"] - batches[0]["tree_cpu_seconds"]
+        wall = steady[-1]["done_at_seconds"] - batches[0]["done_at_seconds"]
+        summary["steady_cpu_seconds"] = round(cpu, 2)
+        summary["steady_wall_seconds"] = round(wall, 2)
+        summary["events_per_cpu_s"] = round(events / cpu) if cpu > 0 else None
+        summary["cpu_per_wall"] = round(cpu / wall, 2) if wall > 0 else None
+    if impl == "blobstate":
+        reports = [b["blobstate"] for b in steady if "blobstate" in b]
+        for name in BLOBSTATE_PHASES:
+            values = [r[name] for r in reports]
+            if values:
+                summary[f"median_{name}"] = round(statistics.median(values), 3)
+    return summary
+
+
+BLOBSTATE_PHASES = ("stage_seconds", "max_task_seconds", "max_load_seconds", "sink_seconds", "commit_seconds")
+
+
+def output_rows_ok(batches: list[dict[str, Any]], data: dict[str, Any]) -> bool | None:
+    """One output row per distinct key of each batch's file (None when the sink reports no count)."""
+    distinct = data["distinct_keys_per_file"]
+    checked = False
+    for entry in batches:
+        rows = entry["blobstate"]["output_rows"] if "blobstate" in entry else entry.get("sink_output_rows")
+        if rows is None or rows < 0:
+            continue
+        checked = True
+        if rows != distinct[entry["batch_id"]]:
+            return False
+    return True if checked else None
+
+
+def summarize_restart(restart: dict[str, Any], impl: str, run_summary: dict[str, Any]) -> dict[str, Any]:
+    """The first batch after a restart, against a steady batch and the first run's warm-up batch."""
+    batches = restart.get("batches") or []
+    if not batches:
+        return {"error": "no batch completed after the restart"}
+    first = batches[0]
+    summary: dict[str, Any] = {
+        "session_seconds": restart.get("session_seconds"),
+        "query_start_to_first_batch_seconds": restart.get("query_start_to_first_batch_seconds"),
+        "first_batch_trigger_seconds": first["trigger_seconds"],
+    }
+    own = first["trigger_seconds"]
+    if impl == "blobstate" and "blobstate" in first:
+        report = first["blobstate"]
+        own = report["seconds"]
+        summary.update(
+            first_batch_seconds=report["seconds"],
+            max_load_seconds=report["max_load_seconds"],
+            restore_bytes=report["restore_bytes"],
+        )
+    if run_summary.get("median_batch_seconds"):
+        summary["first_batch_minus_steady_median_seconds"] = round(
+            own - run_summary["median_batch_seconds"], 3
+        )
+    if run_summary.get("warmup_batch_seconds"):
+        # both are a fresh JVM's first batch; the difference is roughly what restoring state cost
+        summary["first_batch_minus_warmup_batch_seconds"] = round(
+            own - run_summary["warmup_batch_seconds"], 3
+        )
+    return summary
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if not a or not b:
+        return None
+    return round(a / b, 2)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=None, help="default 100000 (1000000 with --large)")
+    parser.add_argument("--events", type=int, default=None, help="default 20000 (200000 with --large)")
+    parser.add_argument(
+        "--batches", type=int, default=None, help="default 4 (6 with --large); first is warm-up"
+    )
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(IMPLEMENTATIONS)}")
+    parser.add_argument(
+        "--large", action="store_true", help="1M keys, 200k-event batches, blobstate vs native"
+    )
+    parser.add_argument("--no-restart", action="store_true")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per run (300 + 300 per batch)")
+    parser.add_argument("--timeout-restart", type=float, default=None, help="seconds per restart (900)")
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args(argv)
+    args.keys = args.keys or (1_000_000 if args.large else 100_000)
+    args.events = args.events or (200_000 if args.large else 20_000)
+    args.batches = args.batches or (6 if args.large else 4)
+    names = args.only.split(",") if args.only else list(LARGE_SET if args.large else DEFAULT_SET)
+    unknown = [n for n in names if n not in IMPLEMENTATIONS]
+    if unknown:
+        parser.error(f"unknown implementation(s) {unknown}; choose from {IMPLEMENTATIONS}")
+    if args.batches < 2:
+        parser.error("--batches must be at least 2 (the first is warm-up)")
+    args.implementations = names
+    args.timeout = args.timeout or 300 + 300 * args.batches
+    args.restart_timeout = args.timeout_restart or 900
+    return args
+
+
+def log(text: str) -> None:
+    """Progress on stderr (stdout carries only the JSON report)."""
+    print(f"[spark_vs_native {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def run_implementation(
+    impl: str, args: argparse.Namespace, source: Path, workdir: Path, data: dict[str, Any]
+) -> dict[str, Any]:
+    """One implementation's run and, unless disabled, its restart with one more input file."""
+    base = workdir / impl
+    if base.exists():
+        shutil.rmtree(base)
+    input_dir = base / "input"
+    link_inputs(source, input_dir, range(args.batches))
+    spec = {
+        "impl": impl,
+        "phase": "run",
+        "input": str(input_dir),
+        "checkpoint": str(base / "checkpoint"),
+        "partitions": args.partitions,
+        "driver_memory": args.driver_memory,
+        "spark_local_dir": str(base / "local-run" / "spark"),
+        "blobstate_local_dir": str(base / "local-run" / "blobstate"),
+        "expected_batches": args.batches,
+    }
+    log(f"{impl}: run ({args.batches} batches, timeout {args.timeout:.0f} s)")
+    run = run_worker(spec, base / "run", args.timeout)
+    entry: dict[str, Any] = {"status": run.get("status"), "run": run}
+    if run.get("status") == "ok":
+        entry["summary"] = summarize_run(run, impl, data)
+        entry["checkpoint_bytes"] = du_bytes(base / "checkpoint")
+    log(f"{impl}: {entry['status']} {entry.get('summary') or run.get('error')}")
+    if args.no_restart or run.get("status") != "ok":
+        return entry
+    link_inputs(source, input_dir, range(args.batches + 1))
+    restart_spec = dict(
+        spec,
+        phase="restart",
+        spark_local_dir=str(base / "local-restart" / "spark"),
+        blobstate_local_dir=str(base / "local-restart" / "blobstate"),
+        expected_batches=1,
+    )
+    log(f"{impl}: restart")
+    restart = run_worker(restart_spec, base / "restart", args.restart_timeout)
+    entry["restart"] = restart
+    if restart.get("status") == "ok":
+        entry["restart_summary"] = summarize_restart(restart, impl, entry.get("summary") or {})
+    else:
+        entry["status"] = "restart failed"
+    log(f"{impl}: restart {restart.get('status')} {entry.get('restart_summary') or restart.get('error')}")
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate the input, run every implementation (and its restart), print the JSON report."""
+    args = parse_args(argv)
+    subreaper = become_subreaper()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spark_vs_native-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    import pyspark
+
+    report: dict[str, Any] = {
+        "benchmark": "spark_vs_native",
+        "config": {
+            "keys": args.keys,
+            "events_per_batch": args.events,
+            "batches": args.batches,
+            "warmup_batches": 1,
+            "partitions": args.partitions,
+            "master": "local[2]",
+            "implementations": args.implementations,
+            "pyspark": pyspark.__version__,
+            "timeout_seconds_per_subprocess": [args.timeout, args.restart_timeout],
+            "driver_memory": args.driver_memory,
+            "cpu_measure": "process tree via /proc at batch ends; whole subprocess via RUSAGE_CHILDREN"
+            + (" (subreaper)" if subreaper else " (no subreaper: orphans may be missed)"),
+        },
+        "machine": {
+            "cores": os.cpu_count(),
+            "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+            "calibration_us_start": calibration_us(),
+        },
+    }
+    source = workdir / "input"
+    started = time.monotonic()
+    data = write_inputs(source, args.keys, args.events, args.batches + 1, args.seed)
+    report["data"] = data
+    log(f"wrote {args.batches + 1} files of {args.events} events in {time.monotonic() - started:.1f} s")
+    results = {impl: run_implementation(impl, args, source, workdir, data) for impl in args.implementations}
+    report["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["machine"]["calibration_us_end"] = calibration_us()
+    report["implementations"] = results
+    report["ratios_blobstate_over_other"] = ratios(results)
+    all_ok = all(e["status"] == "ok" for e in results.values())
+    keep = args.keep or args.workdir is not None or not all_ok  # failures keep their logs
+    report["workdir"] = str(workdir) if keep else None
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+    return 0 if all_ok else 1
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    """Throughput ratios blobstate/other and latency ratios other/blobstate (above 1: blobstate better)."""
+    ours = results.get("blobstate") or {}
+    mine = ours.get("summary") or {}
+    my_restart = ours.get("restart_summary") or {}
+    out: dict[str, Any] = {}
+    for impl, entry in results.items():
+        if impl == "blobstate":
+            continue
+        other = entry.get("summary") or {}
+        other_restart = entry.get("restart_summary") or {}
+        out[impl] = {
+            "events_per_s": ratio(mine.get("events_per_s"), other.get("events_per_s")),
+            "events_per_s_trigger": ratio(
+                mine.get("events_per_s_trigger"), other.get("events_per_s_trigger")
+            ),
+            "events_per_cpu_s": ratio(mine.get("events_per_cpu_s"), other.get("events_per_cpu_s")),
+            "median_batch_latency_other_over_blobstate": ratio(
+                other.get("median_batch_seconds"), mine.get("median_batch_seconds")
+            ),
+            "restart_to_first_batch_other_over_blobstate": ratio(
+                other_restart.get("query_start_to_first_batch_seconds"),
+                my_restart.get("query_start_to_first_batch_seconds"),
+            ),
+        }
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        worker(Path(sys.argv[2]))
+    sys.exit(main())
