@@ -122,6 +122,7 @@ class BatchDriver:
             local_dir=self.config.local_dir,
             snapshot_every=self.config.snapshot_every,
             snapshot_delta_bytes=self.config.snapshot_delta_bytes,
+            timezone=batch_df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC",
             pandas_object_strings=self.config.pandas_object_strings,
         )
         placement = self._placement(previous)

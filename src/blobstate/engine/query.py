@@ -76,7 +76,8 @@ def transform_with_state(
     spark_schema = _struct_type(spark, output_schema)
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow_schema: pa.Schema = to_arrow_schema(spark_schema)
+    # TIMESTAMP columns need a zone; the session's, as Spark labels its own Arrow batches
+    arrow_schema: pa.Schema = to_arrow_schema(spark_schema, timezone=_session_time_zone(spark))
     _validate_processor(processor, config)
 
     checkpoint_url = normalize_checkpoint(checkpoint)
@@ -134,6 +135,11 @@ def _struct_type(spark: Any, schema: StructType | str) -> StructType:
     if not isinstance(parsed, StructType):
         raise ValueError(f"output_schema must describe a struct, got {schema!r}")
     return parsed
+
+
+def _session_time_zone(spark: Any) -> str:
+    """``spark.sql.session.timeZone``: Spark hands processors timestamps as naive times of this zone."""
+    return spark.conf.get("spark.sql.session.timeZone") or "UTC"
 
 
 def _validate_processor(processor: Any, config: QueryConfig) -> None:
