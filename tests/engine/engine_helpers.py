@@ -9,6 +9,7 @@ directory on their ``PYTHONPATH``).
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
 import time
@@ -242,7 +243,8 @@ def reference_running_count(batches: Sequence[Sequence[tuple[str, int]]]) -> dic
 EVENT_DDL = "key STRING, ts TIMESTAMP"
 EVENT_SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])
 SESSION_OUTPUT = (
-    "key STRING, kind STRING, start_ms BIGINT, last_ms BIGINT, events BIGINT, watermark_ms BIGINT"
+    "key STRING, kind STRING, start_ms BIGINT, last_ms BIGINT, events BIGINT, watermark_ms BIGINT,"
+    " start TIMESTAMP"
 )
 SESSION_GAP_MS = 10_000
 SESSION_WATERMARK_DELAY_MS = 5_000
@@ -254,21 +256,25 @@ def event_table(rows: Sequence[tuple[str, int]]) -> pa.Table:
     return pa.table({"key": [k for k, _ in rows], "ts": ts}, schema=EVENT_SCHEMA)
 
 
-def _epoch_ms(series: pd.Series) -> pd.Series:
-    if getattr(series.dt, "tz", None) is not None:
-        series = series.dt.tz_convert("UTC").dt.tz_localize(None)
-    return series.astype("datetime64[ms]").astype("int64")
+def _epoch_ms(series: pd.Series, timezone: str) -> pd.Series:
+    """Epoch ms of timestamps that Spark hands over as naive wall-clock times of the session time zone."""
+    if getattr(series.dt, "tz", None) is None:
+        series = series.dt.tz_localize(timezone)
+    return series.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ms]").astype("int64")
 
 
 class EventTimeSessions(StatefulProcessor):
     """Event-time sessions (time mode EventTime): a timer at ``last event + gap`` closes a session.
 
     Emits an ``input`` row per key per batch (the session so far and the watermark the handler saw) and
-    a ``closed`` row when the watermark passes the timer; output :data:`SESSION_OUTPUT`.
+    a ``closed`` row when the watermark passes the timer; output :data:`SESSION_OUTPUT`. ``timezone`` is
+    the session time zone (``spark.sql.session.timeZone``): Spark hands timestamps to processors, and
+    reads the ``start`` timestamp they emit, as naive wall-clock times of that zone.
     """
 
-    def __init__(self, gap_ms: int = SESSION_GAP_MS) -> None:
+    def __init__(self, gap_ms: int = SESSION_GAP_MS, timezone: str = "UTC") -> None:
         self.gap_ms = gap_ms
+        self.timezone = timezone
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the open session of each key."""
@@ -279,7 +285,7 @@ class EventTimeSessions(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
         """Extend the key's session and move its timer to the new last event + gap."""
-        times = [int(t) for pdf in rows for t in _epoch_ms(pdf["ts"])]
+        times = [int(t) for pdf in rows for t in _epoch_ms(pdf["ts"], self.timezone)]
         old = self.session.get()
         start, last, events = min(times), max(times), len(times)
         if old is not None:
@@ -288,17 +294,22 @@ class EventTimeSessions(StatefulProcessor):
         self.session.update((start, last, events))
         self.handle.registerTimer(last + self.gap_ms)
         watermark = timerValues.getCurrentWatermarkInMs()
-        yield pd.DataFrame([(key[0], "input", start, last, events, watermark)], columns=_SESSION_COLUMNS)
+        yield self._row(key, "input", start, last, events, watermark)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
         """The watermark passed last event + gap: emit the session and forget it."""
         start, last, events = self.session.get()
         self.session.clear()
         watermark = timerValues.getCurrentWatermarkInMs()
-        yield pd.DataFrame([(key[0], "closed", start, last, events, watermark)], columns=_SESSION_COLUMNS)
+        yield self._row(key, "closed", start, last, events, watermark)
+
+    def _row(self, key: Any, kind: str, start: int, last: int, events: int, watermark: int) -> pd.DataFrame:
+        wall_clock = pd.Timestamp(start, unit="ms", tz="UTC").tz_convert(self.timezone).tz_localize(None)
+        row = (key[0], kind, start, last, events, watermark, wall_clock)
+        return pd.DataFrame([row], columns=_SESSION_COLUMNS)
 
 
-_SESSION_COLUMNS = ["key", "kind", "start_ms", "last_ms", "events", "watermark_ms"]
+_SESSION_COLUMNS = ["key", "kind", "start_ms", "last_ms", "events", "watermark_ms", "start"]
 
 T0 = 1_700_000_000_000
 """Event-time origin of :data:`EVENT_BATCHES` (epoch ms)."""
@@ -320,18 +331,18 @@ EVENT_BATCHES: list[list[tuple[str, int]]] = [
 def expected_event_time_sessions() -> dict[int, list[tuple]]:
     """What :class:`EventTimeSessions` emits for :data:`EVENT_BATCHES` (see the comments there)."""
     w1, w2, w3 = T0 - 2_000, T0 + 25_000, T0 + 55_000
-    return {
-        0: sorted_rows([
+    batches = {
+        0: [
             ("a", "input", T0, T0 + 2_000, 2, 0),
             ("b", "input", T0 + 1_000, T0 + 1_000, 1, 0),
             ("c", "input", T0 + 3_000, T0 + 3_000, 1, 0),
-        ]),
-        1: sorted_rows([
+        ],
+        1: [
             ("b", "input", T0 + 1_000, T0 + 20_000, 2, w1),
             ("c", "input", T0 - 1_000, T0 + 3_000, 2, w1),
             ("d", "input", T0 + 30_000, T0 + 30_000, 1, w1),
-        ]),
-        2: sorted_rows([
+        ],
+        2: [
             ("a", "closed", T0, T0 + 2_000, 2, w2),  # the late event at T0 - 3s was dropped
             ("c", "closed", T0 - 1_000, T0 + 3_000, 2, w2),
             ("d", "input", T0 + 30_000, T0 + 31_000, 2, w2),
@@ -339,14 +350,19 @@ def expected_event_time_sessions() -> dict[int, list[tuple]]:
             ("f", "closed", T0, T0, 1, w2),
             ("f", "input", T0, T0, 1, w2),
             ("g", "input", T0 + 60_000, T0 + 60_000, 1, w2),
-        ]),
-        3: sorted_rows([
+        ],
+        3: [
             ("b", "closed", T0 + 1_000, T0 + 20_000, 2, w3),
             ("d", "closed", T0 + 30_000, T0 + 31_000, 2, w3),
             ("e", "closed", T0 + 26_000, T0 + 26_000, 1, w3),
             ("h", "input", T0 + 61_000, T0 + 61_000, 1, w3),
-        ]),
-    }  # fmt: skip
+        ],
+    }
+    # collect() gives TIMESTAMP values as naive datetimes in the local time zone of this process
+    return {
+        b: sorted_rows([(*r, datetime.datetime.fromtimestamp(r[2] / 1000)) for r in rows])
+        for b, rows in batches.items()
+    }
 
 
 REMINDERS_OUTPUT = "key STRING, kind STRING, count BIGINT, timers BIGINT, recent BIGINT, flags BIGINT"

@@ -30,6 +30,7 @@ from engine_helpers import (
     reference_running_count,
     run_blobstate,
     run_spark_tws,
+    spark_conf,
     write_batch_files,
 )
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
@@ -103,19 +104,22 @@ def test_processing_time_timers_and_ttl_match_spark(spark: Any, tmp_path: Path) 
 
 
 def test_event_time_timers_and_late_rows_match_spark(spark: Any, tmp_path: Path) -> None:
-    theirs, ours = run_both(
-        spark,
-        tmp_path,
-        EventTimeSessions(),
-        [event_table(b) for b in EVENT_BATCHES],
-        input_schema=EVENT_DDL,
-        output_schema=SESSION_OUTPUT,
-        time_mode="EventTime",
-        event_time_column="ts",
-        watermark_delay_ms=SESSION_WATERMARK_DELAY_MS,
-    )
+    # A session time zone other than the machine's: processors see timestamps in the session's zone.
+    zone = "America/New_York"
+    with spark_conf(spark, {"spark.sql.session.timeZone": zone}):
+        theirs, ours = run_both(
+            spark,
+            tmp_path,
+            EventTimeSessions(timezone=zone),
+            [event_table(b) for b in EVENT_BATCHES],
+            input_schema=EVENT_DDL,
+            output_schema=SESSION_OUTPUT,
+            time_mode="EventTime",
+            event_time_column="ts",
+            watermark_delay_ms=SESSION_WATERMARK_DELAY_MS,
+        )
+    assert theirs == expected_event_time_sessions()
     assert ours == theirs
-    assert ours == expected_event_time_sessions()
 
 
 TALLY_OUTPUT = "key STRING, items STRING, buckets STRING, has_odd BOOLEAN, last BIGINT"
