@@ -99,6 +99,18 @@ def backup(
         )
 
 
+def _chosen_snapshot(store: Any, url: str, snapshot: str | None) -> tuple[str, Any]:
+    """The named snapshot, or the newest one; a clear error when the repository has none."""
+    from blobstate.snapshot import latest_snapshot, read_snapshot_index
+
+    if snapshot is not None:
+        return snapshot, read_snapshot_index(store, snapshot)
+    newest = latest_snapshot(store)
+    if newest is None:
+        raise _fail(f"no snapshot in {url}")
+    return newest
+
+
 def restore(
     url: Annotated[str, typer.Argument(help="Backup repository URL.")],
     directory: Annotated[Path, typer.Argument(help="Target directory (made identical to the snapshot).")],
@@ -107,18 +119,11 @@ def restore(
 ) -> None:
     """Restore the newest snapshot (or --snapshot NAME) at URL into DIRECTORY."""
     from blobstate.blobstore import open_blob_store
-    from blobstate.snapshot import latest_snapshot, read_snapshot_index, restore_directory
+    from blobstate.snapshot import restore_directory
 
     with open_blob_store(url) as store:
-        if snapshot is None:
-            newest = latest_snapshot(store)
-            if newest is None:
-                raise _fail(f"no snapshot in {url}")
-            name, index = newest
-        else:
-            name, index = snapshot, read_snapshot_index(store, snapshot)
-        total = index.total_size
-        with _progress("restore", total, not as_json) as progress:
+        name, index = _chosen_snapshot(store, url, snapshot)
+        with _progress("restore", index.total_size, not as_json) as progress:
             stats = restore_directory(store, index, directory, progress=progress)
     result = asdict(stats)
     result["snapshot"] = name
@@ -139,16 +144,9 @@ def inspect(
 ) -> None:
     """Show a snapshot index: its files, sizes, checksums and blobs."""
     from blobstate.blobstore import open_blob_store
-    from blobstate.snapshot import latest_snapshot, read_snapshot_index
 
     with open_blob_store(url) as store:
-        if snapshot is None:
-            newest = latest_snapshot(store)
-            if newest is None:
-                raise _fail(f"no snapshot in {url}")
-            name, index = newest
-        else:
-            name, index = snapshot, read_snapshot_index(store, snapshot)
+        name, index = _chosen_snapshot(store, url, snapshot)
     if as_json:
         typer.echo(json.dumps({"snapshot": name, "index": json.loads(index.to_json())}, indent=2))
         return
