@@ -35,7 +35,7 @@ from engine_helpers import (
 )
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.spark
 
 KV_BATCHES = [
     [("a", 1), ("b", 2), ("a", 3), ("c", -4), ("c", 5)],
