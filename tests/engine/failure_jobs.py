@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     from blobstate.engine.driver import BatchReport
 
     spark = build_spark(args.master)
+    print(json.dumps({"started": spark.sparkContext.applicationId}), flush=True)
     if args.master.startswith("local-cluster"):
         from blobstate.engine.placement import PlacementHelper
 
@@ -286,7 +287,6 @@ def main(argv: list[str] | None = None) -> int:
         snapshot_every=args.snapshot_every,
         on_batch=on_batch,
     )
-    print(json.dumps({"started": spark.sparkContext.applicationId}), flush=True)
     query.processAllAvailable()
     query.stop()
     spark.stop()
