@@ -342,35 +342,28 @@ def test_a_commit_by_another_driver_stops_the_query(spark: Any, tmp_path: Path) 
 
 
 def test_second_query_on_the_same_checkpoint_in_one_session(spark: Any, tmp_path: Path) -> None:
-    """Spark's own check on concurrent runs of one query (its id lives in ``<checkpoint>/_spark``).
+    """A second start on a checkpoint whose query is running fails clearly and leaves the first alone;
+    once the first is stopped, a new start takes over and state stays exact."""
+    from blobstate.engine.query import QueryAlreadyRunningError
 
-    With ``spark.sql.streaming.stopActiveRunOnRestart=false`` the second start fails, naming the running
-    query; with Spark's default (true) the second start stops the first run, which then leaves the
-    query to the new driver, and state stays exact.
-    """
     tables = make_batches(4)
     write_inputs(tables[:2], tmp_path / "in")
     first_sink = Recorder()
     first = start_query(spark, tmp_path, first_sink)
     try:
         first.processAllAvailable()
-        with (
-            session_conf(spark, "spark.sql.streaming.stopActiveRunOnRestart", "false"),
-            pytest.raises(Exception, match="another query with same id is already active"),
-        ):
+        with pytest.raises(QueryAlreadyRunningError, match="already running on"):
             start_query(spark, tmp_path, Recorder())
         assert first.isActive
-
-        second_sink = Recorder()
-        second = start_query(spark, tmp_path, second_sink)
-        try:
-            assert not first.isActive and first.exception() is None
-            write_inputs(tables[2:], tmp_path / "in", first=2)
-            second.processAllAvailable()
-        finally:
-            second.stop()
     finally:
         first.stop()
+    second_sink = Recorder()
+    second = start_query(spark, tmp_path, second_sink)
+    try:
+        write_inputs(tables[2:], tmp_path / "in", first=2)
+        second.processAllAvailable()
+    finally:
+        second.stop()
     assert [r.batch_id for r in blobstate.batch_reports(second)] == [2, 3]
     assert {**first_sink.rows, **second_sink.rows} == reference_outputs(tables)
 

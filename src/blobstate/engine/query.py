@@ -19,6 +19,13 @@ from blobstate.engine.driver import BatchDriver, BatchReport, Sink
 
 log = logging.getLogger("blobstate")
 
+_RUNNING: dict[str, StreamingQuery] = {}
+"""Queries started by this process, by checkpoint location (a checkpoint has one owner at a time)."""
+
+
+class QueryAlreadyRunningError(RuntimeError):
+    """A blobstate query of this process is already running on the checkpoint."""
+
 
 def normalize_checkpoint(checkpoint: str) -> str:
     """An absolute location: plain paths and ``file://`` URLs become absolute paths."""
@@ -81,6 +88,12 @@ def transform_with_state(
     _validate_processor(processor, config)
 
     checkpoint_url = normalize_checkpoint(checkpoint)
+    running = _RUNNING.get(checkpoint_url)
+    if running is not None and running.isActive:
+        raise QueryAlreadyRunningError(
+            f"a blobstate query (id {running.id}) is already running on {checkpoint_url} in this process;"
+            " stop it before starting another on the same checkpoint"
+        )
     store = open_blob_store(checkpoint_url)
     metadata = _ensure_metadata(store, num_partitions, config, key_columns)
     placement_helper = None
@@ -115,6 +128,7 @@ def transform_with_state(
     if config.query_name:
         writer = writer.queryName(config.query_name)
     query = writer.start()
+    _RUNNING[checkpoint_url] = query
     query.blobstate_driver = driver  # type: ignore[attr-defined]
     return query
 
