@@ -28,3 +28,8 @@ def test_bad_values_are_named() -> None:
         QueryConfig.build({}, {"time_mode": "EventTime"})
     with pytest.raises(ValueError, match="output_mode"):
         QueryConfig.build({}, {"output_mode": "Complete"})
+
+
+def test_standby_replicas_are_refused_until_supported() -> None:
+    with pytest.raises(ValueError, match="standby_replicas=1"):
+        QueryConfig.build({}, {"standby_replicas": 1})

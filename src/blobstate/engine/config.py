@@ -39,7 +39,7 @@ class QueryConfig:
     min_versions_to_retain: int = 20
     """Committed versions kept restorable; older objects are deleted after each commit."""
     standby_replicas: int = 0
-    """Standby replicas per partition (kept warm on other executors)."""
+    """Standby replicas per partition (kept warm on other executors). Only 0 is supported so far."""
     placement: bool = True
     """Give each partition's task a preferred executor (the JVM helper); off means Spark's default."""
     trigger_interval: str | None = None
@@ -90,6 +90,10 @@ class QueryConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.standby_replicas < 0 or self.watermark_delay_ms < 0:
             raise ValueError("standby_replicas and watermark_delay_ms must not be negative")
+        if self.standby_replicas > 0:
+            raise ValueError(
+                f"standby_replicas={self.standby_replicas}: standby replicas are not supported yet; use 0"
+            )
 
 
 def _coerce(name: str, annotation: object, raw: str) -> Any:
