@@ -16,9 +16,11 @@ version 2, and write to the ``noop`` sink; blobstate's sink writes each batch's 
 the ``noop`` sink too. Per implementation: the median batch latency (``durationMs.triggerExecution``
 of the query's progress; for blobstate its ``BatchReport.seconds``, its trigger time is given too),
 steady-state events/s (the first batch is warm-up) and events per CPU-second, where CPU is that of the
-whole process tree (driver, JVM, Python workers) sampled from /proc at the end of each batch; the
-whole subprocess's CPU comes from ``getrusage(RUSAGE_CHILDREN)`` (this process is made a child
-subreaper, so orphaned descendants are reaped and counted too). Then restart-to-first-batch: a new
+whole process tree (driver, JVM, Python workers): the own user+system time of every process in it,
+sampled from /proc every 0.25 s by this process and read off at each batch's end.
+``getrusage(RUSAGE_CHILDREN)`` is reported too but undercounts: PySpark's daemon ignores SIGCHLD, so
+its Python workers' time is never accounted to a parent. This process is a child subreaper, so
+descendants orphaned on exit stay in the tree it samples. Then restart-to-first-batch: a new
 process on the same checkpoint, one more input file, empty local directories (Spark's
 ``spark.local.dir``, blobstate's ``local_dir``); the time from query start to the first batch's
 completion. Ratios are blobstate over the other implementation (above 1: blobstate better).
@@ -38,6 +40,7 @@ JVM-native aggregation. Spark's Python APIs need 35-50 s per default batch on th
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import ctypes
 import json
@@ -49,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import timeit
 import traceback
@@ -106,10 +110,16 @@ def apply_running_count_sum(key, pdfs, state) -> Iterator[pd.DataFrame]:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds of ``root`` and its live descendants, including the children they reaped (/proc)."""
+def descendants() -> dict[tuple[int, int], float]:
+    """Own CPU seconds (user + system) of every live descendant of this process, by (pid, start time).
+
+    Own time only: PySpark's daemon ignores SIGCHLD, so its Python workers are reaped by the kernel
+    and their time never reaches anyone's ``cutime`` or ``getrusage(RUSAGE_CHILDREN)``; sampling the
+    live processes is the only way to count them.
+    """
+    root = os.getpid()
     parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+    own: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -119,15 +129,69 @@ def tree_cpu_seconds(root: int) -> float:
         except OSError:
             continue
         parents[int(entry)] = int(fields[1])
-        times[int(entry)] = sum(int(x) for x in fields[11:15]) / CLOCK_TICKS
-    total = 0.0
-    for pid, seconds in times.items():
-        p = pid
+        own[int(entry)] = (int(fields[19]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    found: dict[tuple[int, int], float] = {}
+    for pid, (started, seconds) in own.items():
+        p = parents[pid]
         while p not in (0, 1) and p != root:
             p = parents.get(p, 0)
-        if p == root:
-            total += seconds
-    return total
+        if p == root and pid != root:
+            found[(pid, started)] = seconds
+    return found
+
+
+class TreeCpuSampler:
+    """Samples the CPU time of this process's descendants every ``interval`` seconds on a thread.
+
+    The total counts every process ever seen up to its last sample, so a process that exits loses at
+    most ``interval`` seconds of CPU, and one living shorter than that may be missed.
+    """
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.interval = interval
+        self.seen: dict[tuple[int, int], float] = {}
+        self.series: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def sample(self) -> None:
+        self.seen.update(descendants())
+        self.series.append((time.monotonic(), sum(self.seen.values())))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> TreeCpuSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def total(self) -> float:
+        return self.series[-1][1]
+
+    def at(self, moment: float) -> float:
+        """The cumulative CPU seconds at a ``time.monotonic()`` moment (linear interpolation)."""
+        times = [t for t, _ in self.series]
+        i = bisect.bisect_left(times, moment)
+        if i == 0:
+            return self.series[0][1]
+        if i >= len(self.series):
+            return self.series[-1][1]
+        (t0, c0), (t1, c1) = self.series[i - 1], self.series[i]
+        return c0 + (c1 - c0) * (moment - t0) / (t1 - t0) if t1 > t0 else c1
+
+
+def kill_descendants() -> None:
+    """SIGKILL every live descendant of this process (PySpark's daemon leaves the process group)."""
+    for pid, _started in descendants():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def machine_busy_seconds() -> float:
@@ -282,7 +346,6 @@ def worker(spec_path: Path) -> int:
     """One implementation, one phase (run or restart), in this fresh process; writes result.json."""
     spec = json.loads(spec_path.read_text())
     result_path = spec_path.with_name(RESULT_FILE)
-    me = os.getpid()
     result: dict[str, Any] = {"impl": spec["impl"], "phase": spec["phase"]}
     try:
         started = time.monotonic()
@@ -290,7 +353,7 @@ def worker(spec_path: Path) -> int:
         result["session_seconds"] = round(time.monotonic() - started, 3)
         from pyspark.sql.streaming import StreamingQueryListener
 
-        samples: dict[int, dict[str, float]] = {}
+        samples: dict[int, float] = {}
 
         class Sampler(StreamingQueryListener):
             """Records when each batch's progress arrived and the process tree's CPU at that time."""
@@ -301,7 +364,7 @@ def worker(spec_path: Path) -> int:
             def onQueryProgress(self, event: Any) -> None:
                 p = event.progress
                 if p.numInputRows > 0 and p.batchId not in samples:
-                    samples[p.batchId] = {"at": time.monotonic(), "cpu": tree_cpu_seconds(me)}
+                    samples[p.batchId] = time.monotonic()
 
             def onQueryIdle(self, event: Any) -> None:
                 pass
@@ -318,8 +381,8 @@ def worker(spec_path: Path) -> int:
             reports.append(asdict(report))
 
         events = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(spec["input"])
-        cpu_at_start = tree_cpu_seconds(me)
         query_started = time.monotonic()
+        result["query_started_at"] = query_started
         query = start_query(spark, spec, events, on_batch)
         query.processAllAvailable()
         batches_expected = spec["expected_batches"]
@@ -345,8 +408,8 @@ def worker(spec_path: Path) -> int:
                 "sink_output_rows": (p.get("sink") or {}).get("numOutputRows"),
             }
             if batch_id in samples:
-                entry["done_at_seconds"] = round(samples[batch_id]["at"] - query_started, 3)
-                entry["tree_cpu_seconds"] = round(samples[batch_id]["cpu"] - cpu_at_start, 2)
+                entry["done_at"] = samples[batch_id]
+                entry["done_at_seconds"] = round(samples[batch_id] - query_started, 3)
             batches.append(entry)
         for report in reports:
             for entry in batches:
@@ -359,7 +422,7 @@ def worker(spec_path: Path) -> int:
         )
         first = min(samples) if samples else None
         result["query_start_to_first_batch_seconds"] = (
-            round(samples[first]["at"] - query_started, 3) if first is not None else None
+            round(samples[first] - query_started, 3) if first is not None else None
         )
         spark.stop()
         result["status"] = "ok"
@@ -385,39 +448,45 @@ def become_subreaper() -> bool:
         return False
 
 
-def reap_orphans(pgid: int, grace: float = 30.0) -> None:
-    """Wait for re-parented descendants to exit (killing the group after ``grace`` seconds), reap them."""
+def reap_orphans(grace: float = 30.0) -> None:
+    """Wait for re-parented descendants to exit (SIGKILL after ``grace`` seconds) and reap them."""
     deadline = time.monotonic() + grace
     killed = False
     while True:
         try:
             pid, _status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            if not descendants():
+                return
+            pid = 0  # descendants that are not our children yet (still being re-parented)
         if pid:
             continue
-        if time.monotonic() > deadline and not killed:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            if killed:
+                return
+            kill_descendants()
             killed = True
             deadline = time.monotonic() + 10
-        elif killed and time.monotonic() > deadline:
-            return
         time.sleep(0.1)
 
 
 def run_worker(spec: dict[str, Any], directory: Path, timeout: float) -> dict[str, Any]:
-    """Run one worker subprocess under a timeout; its result, whole-tree CPU and the machine's load."""
+    """Run one worker subprocess under a timeout; its result, process-tree CPU and the machine's load."""
     directory.mkdir(parents=True, exist_ok=True)
     spec_path = directory / "spec.json"
     spec_path.write_text(json.dumps(spec))
     (directory / RESULT_FILE).unlink(missing_ok=True)
-    cpu_before, _ = children_cpu_seconds()
+    rusage_before, _ = children_cpu_seconds()
     busy_before = machine_busy_seconds()
     load_before = os.getloadavg()
     started = time.monotonic()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with open(directory / "stdout.log", "w") as out, open(directory / "stderr.log", "w") as err:
+    timed_out = False
+    with (
+        open(directory / "stdout.log", "w") as out,
+        open(directory / "stderr.log", "w") as err,
+        TreeCpuSampler() as sampler,
+    ):
         proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--worker", str(spec_path)],
             stdout=out,
@@ -425,22 +494,17 @@ def run_worker(spec: dict[str, Any], directory: Path, timeout: float) -> dict[st
             env=env,
             start_new_session=True,
         )
-        timed_out = False
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    wall = time.monotonic() - started
-    reap_orphans(proc.pid)
-    cpu_after, max_rss_kb = children_cpu_seconds()
+            kill_descendants()
+            proc.wait()
+        wall = time.monotonic() - started
+        reap_orphans()
+    rusage_after, max_rss_kb = children_cpu_seconds()
     busy = machine_busy_seconds() - busy_before
-    process_cpu = cpu_after - cpu_before
+    process_cpu = sampler.total()
     result: dict[str, Any] = {}
     if (directory / RESULT_FILE).exists():
         result = json.loads((directory / RESULT_FILE).read_text())
@@ -451,9 +515,15 @@ def run_worker(spec: dict[str, Any], directory: Path, timeout: float) -> dict[st
         result = {"status": "failed", "error": f"worker exited with code {proc.returncode} and no result"}
     if result.get("status") != "ok":
         result["stderr_tail"] = (directory / "stderr.log").read_text(errors="replace")[-3000:]
+    if "query_started_at" in result:
+        cpu_at_query_start = sampler.at(result["query_started_at"])
+        for entry in result.get("batches") or []:
+            if "done_at" in entry:
+                entry["tree_cpu_seconds"] = round(sampler.at(entry["done_at"]) - cpu_at_query_start, 2)
     result["process"] = {
         "wall_seconds": round(wall, 2),
         "cpu_seconds": round(process_cpu, 2),
+        "cpu_seconds_rusage_children": round(rusage_after - rusage_before, 2),
         "max_rss_mb_one_process": round(max_rss_kb / 1024),
         "machine_busy_cpu_seconds": round(busy, 2),
         "others_cpu_seconds": round(max(busy - process_cpu, 0.0), 2),
@@ -670,8 +740,9 @@ def main(argv: list[str] | None = None) -> int:
             "pyspark": pyspark.__version__,
             "timeout_seconds_per_subprocess": [args.timeout, args.restart_timeout],
             "driver_memory": args.driver_memory,
-            "cpu_measure": "process tree via /proc at batch ends; whole subprocess via RUSAGE_CHILDREN"
-            + (" (subreaper)" if subreaper else " (no subreaper: orphans may be missed)"),
+            "cpu_measure": "own user+system time of every process of the subprocess's tree, sampled"
+            " from /proc every 0.25 s (RUSAGE_CHILDREN misses PySpark's Python workers: their daemon"
+            " ignores SIGCHLD)" + ("" if subreaper else "; not a subreaper: orphans may be missed"),
         },
         "machine": {
             "cores": os.cpu_count(),
