@@ -240,3 +240,24 @@ def test_retried_tasks_emit_once_and_commit_one_uid_per_partition(spark: Any, tm
         for name in others:
             assert store.has_ttl(name), f"{name} of an attempt that did not commit was made permanent"
             assert name.rsplit("_", 1)[1].removesuffix(".delta") not in uids.values()
+
+
+def test_a_spark_checkpoint_ahead_of_the_commit_log_is_refused(spark: Any, tmp_path: Path) -> None:
+    """Spark resumes at batch 1, but blobstate's commits/1.json is gone: fail naming it, never run
+    the batch on empty state."""
+    from pyspark.errors import StreamingQueryException
+
+    write_batch_files(tmp_path / "in", [kv_table([("a", 1)])])
+    ckpt = tmp_path / "ckpt"
+    run_blobstate(
+        spark, tmp_path / "in", ckpt, RunningCount(), output_schema=RUNNING_COUNT_OUTPUT,
+        local_dir=tmp_path / "local",
+    )  # fmt: skip
+    (ckpt / "commits" / "1.json").unlink()
+    write_batch_files(tmp_path / "in", [kv_table([("a", 2)])], first=1)
+    with pytest.raises(StreamingQueryException, match=r"commits/1\.json does not exist"):
+        run_blobstate(
+            spark, tmp_path / "in", ckpt, RunningCount(), output_schema=RUNNING_COUNT_OUTPUT,
+            local_dir=tmp_path / "local",
+        )  # fmt: skip
+    assert not (ckpt / "commits" / "2.json").exists()

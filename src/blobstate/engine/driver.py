@@ -95,12 +95,12 @@ class BatchDriver:
             return
         started = time.monotonic()
         self._wait_for_cleanup()
-        previous = self.commit_log.read_commit(batch_id) if batch_id > 0 else None
-        if previous is None and batch_id > 0:
+        if batch_id > 0 and not self.commit_log.commit_exists(batch_id):
             raise BatchError(
                 f"batch {batch_id} starts from version {batch_id}, but commits/{batch_id}.json does not exist"
                 f" in {self.checkpoint_url}: the blobstate checkpoint does not match Spark's checkpoint"
             )
+        previous = self.commit_log.read_commit(batch_id) if batch_id > 0 else None
         uids = previous.checkpoints[self.config.operator] if previous else {}
         watermark, late_watermark = self._watermarks(previous)
         spec = TaskSpec(
@@ -205,6 +205,9 @@ class BatchDriver:
         missing = sorted(set(range(self.num_partitions)) - set(metas))
         if missing:
             raise BatchError(f"batch {batch_id}: no commit metadata from partition(s) {missing}")
+        stale = sorted(p for p, m in metas.items() if m["version"] != batch_id + 1)
+        if stale:
+            raise BatchError(f"batch {batch_id}: partition(s) {stale} committed another version")
 
     def _hand_to_sink(self, outputs: pa.Table, batch_id: int) -> None:
         table = outputs.cast(self.output_schema) if outputs.num_rows else self.output_schema.empty_table()
