@@ -33,33 +33,17 @@ import timeit
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
+from blobstate.demo.running_count import RunningCount
 from blobstate.processor import StatefulProcessor, run_partition
 from blobstate.state.store import RocksStateStore
 
 OUTPUT = "key BIGINT, count BIGINT, total BIGINT"
 
 
-class SparkStyleCount(StatefulProcessor):
-    """Running count and sum, written as for Spark."""
-
-    def init(self, handle):
-        self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
-
-    def handleInputRows(self, key, rows, timerValues):
-        count = 0
-        total = 0
-        for pdf in rows:
-            count += len(pdf)
-            total += int(pdf["value"].sum())
-        old = self.state.get()
-        if old is not None:
-            count += old[0]
-            total += old[1]
-        self.state.update((count, total))
-        yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
+SparkStyleCount = RunningCount
+"""Running count and sum, written as for Spark."""
 
 
 class StateOnlyCount(SparkStyleCount):

@@ -62,7 +62,7 @@ from typing import Any
 
 import pandas as pd
 
-from blobstate.processor import StatefulProcessor
+from blobstate.demo.running_count import RunningCount
 
 INPUT_SCHEMA = "key STRING, value BIGINT"
 OUTPUT_SCHEMA = "key STRING, count BIGINT, total BIGINT"
@@ -73,27 +73,8 @@ LARGE_SET = ("blobstate", "native")
 RESULT_FILE = "result.json"
 
 
-class RunningCountSum(StatefulProcessor):
-    """Running count and sum of ``value`` per key, written exactly as for transformWithStateInPandas."""
-
-    def init(self, handle) -> None:
-        self.state = handle.getValueState("agg", STATE_SCHEMA)
-
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        count = 0
-        total = 0
-        for pdf in rows:
-            count += len(pdf)
-            total += int(pdf["value"].sum())
-        old = self.state.get()
-        if old is not None:
-            count += old[0]
-            total += old[1]
-        self.state.update((count, total))
-        yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
-
-    def close(self) -> None:
-        pass
+RunningCountSum = RunningCount
+"""Running count and sum of ``value`` per key, written exactly as for transformWithStateInPandas."""
 
 
 def apply_running_count_sum(key, pdfs, state) -> Iterator[pd.DataFrame]:

@@ -23,6 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT as RUNNING_COUNT_OUTPUT
+from blobstate.demo.running_count import RunningCount as RunningCount
 from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
 
 KV_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64())])
@@ -199,33 +201,6 @@ def run_spark_tws(
 
 
 # ---------------------------------------------------------------------------------------------- processors
-RUNNING_COUNT_OUTPUT = "key STRING, count BIGINT, total BIGINT"
-
-
-class RunningCount(StatefulProcessor):
-    """Running count and sum of ``value`` per key (time mode None); one output row per key per batch."""
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the per-key counters."""
-        self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
-    ) -> Iterator[pd.DataFrame]:
-        """Add this batch's rows to the key's counters and emit them."""
-        count = 0
-        total = 0
-        for pdf in rows:
-            count += len(pdf)
-            total += int(pdf["value"].sum())
-        old = self.state.get()
-        if old is not None:
-            count += old[0]
-            total += old[1]
-        self.state.update((count, total))
-        yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
-
-
 def reference_running_count(batches: Sequence[Sequence[tuple[str, int]]]) -> dict[int, list[Row]]:
     """Plain-Python running count and sum per key: each batch's rows ``(key, count, total)``."""
     state: dict[str, tuple[int, int]] = {}

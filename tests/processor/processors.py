@@ -11,39 +11,10 @@ from collections.abc import Iterator
 
 import pandas as pd
 
+from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RunningCount
 from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
 
-RUNNING_COUNT_OUTPUT = "key STRING, count BIGINT, total BIGINT"
-
-
-class RunningCount(StatefulProcessor):
-    """Running count and sum of ``value`` per key (time mode None).
-
-    Input columns ``key: string, value: bigint``; output :data:`RUNNING_COUNT_OUTPUT`, one row per
-    key per batch. Initial state rows ``key, count, total`` seed the counters.
-    """
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
-
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        count = 0
-        total = 0
-        for pdf in rows:
-            count += len(pdf)
-            total += int(pdf["value"].sum())
-        old = self.state.get()
-        if old is not None:
-            count += old[0]
-            total += old[1]
-        self.state.update((count, total))
-        yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
-
-    def handleInitialState(self, key, initialState, timerValues) -> None:
-        count = int(initialState["count"].sum())
-        total = int(initialState["total"].sum())
-        self.state.update((count, total))
-
+__all__ = ["RUNNING_COUNT_OUTPUT", "RunningCount"]
 
 SESSION_OUTPUT = "key STRING, start_ms BIGINT, end_ms BIGINT, events BIGINT"
 

@@ -1,0 +1,45 @@
+"""The running count and sum per key used by the tests and benchmarks, written exactly as one would for
+Spark's ``transformWithStateInPandas`` (blobstate's StatefulProcessor subclasses PySpark's, so the class
+runs under both)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pandas as pd
+
+from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
+
+RUNNING_COUNT_OUTPUT = "key STRING, count BIGINT, total BIGINT"
+
+
+class RunningCount(StatefulProcessor):
+    """Running count and sum of ``value`` per key (time mode None).
+
+    Input columns ``key: string, value: bigint``; output :data:`RUNNING_COUNT_OUTPUT`, one row per
+    key per batch. Initial state rows ``key, count, total`` seed the counters.
+    """
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the per-key counters."""
+        self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        """Add this batch's rows to the key's counters and emit them."""
+        count = 0
+        total = 0
+        for pdf in rows:
+            count += len(pdf)
+            total += int(pdf["value"].sum())
+        old = self.state.get()
+        if old is not None:
+            count += old[0]
+            total += old[1]
+        self.state.update((count, total))
+        yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
+
+    def handleInitialState(self, key, initialState, timerValues) -> None:
+        """Seed the counters from initial-state rows."""
+        count = int(initialState["count"].sum())
+        total = int(initialState["total"].sum())
+        self.state.update((count, total))
