@@ -100,11 +100,13 @@ class OutputCollector:
         blocks = checked._mgr.blocks
         layout = (_fingerprint(checked.columns), *((b.dtype, _locs(b)) for b in blocks))
         run = self._run
+        values = [b.values for b in blocks]
         if run is None or run.layout != layout:
-            run = self._run = _Run(checked.columns, layout)
+            run = self._run = _Run(checked.columns, layout, values)
             self._runs.append(run)
-        run.parts.append([b.values for b in blocks])
-        run.frames.append(checked)
+        run.parts.append(values)
+        if run.keep_frames:
+            run.frames.append(checked)
 
     @property
     def ready(self) -> bool:
@@ -172,29 +174,39 @@ def _locs(block: Any) -> Any:
     return indexer if isinstance(indexer, slice) else tuple(indexer.tolist())
 
 
+def _plain_block(values: Any) -> bool:
+    """Whether a block's values concatenate block-wise: a 2-D numpy array or a 1-D extension array."""
+    if isinstance(values, np.ndarray):
+        return values.ndim == 2
+    return getattr(values, "ndim", 1) == 1 and hasattr(type(values), "_concat_same_type")
+
+
 class _Run:
     """Consecutive frames with the same columns and the same pandas block layout.
 
     Concatenating them block by block (one ``np.concatenate`` per block) costs a few microseconds
-    per frame, against tens for ``pd.concat`` of many one-row frames; any block kind this does not
-    know falls back to ``pd.concat``.
+    per frame, against tens for ``pd.concat`` of many one-row frames. Only the block values are
+    kept: holding thousands of small DataFrames alive until the flush costs more in garbage
+    collection than building them. Runs with a block kind this does not know keep their frames
+    and fall back to ``pd.concat``.
     """
 
-    __slots__ = ("columns", "frames", "layout", "parts")
+    __slots__ = ("columns", "frames", "keep_frames", "layout", "parts")
 
-    def __init__(self, columns: pd.Index, layout: tuple) -> None:
+    def __init__(self, columns: pd.Index, layout: tuple, first_values: list[Any]) -> None:
         self.columns = columns
         self.layout = layout
         self.parts: list[list[Any]] = []
+        self.keep_frames = not all(_plain_block(v) for v in first_values)
         self.frames: list[pd.DataFrame] = []
 
     def concat(self) -> pd.DataFrame:
-        if len(self.frames) == 1:
-            return self.frames[0]
-        try:
-            return self._concat_blocks()
-        except Exception:
-            return pd.concat(self.frames, ignore_index=True, sort=False)
+        if self.keep_frames:
+            try:
+                return self._concat_blocks()
+            except Exception:
+                return pd.concat(self.frames, ignore_index=True, sort=False)
+        return self._concat_blocks()
 
     def _concat_blocks(self) -> pd.DataFrame:
         columns: dict[int, Any] = {}
