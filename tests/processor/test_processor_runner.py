@@ -243,6 +243,17 @@ def test_fast_slicer_matches_iloc() -> None:
         pd.testing.assert_frame_equal(got, expected)
 
 
+def test_writing_to_a_key_frame_leaves_the_other_keys_rows_alone() -> None:
+    frame = pd.DataFrame({"i": np.arange(6), "s": [f"s{i}" for i in range(6)]})
+    original = frame.copy()
+    cut = grouping.slicer()(frame, 2, 4)
+    cut.loc[0, "i"] = -1
+    cut.loc[1, "s"] = "changed"
+    cut["new"] = 1
+    pd.testing.assert_frame_equal(frame, original)
+    pd.testing.assert_frame_equal(grouping.slicer()(frame, 2, 4), original.iloc[2:4].reset_index(drop=True))
+
+
 def test_dictionary_encoded_and_small_int_keys(store: Any) -> None:
     recorder = Recorder()
     data = pa.table(

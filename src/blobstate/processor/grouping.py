@@ -148,33 +148,46 @@ def _slice_iloc(frame: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:
 
 
 _FROM_MGR = pd.DataFrame._from_mgr
+_RANGE = pd.RangeIndex._simple_new
 
 
 def _slice_fast(frame: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:
-    """``frame.iloc[start:stop]`` with a fresh RangeIndex, cut from the block manager directly.
+    """``frame.iloc[start:stop]`` with a fresh RangeIndex, cut block by block.
 
-    About 40% cheaper than ``iloc`` plus an index assignment; copy-on-write still protects ``frame``
-    (the blocks keep their reference tracking). pandas internals, so :func:`slicer` checks it once
-    against ``iloc`` and falls back when it differs or fails.
+    About half the cost of slicing the block manager (which also slices the index only to have it
+    replaced) and a third of ``iloc`` plus an index assignment; copy-on-write still protects
+    ``frame`` (each sliced block keeps its reference tracking). pandas internals, so
+    :func:`slicer` checks it once against ``iloc`` and falls back when it differs or fails.
     """
-    mgr = frame._mgr.get_slice(slice(start, stop), axis=1)
-    mgr.axes[1] = pd.RangeIndex(stop - start)
-    return _FROM_MGR(mgr, axes=mgr.axes)
+    mgr = frame._mgr
+    rows = slice(start, stop)
+    blocks = [block.slice_block_rows(rows) for block in mgr.blocks]
+    sliced = type(mgr).from_blocks(blocks, [mgr.axes[0], _RANGE(range(stop - start))])
+    return _FROM_MGR(sliced, axes=sliced.axes)
 
 
 _slicer: Callable[[pd.DataFrame, int, int], pd.DataFrame] | None = None
 
 
+def _slice_is_safe(slice_rows: Callable[[pd.DataFrame, int, int], pd.DataFrame]) -> bool:
+    """Whether ``slice_rows`` gives what ``iloc`` gives, and writing to its result leaves the source alone."""
+    probe = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [0.5, None, 1.5], "d": [4, 5, 6]})
+    try:
+        cut = slice_rows(probe, 1, 3)
+        if not (cut.equals(_slice_iloc(probe, 1, 3)) and cut.index.equals(pd.RangeIndex(2))):
+            return False
+        cut.loc[0, "a"] = -1
+        cut.loc[1, "b"] = "changed"
+        return probe["a"].tolist() == [1, 2, 3] and probe["b"].tolist() == ["x", "y", "z"]
+    except Exception:
+        return False
+
+
 def slicer() -> Callable[[pd.DataFrame, int, int], pd.DataFrame]:
-    """The row slicer to use: the fast one if it gives exactly what ``iloc`` gives here."""
+    """The row slicer to use: the fast one if it behaves exactly as ``iloc`` does here."""
     global _slicer
     if _slicer is None:
-        probe = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [0.5, None, 1.5]})
-        try:
-            ok = _slice_fast(probe, 1, 3).equals(_slice_iloc(probe, 1, 3))
-        except Exception:
-            ok = False
-        _slicer = _slice_fast if ok else _slice_iloc
+        _slicer = _slice_fast if _slice_is_safe(_slice_fast) else _slice_iloc
     return _slicer
 
 
