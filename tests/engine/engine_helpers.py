@@ -22,8 +22,10 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import Row as SparkRow
 
 from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT as RUNNING_COUNT_OUTPUT
+from blobstate.demo.running_count import RowRunningCount as RowRunningCount
 from blobstate.demo.running_count import RunningCount as RunningCount
 from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
 
@@ -166,8 +168,10 @@ def run_spark_tws(
     time_mode: str = "None",
     event_time_column: str | None = None,
     watermark_delay_ms: int = 0,
+    api: str = "pandas",
 ) -> BatchRecorder:
-    """Run ``processor`` with Spark's own ``transformWithStateInPandas`` (RocksDB state store).
+    """Run ``processor`` with Spark's own ``transformWithStateInPandas`` (RocksDB state store), or with
+    its row-based ``transformWithState`` when ``api`` is ``row``.
 
     Spark's no-data batches are turned off: blobstate runs a batch only when input arrives (it sees
     batches through ``foreachBatch``), so with them on Spark would run extra batches that fire timers
@@ -182,9 +186,10 @@ def run_spark_tws(
         df = file_stream(spark, input_dir, input_schema)
         if event_time_column is not None:
             df = df.withWatermark(event_time_column, f"{watermark_delay_ms} milliseconds")
+        grouped = df.groupBy(key)
+        transform = grouped.transformWithState if api == "row" else grouped.transformWithStateInPandas
         query = (
-            df.groupBy(key)
-            .transformWithStateInPandas(
+            transform(
                 statefulProcessor=processor,
                 outputStructType=output_schema,
                 outputMode=output_mode,
@@ -402,3 +407,18 @@ class Reminders(StatefulProcessor):
 
 
 _REMINDER_COLUMNS = ["key", "kind", "count", "timers", "recent", "flags"]
+
+
+class RowReminders(Reminders):
+    """:class:`Reminders` written for Spark's row-based ``transformWithState``: Rows in and out."""
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        """The same state work as :class:`Reminders`, on Row objects."""
+        frames = iter([pd.DataFrame({"value": [row.value for row in rows]})])
+        for frame in Reminders.handleInputRows(self, key, frames, timerValues):
+            yield from (SparkRow(**r) for r in frame.to_dict("records"))
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        """The same report as :class:`Reminders`, as a Row."""
+        for frame in Reminders.handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            yield from (SparkRow(**r) for r in frame.to_dict("records"))

@@ -23,6 +23,8 @@ from engine_helpers import (
     SESSION_WATERMARK_DELAY_MS,
     EventTimeSessions,
     Reminders,
+    RowReminders,
+    RowRunningCount,
     RunningCount,
     event_table,
     expected_event_time_sessions,
@@ -52,6 +54,7 @@ def run_both(
     time_mode = kwargs.pop("time_mode", "None")
     event_time_column = kwargs.pop("event_time_column", None)
     delay = kwargs.pop("watermark_delay_ms", 0)
+    api = kwargs.pop("api", "pandas")
     write_batch_files(tmp_path / "in", tables)
     spark_out = run_spark_tws(
         spark,
@@ -61,9 +64,10 @@ def run_both(
         time_mode=time_mode,
         event_time_column=event_time_column,
         watermark_delay_ms=delay,
+        api=api,
         **kwargs,
     )
-    options: dict[str, Any] = {"time_mode": time_mode}
+    options: dict[str, Any] = {"time_mode": time_mode, "api": api}
     if event_time_column is not None:
         options.update(event_time_column=event_time_column, watermark_delay_ms=delay)
     ours, _ = run_blobstate(
@@ -85,6 +89,34 @@ def test_running_count_matches_spark(spark: Any, tmp_path: Path) -> None:
     )
     assert ours == theirs
     assert ours == reference_running_count(KV_BATCHES)
+
+
+def test_row_based_running_count_matches_spark(spark: Any, tmp_path: Path) -> None:
+    theirs, ours = run_both(
+        spark,
+        tmp_path,
+        RowRunningCount(),
+        [kv_table(b) for b in KV_BATCHES],
+        output_schema=RUNNING_COUNT_OUTPUT,
+        api="row",
+    )
+    assert ours == theirs
+    assert ours == reference_running_count(KV_BATCHES)
+
+
+def test_row_based_timers_and_ttl_match_spark(spark: Any, tmp_path: Path) -> None:
+    theirs, ours = run_both(
+        spark,
+        tmp_path,
+        RowReminders(),
+        [kv_table(b) for b in KV_BATCHES],
+        output_schema=REMINDERS_OUTPUT,
+        time_mode="ProcessingTime",
+        api="row",
+    )
+    assert ours == theirs
+    fired = {b: sorted(r[0] for r in rows if r[1] == "timer") for b, rows in ours.items()}
+    assert fired == {0: [], 1: ["b", "c"], 2: ["a"]}
 
 
 def test_processing_time_timers_and_ttl_match_spark(spark: Any, tmp_path: Path) -> None:

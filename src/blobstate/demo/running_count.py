@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pandas as pd
+from pyspark.sql import Row
 
 from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
 
@@ -43,3 +44,31 @@ class RunningCount(StatefulProcessor):
         count = int(initialState["count"].sum())
         total = int(initialState["total"].sum())
         self.state.update((count, total))
+
+
+class RowRunningCount(StatefulProcessor):
+    """:class:`RunningCount` written for Spark's row-based ``transformWithState``: the same state and
+    output, with ``pyspark.sql.Row`` objects in and out instead of pandas DataFrames."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the per-key counters."""
+        self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        """Add this batch's rows to the key's counters and emit them."""
+        count = 0
+        total = 0
+        for row in rows:
+            count += 1
+            total += row.value
+        old = self.state.get()
+        if old is not None:
+            count += old[0]
+            total += old[1]
+        self.state.update((count, total))
+        yield Row(key=key[0], count=count, total=total)
+
+    def handleInitialState(self, key, initialState, timerValues) -> None:
+        """Seed the counters from one initial-state row."""
+        old = self.state.get() or (0, 0)
+        self.state.update((old[0] + initialState["count"], old[1] + initialState["total"]))

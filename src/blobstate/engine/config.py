@@ -21,6 +21,10 @@ class QueryConfig:
     """Every tunable of one blobstate query. Each field may also be set as ``spark.blobstate.<name>``."""
 
     operator: str = "0"
+    api: str = "pandas"
+    """How handlers see rows: ``pandas`` (DataFrames in and out, as Spark's
+    ``transformWithStateInPandas``) or ``row`` (``pyspark.sql.Row`` objects, as Spark's row-based
+    ``transformWithState``, with no pandas per key)."""
     """The stateful operator's id; one query may hold several operators under one checkpoint."""
     output_mode: str = "Update"
     """``Append`` or ``Update``, as in transformWithStateInPandas."""
@@ -77,6 +81,11 @@ class QueryConfig:
 
     def validate(self) -> None:
         """Reject inconsistent settings with an error naming the option."""
+        if self.api not in ("pandas", "row"):
+            raise ValueError(
+                f"api must be 'pandas' (transformWithStateInPandas) or 'row' (transformWithState), not"
+                f" {self.api!r}"
+            )
         if self.output_mode not in ("Append", "Update"):
             raise ValueError(f"output_mode must be 'Append' or 'Update', not {self.output_mode!r}")
         if self.time_mode not in ("None", "ProcessingTime", "EventTime"):

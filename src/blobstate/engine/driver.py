@@ -124,6 +124,7 @@ class BatchDriver:
             snapshot_delta_bytes=self.config.snapshot_delta_bytes,
             timezone=batch_df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC",
             pandas_object_strings=self.config.pandas_object_strings,
+            api=self.config.api,
         )
         placement = self._placement(previous)
         stage_started = time.monotonic()

@@ -66,6 +66,8 @@ def transform_with_state(
     ``<checkpoint>/_spark``); ``sink(batch_df, batch_id)`` receives each batch's output, as
     ``foreachBatch`` would, and must be idempotent per batch id for end-to-end exactly-once;
     ``num_partitions`` the number of state partitions, fixed for the life of the checkpoint.
+    ``api="row"`` runs a processor written for Spark's row-based ``transformWithState`` (Rows in and
+    out) instead of one for ``transformWithStateInPandas`` (the default, ``api="pandas"``).
     Further options are :class:`~blobstate.engine.config.QueryConfig` fields (also settable as Spark
     conf ``spark.blobstate.<name>``). ``on_batch(report)`` is called after each committed batch.
     Returns the running :class:`~pyspark.sql.streaming.StreamingQuery`.

@@ -42,6 +42,8 @@ class TaskSpec:
     snapshot_every: int
     snapshot_delta_bytes: int
     pandas_object_strings: bool = True
+    api: str = "pandas"
+    """``pandas`` or ``row``: what the processor's handlers receive and yield (QueryConfig.api)."""
     timezone: str = "UTC"
     """The session time zone: naive pandas timestamps in and out are wall-clock times of this zone."""
     blob_store_options: dict[str, Any] = field(default_factory=dict)
@@ -142,6 +144,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             event_time_column=spec.event_time_column,
             max_event_time=max_event_time,
             timezone=spec.timezone,
+            api=spec.api,
         )
         for out in outputs:
             stats["output_rows"] += out.num_rows

@@ -111,6 +111,17 @@ class Groups:
         return len(self.keys)
 
 
+def key_ranges(table: pa.Table, key_columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end row of each run of equal keys in ``table`` (sorted by ``key_columns``)."""
+    n = table.num_rows
+    changed = np.zeros(max(n - 1, 0), dtype=bool)
+    for c in key_columns:
+        changed |= _changes(table.column(c))
+    starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
+    ends = np.append(starts[1:], n).astype(np.int64)
+    return starts, ends
+
+
 def group_by_key(table: pa.Table, key_columns: Sequence[str], timezone: str) -> Groups:
     """Sort ``table`` by ``key_columns`` and find each key's row range."""
     from pyspark.sql.conversion import ArrowBatchTransformer
@@ -118,12 +129,7 @@ def group_by_key(table: pa.Table, key_columns: Sequence[str], timezone: str) -> 
     table = _widen(table)
     order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in key_columns])
     table = table.take(order)
-    n = table.num_rows
-    changed = np.zeros(max(n - 1, 0), dtype=bool)
-    for c in key_columns:
-        changed |= _changes(table.column(c))
-    starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
-    ends = np.append(starts[1:], n).astype(np.int64)
+    starts, ends = key_ranges(table, key_columns)
     with quiet_pyspark_conversion():
         frame = pd.concat(ArrowBatchTransformer.to_pandas(table, timezone=timezone), axis=1)
     frame.columns = table.column_names

@@ -21,6 +21,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _Spark
 from pyspark.sql.types import StructType
 
 from blobstate.processor import codec, grouping, layout
+from blobstate.processor import rows as row_api
 from blobstate.processor.api import (
     ExpiredTimerInfo,
     StatefulProcessorHandle,
@@ -36,6 +37,10 @@ from blobstate.processor.schema import to_arrow, to_struct_type
 InputData = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
 
 OUTPUT_MODES = {"append": "Append", "update": "Update"}
+
+APIS = ("pandas", "row")
+"""``pandas``: handlers see and yield pandas DataFrames (Spark's ``transformWithStateInPandas``);
+``row``: they see and yield ``pyspark.sql.Row`` objects (Spark's row-based ``transformWithState``)."""
 
 
 @dataclass
@@ -107,6 +112,7 @@ def run_partition(
     timezone: str = "UTC",
     max_rows_per_frame: int = grouping.DEFAULT_MAX_ROWS_PER_FRAME,
     flush_rows: int = DEFAULT_FLUSH_ROWS,
+    api: str = "pandas",
 ) -> Iterator[pa.RecordBatch]:
     """Run ``processor`` over one partition's rows for one micro-batch; yield its output batches.
 
@@ -122,11 +128,19 @@ def run_partition(
     batch's watermark; default: ``watermark_ms``), ``event_time_column`` the input's event-time
     column. ``initial_state`` (first batch only) holds rows for ``handleInitialState``, keyed by
     ``initial_state_key_columns`` (default: ``key_columns``). ``max_event_time[0]`` receives the
-    input's largest event time in ms and ``stats`` the run's counters.
+    input's largest event time in ms and ``stats`` the run's counters. ``api`` is ``pandas``
+    (handlers get and yield pandas DataFrames, as ``transformWithStateInPandas``) or ``row``
+    (``pyspark.sql.Row`` objects, as the row-based ``transformWithState``; see
+    :mod:`blobstate.processor.rows`).
 
     Arguments are checked at once; the work happens while the returned iterator is consumed, and
     the store holds this batch's complete state changes only once it is exhausted.
     """
+    if api not in APIS:
+        raise ValueError(
+            f"api must be one of {APIS} (pandas: transformWithStateInPandas; row:"
+            f" transformWithState), not {api!r}"
+        )
     proc = _processor_instance(processor)
     mode = normalize_time_mode(time_mode)
     out_mode = _normalize_output_mode(output_mode)
@@ -146,7 +160,11 @@ def run_partition(
         )
     schema = to_struct_type(output_schema, what="output_schema")
     arrow_schema = output_schema if isinstance(output_schema, pa.Schema) else to_arrow(schema, timezone)
-    collector = OutputCollector(schema, arrow_schema, timezone=timezone, flush_rows=flush_rows)
+    collector: OutputCollector | row_api.RowOutputCollector
+    if api == "row":
+        collector = row_api.RowOutputCollector(arrow_schema, flush_rows=flush_rows)
+    else:
+        collector = OutputCollector(schema, arrow_schema, timezone=timezone, flush_rows=flush_rows)
     return _run(
         proc,
         store,
@@ -165,19 +183,25 @@ def run_partition(
         stats=stats if stats is not None else RunStats(),
         timezone=timezone,
         max_rows=max_rows_per_frame,
+        api=api,
     )
 
 
-def _collect(result: Any, collector: OutputCollector, source: str) -> None:
+def _collect(result: Any, collector: Any, source: str) -> None:
+    what = "Rows" if isinstance(collector, row_api.RowOutputCollector) else "pandas DataFrames"
     if result is None:
         raise StatefulProcessorError(
-            f"{source} returned None; it must return an iterator of pandas DataFrames (use `yield`, or"
+            f"{source} returned None; it must return an iterator of {what} (use `yield`, or"
             " `return iter([])` for no output)"
         )
-    if isinstance(result, (str, bytes)) or not hasattr(result, "__iter__") or hasattr(result, "columns"):
+    if (
+        isinstance(result, (str, bytes, tuple))
+        or not hasattr(result, "__iter__")
+        or hasattr(result, "columns")
+    ):
         raise StatefulProcessorError(
-            f"{source} returned a {type(result).__name__}; it must return an iterator of pandas"
-            " DataFrames (yield each DataFrame)"
+            f"{source} returned a {type(result).__name__}; it must return an iterator of {what}"
+            f" (yield each of them)"
         )
     for frame in result:
         collector.add(frame, source)
@@ -198,7 +222,7 @@ def _run(
     *,
     keys: list[str],
     init_keys: list[str],
-    collector: OutputCollector,
+    collector: Any,
     time_mode: str,
     output_mode: str,
     batch_timestamp_ms: int | None,
@@ -210,6 +234,7 @@ def _run(
     stats: RunStats,
     timezone: str,
     max_rows: int,
+    api: str,
 ) -> Iterator[pa.RecordBatch]:
     started = time.perf_counter()
     table = grouping.to_table(data)
@@ -236,15 +261,35 @@ def _run(
     init_table = grouping.to_table(initial_state)
     if init_table is not None:
         grouping.check_columns(init_table, init_keys, "initial state key")
-        groups = grouping.group_by_key(init_table, init_keys, timezone)
         handler = proc.handleInitialState
-        for i, key in enumerate(groups.keys):
-            session.set_key(key, groups.key_bytes[i])
-            for chunk in grouping.Frames(groups.frame, groups.starts[i], groups.ends[i], max_rows):
-                _call(handler, "handleInitialState", key, chunk, timer_values)
-        stats.initial_state_keys = len(groups)
+        if api == "row":  # one call per initial-state row, as Spark's row-based worker does
+            row_groups = row_api.group_rows_by_key(init_table, init_keys)
+            for i, key in enumerate(row_groups.keys):
+                session.set_key(key, row_groups.key_bytes[i])
+                for row in row_groups.rows(i):
+                    _call(handler, "handleInitialState", key, row, timer_values)
+            stats.initial_state_keys = len(row_groups)
+        else:
+            groups = grouping.group_by_key(init_table, init_keys, timezone)
+            for i, key in enumerate(groups.keys):
+                session.set_key(key, groups.key_bytes[i])
+                for chunk in grouping.Frames(groups.frame, groups.starts[i], groups.ends[i], max_rows):
+                    _call(handler, "handleInitialState", key, chunk, timer_values)
+            stats.initial_state_keys = len(groups)
 
-    if table is not None and table.num_rows:
+    if table is not None and table.num_rows and api == "row":
+        row_groups = row_api.group_rows_by_key(table, keys)
+        handler = proc.handleInputRows
+        key_bytes = row_groups.key_bytes
+        for i, key in enumerate(row_groups.keys):
+            session.key = key
+            session.key_bytes = key_bytes[i]
+            result = _call(handler, "handleInputRows", key, row_groups.rows(i), timer_values)
+            _collect(result, collector, "handleInputRows")
+            if collector.ready:
+                yield _flushed(collector)
+        stats.keys = len(row_groups)
+    elif table is not None and table.num_rows:
         groups = grouping.group_by_key(table, keys, timezone)
         handler = proc.handleInputRows
         frame, key_bytes = groups.frame, groups.key_bytes
@@ -292,7 +337,7 @@ def _run(
     stats.seconds = time.perf_counter() - started
 
 
-def _flushed(collector: OutputCollector) -> pa.RecordBatch:
+def _flushed(collector: Any) -> pa.RecordBatch:
     batch = collector.flush()
     assert batch is not None
     return batch

@@ -1,0 +1,171 @@
+"""The row-based API (``api="row"``, Spark's ``transformWithState``): Rows in, Rows out, same state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from processor_helpers import run, run_with_stats, table
+from pyspark.sql import Row
+
+from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount, RunningCount
+from blobstate.processor import OutputSchemaError, StatefulProcessor, StatefulProcessorError
+from blobstate.state.store import RocksStateStore
+
+
+class RowRecorder(StatefulProcessor):
+    """Records each key with the Rows it got and each initial-state row; emits nothing."""
+
+    def __init__(self) -> None:
+        self.inputs: list[tuple[tuple, list[Row]]] = []
+        self.initial: list[tuple[tuple, Row]] = []
+
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        self.inputs.append((key, list(rows)))
+        return iter([])
+
+    def handleInitialState(self, key: Any, initialState: Row, timerValues: Any) -> None:
+        self.initial.append((key, initialState))
+
+
+key_values = st.one_of(st.none(), st.integers(-3, 3))
+rows_strategy = st.lists(
+    st.tuples(key_values, st.sampled_from(["x", "y", None]), st.integers(-100, 100)), max_size=60
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows_strategy)
+def test_every_key_once_in_ascending_order_with_all_its_rows_as_rows(
+    store: Any, rows: list[tuple[Any, Any, int]]
+) -> None:
+    data = pa.table(
+        {
+            "k1": pa.array([r[0] for r in rows], pa.int64()),
+            "k2": pa.array([r[1] for r in rows], pa.string()),
+            "v": pa.array([r[2] for r in rows], pa.int64()),
+        }
+    )
+    recorder = RowRecorder()
+    run(recorder, store, data, key_columns=["k1", "k2"], output_schema="v BIGINT", api="row")
+    keys = [k for k, _ in recorder.inputs]
+    assert len(keys) == len(set(keys))
+
+    def order(k: tuple) -> tuple:
+        return tuple((v is not None, v) for v in k)  # ascending, nulls first
+
+    assert keys == sorted(keys, key=order)
+    expected: dict[tuple, list[tuple]] = {}
+    for r in rows:
+        expected.setdefault((r[0], r[1]), []).append(r)
+    for key, got in recorder.inputs:
+        assert all(isinstance(r, Row) and list(r.__fields__) == ["k1", "k2", "v"] for r in got)
+        assert sorted(tuple(r) for r in got) == sorted(expected[key])
+
+
+def test_row_and_pandas_processors_keep_the_same_state(store_path: Any) -> None:
+    batches = [
+        table(key=["a", "b", "a"], value=[1, 2, 3]),
+        table(key=["b", "c"], value=[10, -5]),
+    ]
+    outputs = {}
+    for api, processor in (("pandas", RunningCount), ("row", RowRunningCount)):
+        with RocksStateStore.open(store_path / api) as store:
+            outputs[api] = [
+                run(processor(), store, b, output_schema=RUNNING_COUNT_OUTPUT, api=api) for b in batches
+            ]
+    assert outputs["row"] == outputs["pandas"]
+    assert sorted(outputs["row"][1], key=lambda r: r["key"]) == [
+        {"key": "b", "count": 2, "total": 12},
+        {"key": "c", "count": 1, "total": -5},
+    ]
+
+
+def test_initial_state_is_handed_over_one_row_at_a_time(store: Any) -> None:
+    recorder = RowRecorder()
+    initial = table(key=["b", "a", "b"], count=[1, 2, 3], total=[10, 20, 30])
+    run(recorder, store, None, output_schema="v BIGINT", initial_state=initial, api="row")
+    assert [(k, tuple(r)) for k, r in recorder.initial] == [
+        (("a",), ("a", 2, 20)),
+        (("b",), ("b", 1, 10)),
+        (("b",), ("b", 3, 30)),
+    ]
+
+
+def test_row_based_initial_state_seeds_the_counters(store: Any) -> None:
+    initial = table(key=["a", "a"], count=[1, 2], total=[5, 6])
+    out = run(
+        RowRunningCount(),
+        store,
+        table(key=["a"], value=[100]),
+        output_schema=RUNNING_COUNT_OUTPUT,
+        initial_state=initial,
+        api="row",
+    )
+    assert out == [{"key": "a", "count": 4, "total": 111}]
+
+
+class Yields(StatefulProcessor):
+    """Yields whatever it was built with, once per key."""
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+        yield self.item
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (("a", 1), "yielded a tuple; with the row-based API it must yield pyspark.sql.Row"),
+        ({"key": "a"}, "yielded a dict"),
+        (Row(key="a"), r"lacks field\(s\) \['n'\]"),
+        (Row(key="a", n="not a number"), "do not fit the output schema"),
+    ],
+)
+def test_bad_output_rows_are_named(store: Any, item: Any, message: str) -> None:
+    with pytest.raises(OutputSchemaError, match=message):
+        run(Yields(item), store, table(key=["a"], value=[1]), output_schema="key STRING, n BIGINT", api="row")
+
+
+def test_extra_fields_are_ignored_and_missing_nullable_fields_are_an_error(store: Any) -> None:
+    out, stats = run_with_stats(
+        Yields(Row(n=5, key="a", extra=1.5)),
+        store,
+        table(key=["a", "b"], value=[1, 2]),
+        output_schema="key STRING, n BIGINT",
+        api="row",
+    )
+    assert out == [{"key": "a", "n": 5}, {"key": "a", "n": 5}]
+    assert stats.output_rows == 2
+
+
+def test_returning_a_row_instead_of_yielding_it_is_named(store: Any) -> None:
+    class ReturnsRow(Yields):
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            return Row(key="a", n=1)
+
+    with pytest.raises(StatefulProcessorError, match="returned a Row; it must return an iterator of Rows"):
+        run(
+            ReturnsRow(None),
+            store,
+            table(key=["a"], value=[1]),
+            output_schema="key STRING, n BIGINT",
+            api="row",
+        )
+
+
+def test_unknown_api_is_refused(store: Any) -> None:
+    with pytest.raises(ValueError, match="api must be one of"):
+        run(RowRecorder(), store, None, output_schema="v BIGINT", api="rows")
