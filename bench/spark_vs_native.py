@@ -7,7 +7,11 @@ each run in its own subprocess (a fresh JVM) one after the other, on Spark ``loc
 ``spark.sql.shuffle.partitions`` = blobstate's ``num_partitions`` = ``--partitions``:
 
 * ``blobstate``: ``blobstate.transform_with_state`` with :class:`RunningCountSum`;
-* ``tws``: Spark's ``groupBy(key).transformWithStateInPandas`` with the same processor class;
+* ``blobstate_row``: the same with ``api="row"`` and :class:`RowRunningCountSum` (Rows, no pandas);
+* ``tws``: Spark's ``groupBy(key).transformWithStateInPandas`` with the same processor class as
+  ``blobstate``;
+* ``tws_row``: Spark's row-based ``groupBy(key).transformWithState`` with the same processor class as
+  ``blobstate_row``;
 * ``apply``: Spark's ``groupBy(key).applyInPandasWithState`` (GroupState holding count and sum);
 * ``native``: Spark's JVM-native ``groupBy(key).agg(count, sum)`` in update mode.
 
@@ -15,7 +19,10 @@ Spark's queries use the RocksDB state store provider, changelog checkpointing an
 version 2, and write to the ``noop`` sink; blobstate's sink writes each batch's output DataFrame to
 the ``noop`` sink too. Per implementation: the median batch latency (``durationMs.triggerExecution``
 of the query's progress; for blobstate its ``BatchReport.seconds``, its trigger time is given too),
-steady-state events/s (the first batch is warm-up) and events per CPU-second, where CPU is that of the
+steady-state events/s (the first batch is warm-up; ``events_per_s`` over those latencies,
+``events_per_s_trigger`` over trigger times, ``events_per_s_wall`` over the wall-clock time from the
+end of the warm-up batch to the end of the last, everything included) and events per CPU-second, where
+CPU is that of the
 whole process tree (driver, JVM, Python workers): the own user+system time of every process in it,
 sampled from /proc every 0.25 s by this process and read off at each batch's end.
 ``getrusage(RUSAGE_CHILDREN)`` is reported too but undercounts: PySpark's daemon ignores SIGCHLD, so
@@ -62,19 +69,22 @@ from typing import Any
 
 import pandas as pd
 
-from blobstate.demo.running_count import RunningCount
+from blobstate.demo.running_count import RowRunningCount, RunningCount
 
 INPUT_SCHEMA = "key STRING, value BIGINT"
 OUTPUT_SCHEMA = "key STRING, count BIGINT, total BIGINT"
 STATE_SCHEMA = "count BIGINT, total BIGINT"
-IMPLEMENTATIONS = ("blobstate", "tws", "apply", "native")
-DEFAULT_SET = ("blobstate", "tws", "apply")
-LARGE_SET = ("blobstate", "native")
+IMPLEMENTATIONS = ("blobstate", "blobstate_row", "tws", "tws_row", "apply", "native")
+DEFAULT_SET = ("blobstate", "blobstate_row", "tws", "tws_row", "apply")
+LARGE_SET = ("blobstate", "blobstate_row", "native")
 RESULT_FILE = "result.json"
 
 
 RunningCountSum = RunningCount
 """Running count and sum of ``value`` per key, written exactly as for transformWithStateInPandas."""
+
+RowRunningCountSum = RowRunningCount
+"""The same, written exactly as for Spark's row-based transformWithState."""
 
 
 def apply_running_count_sum(key, pdfs, state) -> Iterator[pd.DataFrame]:
@@ -275,7 +285,7 @@ def progress_dict(progress: Any) -> dict[str, Any]:
 def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) -> Any:
     """Start the implementation's streaming query on the streaming DataFrame ``events``."""
     impl = spec["impl"]
-    if impl == "blobstate":
+    if is_blobstate(impl):
         import blobstate
 
         def sink(frame: Any, batch_id: int) -> None:
@@ -284,15 +294,23 @@ def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) ->
         return blobstate.transform_with_state(
             events,
             key="key",
-            processor=RunningCountSum(),
+            processor=RowRunningCountSum() if impl == "blobstate_row" else RunningCountSum(),
             output_schema=OUTPUT_SCHEMA,
             checkpoint=spec["checkpoint"],
             sink=sink,
             num_partitions=spec["partitions"],
             local_dir=spec["blobstate_local_dir"],
             on_batch=on_batch,
+            api="row" if impl == "blobstate_row" else "pandas",
         )
-    if impl == "tws":
+    if impl == "tws_row":
+        out = events.groupBy("key").transformWithState(
+            statefulProcessor=RowRunningCountSum(),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Update",
+            timeMode="None",
+        )
+    elif impl == "tws":
         out = events.groupBy("key").transformWithStateInPandas(
             statefulProcessor=RunningCountSum(),
             outputStructType=OUTPUT_SCHEMA,
@@ -524,7 +542,7 @@ def summarize_run(run: dict[str, Any], impl: str, data: dict[str, Any]) -> dict[
         return {"error": "fewer than two batches completed"}
 
     def latency(entry: dict[str, Any]) -> float:
-        if impl == "blobstate" and "blobstate" in entry:
+        if is_blobstate(impl) and "blobstate" in entry:
             return entry["blobstate"]["seconds"]
         return entry["trigger_seconds"]
 
@@ -548,7 +566,8 @@ def summarize_run(run: dict[str, Any], impl: str, data: dict[str, Any]) -> dict[
         summary["steady_wall_seconds"] = round(wall, 2)
         summary["events_per_cpu_s"] = round(events / cpu) if cpu > 0 else None
         summary["cpu_per_wall"] = round(cpu / wall, 2) if wall > 0 else None
-    if impl == "blobstate":
+        summary["events_per_s_wall"] = round(events / wall) if wall > 0 else None
+    if is_blobstate(impl):
         reports = [b["blobstate"] for b in steady if "blobstate" in b]
         for name in BLOBSTATE_PHASES:
             values = [r[name] for r in reports]
@@ -586,7 +605,7 @@ def summarize_restart(restart: dict[str, Any], impl: str, run_summary: dict[str,
         "first_batch_trigger_seconds": first["trigger_seconds"],
     }
     own = first["trigger_seconds"]
-    if impl == "blobstate" and "blobstate" in first:
+    if is_blobstate(impl) and "blobstate" in first:
         report = first["blobstate"]
         own = report["seconds"]
         summary.update(
@@ -750,31 +769,40 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all_ok else 1
 
 
+def is_blobstate(impl: str) -> bool:
+    """Whether ``impl`` is one of blobstate's own implementations."""
+    return impl.startswith("blobstate")
+
+
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
-    """Throughput ratios blobstate/other and latency ratios other/blobstate (above 1: blobstate better)."""
-    ours = results.get("blobstate") or {}
-    mine = ours.get("summary") or {}
-    my_restart = ours.get("restart_summary") or {}
+    """Per blobstate variant and other implementation: throughput ratios blobstate/other and latency
+    ratios other/blobstate (above 1: blobstate better)."""
     out: dict[str, Any] = {}
-    for impl, entry in results.items():
-        if impl == "blobstate":
+    for ours_name, ours in results.items():
+        if not is_blobstate(ours_name):
             continue
-        other = entry.get("summary") or {}
-        other_restart = entry.get("restart_summary") or {}
-        out[impl] = {
-            "events_per_s": ratio(mine.get("events_per_s"), other.get("events_per_s")),
-            "events_per_s_trigger": ratio(
-                mine.get("events_per_s_trigger"), other.get("events_per_s_trigger")
-            ),
-            "events_per_cpu_s": ratio(mine.get("events_per_cpu_s"), other.get("events_per_cpu_s")),
-            "median_batch_latency_other_over_blobstate": ratio(
-                other.get("median_batch_seconds"), mine.get("median_batch_seconds")
-            ),
-            "restart_to_first_batch_other_over_blobstate": ratio(
-                other_restart.get("query_start_to_first_batch_seconds"),
-                my_restart.get("query_start_to_first_batch_seconds"),
-            ),
-        }
+        mine = ours.get("summary") or {}
+        my_restart = ours.get("restart_summary") or {}
+        for impl, entry in results.items():
+            if is_blobstate(impl):
+                continue
+            other = entry.get("summary") or {}
+            other_restart = entry.get("restart_summary") or {}
+            out[f"{ours_name}/{impl}"] = {
+                "events_per_s": ratio(mine.get("events_per_s"), other.get("events_per_s")),
+                "events_per_s_trigger": ratio(
+                    mine.get("events_per_s_trigger"), other.get("events_per_s_trigger")
+                ),
+                "events_per_s_wall": ratio(mine.get("events_per_s_wall"), other.get("events_per_s_wall")),
+                "events_per_cpu_s": ratio(mine.get("events_per_cpu_s"), other.get("events_per_cpu_s")),
+                "median_batch_latency_other_over_blobstate": ratio(
+                    other.get("median_batch_seconds"), mine.get("median_batch_seconds")
+                ),
+                "restart_to_first_batch_other_over_blobstate": ratio(
+                    other_restart.get("query_start_to_first_batch_seconds"),
+                    my_restart.get("query_start_to_first_batch_seconds"),
+                ),
+            }
     return out
 
 
