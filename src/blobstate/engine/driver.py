@@ -30,6 +30,9 @@ PARTITION_METRICS = (
     "load_seconds",
     "load_rule",
     "restore_bytes",
+    "process_seconds",
+    "commit_seconds",
+    "task_seconds",
 )
 """Per-partition entries of a commit's ``metrics.partitions``: from the task's metadata row (``task.py``)."""
 
