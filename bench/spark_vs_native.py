@@ -303,16 +303,12 @@ def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) ->
             on_batch=on_batch,
             api="row" if impl == "blobstate_row" else "pandas",
         )
-    if impl == "tws_row":
-        out = events.groupBy("key").transformWithState(
-            statefulProcessor=RowRunningCountSum(),
-            outputStructType=OUTPUT_SCHEMA,
-            outputMode="Update",
-            timeMode="None",
-        )
-    elif impl == "tws":
-        out = events.groupBy("key").transformWithStateInPandas(
-            statefulProcessor=RunningCountSum(),
+    if impl in ("tws", "tws_row"):
+        grouped = events.groupBy("key")
+        rows = impl == "tws_row"
+        transform = grouped.transformWithState if rows else grouped.transformWithStateInPandas
+        out = transform(
+            statefulProcessor=RowRunningCountSum() if rows else RunningCountSum(),
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Update",
             timeMode="None",

@@ -3,7 +3,8 @@
 Each test writes a few tiny input batches (one parquet file per micro-batch), runs the processor with
 ``groupBy(key).transformWithStateInPandas`` (RocksDB state store provider) and with
 ``blobstate.transform_with_state``, and compares the outputs per batch id as sorted lists of rows.
-Spark runs without no-data batches (see :func:`engine_helpers.run_spark_tws`).
+Tests parametrized by ``api`` also run a row-based processor under Spark's ``transformWithState`` and
+blobstate's ``api="row"``. Spark runs without no-data batches (see :func:`engine_helpers.run_spark_tws`).
 """
 
 from __future__ import annotations
@@ -83,50 +84,37 @@ def run_both(
     return spark_out.rows, ours.rows
 
 
-def test_running_count_matches_spark(spark: Any, tmp_path: Path) -> None:
-    theirs, ours = run_both(
-        spark, tmp_path, RunningCount(), [kv_table(b) for b in KV_BATCHES], output_schema=RUNNING_COUNT_OUTPUT
-    )
-    assert ours == theirs
-    assert ours == reference_running_count(KV_BATCHES)
-
-
-def test_row_based_running_count_matches_spark(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("api", "processor"), [("pandas", RunningCount), ("row", RowRunningCount)], ids=["pandas", "row"]
+)
+def test_running_count_matches_spark(spark: Any, tmp_path: Path, api: str, processor: type) -> None:
+    """``pandas``: transformWithStateInPandas; ``row``: the row-based transformWithState."""
     theirs, ours = run_both(
         spark,
         tmp_path,
-        RowRunningCount(),
+        processor(),
         [kv_table(b) for b in KV_BATCHES],
         output_schema=RUNNING_COUNT_OUTPUT,
-        api="row",
+        api=api,
     )
     assert ours == theirs
     assert ours == reference_running_count(KV_BATCHES)
 
 
-def test_row_based_timers_and_ttl_match_spark(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("api", "processor"), [("pandas", Reminders), ("row", RowReminders)], ids=["pandas", "row"]
+)
+def test_processing_time_timers_and_ttl_match_spark(
+    spark: Any, tmp_path: Path, api: str, processor: type
+) -> None:
     theirs, ours = run_both(
         spark,
         tmp_path,
-        RowReminders(),
+        processor(),
         [kv_table(b) for b in KV_BATCHES],
         output_schema=REMINDERS_OUTPUT,
         time_mode="ProcessingTime",
-        api="row",
-    )
-    assert ours == theirs
-    fired = {b: sorted(r[0] for r in rows if r[1] == "timer") for b, rows in ours.items()}
-    assert fired == {0: [], 1: ["b", "c"], 2: ["a"]}
-
-
-def test_processing_time_timers_and_ttl_match_spark(spark: Any, tmp_path: Path) -> None:
-    theirs, ours = run_both(
-        spark,
-        tmp_path,
-        Reminders(),
-        [kv_table(b) for b in KV_BATCHES],
-        output_schema=REMINDERS_OUTPUT,
-        time_mode="ProcessingTime",
+        api=api,
     )
     assert ours == theirs
     # timers fired: b and c (seen in batch 0 only) in batch 1, a in batch 2; TTL hid the old values
