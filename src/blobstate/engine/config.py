@@ -21,11 +21,11 @@ class QueryConfig:
     """Every tunable of one blobstate query. Each field may also be set as ``spark.blobstate.<name>``."""
 
     operator: str = "0"
+    """The stateful operator's id; one query may hold several operators under one checkpoint."""
     api: str = "pandas"
     """How handlers see rows: ``pandas`` (DataFrames in and out, as Spark's
     ``transformWithStateInPandas``) or ``row`` (``pyspark.sql.Row`` objects, as Spark's row-based
     ``transformWithState``, with no pandas per key)."""
-    """The stateful operator's id; one query may hold several operators under one checkpoint."""
     output_mode: str = "Update"
     """``Append`` or ``Update``, as in transformWithStateInPandas."""
     time_mode: str = "None"

@@ -104,32 +104,39 @@ class Groups:
     frame: pd.DataFrame
     keys: list[tuple]
     key_bytes: list[bytes]
-    starts: np.ndarray
-    ends: np.ndarray
+    starts: list[int]
+    ends: list[int]
+    max_rows: int = DEFAULT_MAX_ROWS_PER_FRAME
 
     def __len__(self) -> int:
         return len(self.keys)
 
+    def rows(self, i: int) -> Frames:
+        """The rows of the ``i``-th key as DataFrames of at most ``max_rows`` rows, cut lazily."""
+        return Frames(self.frame, self.starts[i], self.ends[i], self.max_rows)
 
-def key_ranges(table: pa.Table, key_columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end row of each run of equal keys in ``table`` (sorted by ``key_columns``)."""
+
+def sort_by_key(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, list[int], list[int]]:
+    """``table`` sorted by ``key_columns`` (ascending, nulls first, as Spark's operator orders its
+    input), and the start and end row of each run of equal keys in it."""
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in key_columns])
+    table = table.take(order)
     n = table.num_rows
     changed = np.zeros(max(n - 1, 0), dtype=bool)
     for c in key_columns:
         changed |= _changes(table.column(c))
     starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
     ends = np.append(starts[1:], n).astype(np.int64)
-    return starts, ends
+    return table, starts.tolist(), ends.tolist()
 
 
-def group_by_key(table: pa.Table, key_columns: Sequence[str], timezone: str) -> Groups:
+def group_by_key(
+    table: pa.Table, key_columns: Sequence[str], timezone: str, max_rows: int = DEFAULT_MAX_ROWS_PER_FRAME
+) -> Groups:
     """Sort ``table`` by ``key_columns`` and find each key's row range."""
     from pyspark.sql.conversion import ArrowBatchTransformer
 
-    table = _widen(table)
-    order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in key_columns])
-    table = table.take(order)
-    starts, ends = key_ranges(table, key_columns)
+    table, starts, ends = sort_by_key(_widen(table), key_columns)
     with quiet_pyspark_conversion():
         frame = pd.concat(ArrowBatchTransformer.to_pandas(table, timezone=timezone), axis=1)
     frame.columns = table.column_names
@@ -144,7 +151,7 @@ def group_by_key(table: pa.Table, key_columns: Sequence[str], timezone: str) -> 
         key_values.append(values)
     keys = list(zip(*key_values, strict=True))
     encode = codec.encode_key
-    return Groups(frame, keys, [encode(k) for k in keys], starts, ends)
+    return Groups(frame, keys, [encode(k) for k in keys], starts, ends, max_rows)
 
 
 def _slice_iloc(frame: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:

@@ -24,6 +24,9 @@ DEFAULT_FLUSH_ROWS = 65_536
 class OutputCollector:
     """Validates output frames and emits them as record batches of the output schema."""
 
+    items = "pandas DataFrames"
+    """What handlers must yield, for error messages."""
+
     def __init__(
         self,
         schema: StructType,

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Row
 
 from blobstate.processor import codec
 from blobstate.processor.errors import OutputSchemaError
-from blobstate.processor.grouping import key_ranges
+from blobstate.processor.grouping import sort_by_key
 
 DEFAULT_FLUSH_ROWS = 65_536
 
@@ -51,12 +50,9 @@ class RowGroups:
 def group_rows_by_key(table: pa.Table, key_columns: Sequence[str]) -> RowGroups:
     """Sort ``table`` by ``key_columns``, find each key's row range, and convert every column to
     Python values once (``to_pylist``, the same values as Spark's per-row ``as_py``)."""
-    order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in key_columns])
-    table = table.take(order)
-    starts_array, ends_array = key_ranges(table, key_columns)
+    table, starts, ends = sort_by_key(table, key_columns)
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
     names = table.column_names
-    starts = starts_array.tolist()
     key_positions = [names.index(c) for c in key_columns]
     keys = [tuple(columns[p][s] for p in key_positions) for s in starts]
     encode = codec.encode_key
@@ -66,12 +62,15 @@ def group_rows_by_key(table: pa.Table, key_columns: Sequence[str]) -> RowGroups:
         keys=keys,
         key_bytes=[encode(k) for k in keys],
         starts=starts,
-        ends=ends_array.tolist(),
+        ends=ends,
     )
 
 
 class RowOutputCollector:
     """Validates the Rows a processor yields and emits them as record batches of the output schema."""
+
+    items = "Rows"
+    """What handlers must yield, for error messages."""
 
     def __init__(self, arrow_schema: pa.Schema, *, flush_rows: int = DEFAULT_FLUSH_ROWS) -> None:
         self.arrow_schema = arrow_schema

@@ -188,7 +188,7 @@ def run_partition(
 
 
 def _collect(result: Any, collector: Any, source: str) -> None:
-    what = "Rows" if isinstance(collector, row_api.RowOutputCollector) else "pandas DataFrames"
+    what = collector.items
     if result is None:
         raise StatefulProcessorError(
             f"{source} returned None; it must return an iterator of {what} (use `yield`, or"
@@ -262,44 +262,22 @@ def _run(
     if init_table is not None:
         grouping.check_columns(init_table, init_keys, "initial state key")
         handler = proc.handleInitialState
-        if api == "row":  # one call per initial-state row, as Spark's row-based worker does
-            row_groups = row_api.group_rows_by_key(init_table, init_keys)
-            for i, key in enumerate(row_groups.keys):
-                session.set_key(key, row_groups.key_bytes[i])
-                for row in row_groups.rows(i):
-                    _call(handler, "handleInitialState", key, row, timer_values)
-            stats.initial_state_keys = len(row_groups)
-        else:
-            groups = grouping.group_by_key(init_table, init_keys, timezone)
-            for i, key in enumerate(groups.keys):
-                session.set_key(key, groups.key_bytes[i])
-                for chunk in grouping.Frames(groups.frame, groups.starts[i], groups.ends[i], max_rows):
-                    _call(handler, "handleInitialState", key, chunk, timer_values)
-            stats.initial_state_keys = len(groups)
+        init_groups = _group(init_table, init_keys, api, timezone, max_rows)
+        for i, key in enumerate(init_groups.keys):
+            session.set_key(key, init_groups.key_bytes[i])
+            # pandas: one call per frame of the key's rows; row: one call per row (as Spark's workers)
+            for initial in init_groups.rows(i):
+                _call(handler, "handleInitialState", key, initial, timer_values)
+        stats.initial_state_keys = len(init_groups)
 
-    if table is not None and table.num_rows and api == "row":
-        row_groups = row_api.group_rows_by_key(table, keys)
+    if table is not None and table.num_rows:
+        groups = _group(table, keys, api, timezone, max_rows)
         handler = proc.handleInputRows
-        key_bytes = row_groups.key_bytes
-        for i, key in enumerate(row_groups.keys):
-            session.key = key
-            session.key_bytes = key_bytes[i]
-            result = _call(handler, "handleInputRows", key, row_groups.rows(i), timer_values)
-            _collect(result, collector, "handleInputRows")
-            if collector.ready:
-                yield _flushed(collector)
-        stats.keys = len(row_groups)
-    elif table is not None and table.num_rows:
-        groups = grouping.group_by_key(table, keys, timezone)
-        handler = proc.handleInputRows
-        frame, key_bytes = groups.frame, groups.key_bytes
-        starts, ends = groups.starts.tolist(), groups.ends.tolist()
-        Frames = grouping.Frames
+        key_bytes, rows_of = groups.key_bytes, groups.rows
         for i, key in enumerate(groups.keys):
             session.key = key
             session.key_bytes = key_bytes[i]
-            rows = Frames(frame, starts[i], ends[i], max_rows)
-            result = _call(handler, "handleInputRows", key, rows, timer_values)
+            result = _call(handler, "handleInputRows", key, rows_of(i), timer_values)
             _collect(result, collector, "handleInputRows")
             if collector.ready:
                 yield _flushed(collector)
@@ -335,6 +313,15 @@ def _run(
         yield last
     stats.output_rows = collector.total_rows
     stats.seconds = time.perf_counter() - started
+
+
+def _group(
+    table: pa.Table, key_columns: list[str], api: str, timezone: str, max_rows: int
+) -> grouping.Groups | row_api.RowGroups:
+    """``table``'s rows grouped by key in the form ``api`` hands them to handlers (``.rows(i)``)."""
+    if api == "row":
+        return row_api.group_rows_by_key(table, key_columns)
+    return grouping.group_by_key(table, key_columns, timezone, max_rows)
 
 
 def _flushed(collector: Any) -> pa.RecordBatch:
