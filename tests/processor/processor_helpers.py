@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+from hypothesis import strategies as st
 
 from blobstate.processor import RunStats, run_partition
 
@@ -25,6 +26,26 @@ def run_with_stats(
     stats = RunStats()
     rows = run(processor, store, data, stats=stats, **kwargs)
     return rows, stats
+
+
+KEYED_ROWS = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.integers(-3, 3)), st.sampled_from(["x", "y", None]), st.integers(-100, 100)
+    ),
+    max_size=60,
+)
+"""Rows ``(k1, k2, v)`` with two nullable key columns (few distinct keys, so keys repeat) and a value."""
+
+
+def keyed_table(rows: list[tuple[Any, Any, int]]) -> pa.Table:
+    """The table of :data:`KEYED_ROWS` rows: ``k1`` BIGINT, ``k2`` STRING, ``v`` BIGINT."""
+    return pa.table(
+        {
+            "k1": pa.array([r[0] for r in rows], pa.int64()),
+            "k2": pa.array([r[1] for r in rows], pa.string()),
+            "v": pa.array([r[2] for r in rows], pa.int64()),
+        }
+    )
 
 
 def table(**columns: Any) -> pa.Table:

@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from processor_helpers import run, run_with_stats, table
+from processor_helpers import KEYED_ROWS, keyed_table, run, run_with_stats, table
 from pyspark.sql import Row
 
 from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount, RunningCount
@@ -35,24 +33,12 @@ class RowRecorder(StatefulProcessor):
         self.initial.append((key, initialState))
 
 
-key_values = st.one_of(st.none(), st.integers(-3, 3))
-rows_strategy = st.lists(
-    st.tuples(key_values, st.sampled_from(["x", "y", None]), st.integers(-100, 100)), max_size=60
-)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows_strategy)
+@given(KEYED_ROWS)
 def test_every_key_once_in_ascending_order_with_all_its_rows_as_rows(
     store: Any, rows: list[tuple[Any, Any, int]]
 ) -> None:
-    data = pa.table(
-        {
-            "k1": pa.array([r[0] for r in rows], pa.int64()),
-            "k2": pa.array([r[1] for r in rows], pa.string()),
-            "v": pa.array([r[2] for r in rows], pa.int64()),
-        }
-    )
+    data = keyed_table(rows)
     recorder = RowRecorder()
     run(recorder, store, data, key_columns=["k1", "k2"], output_schema="v BIGINT", api="row")
     keys = [k for k, _ in recorder.inputs]

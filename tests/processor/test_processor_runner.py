@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from processor_helpers import run, run_with_stats, table
+from processor_helpers import KEYED_ROWS, keyed_table, run, run_with_stats, table
 
 from blobstate.processor import StatefulProcessor, grouping, run_partition
 from blobstate.state.store import RocksStateStore
@@ -43,24 +43,12 @@ def go(store: Any, processor: Any, data: Any, **kw: Any) -> Any:
     return run_with_stats(processor, store, data, **kw)
 
 
-key_values = st.one_of(st.none(), st.integers(-3, 3))
-rows_strategy = st.lists(
-    st.tuples(key_values, st.sampled_from(["x", "y", None]), st.integers(-100, 100)), max_size=60
-)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows_strategy, st.integers(1, 4))
+@given(KEYED_ROWS, st.integers(1, 4))
 def test_every_key_once_in_ascending_order_with_all_its_rows(
     store: Any, rows: list[tuple], max_rows: int
 ) -> None:
-    data = pa.table(
-        {
-            "k1": pa.array([r[0] for r in rows], pa.int64()),
-            "k2": pa.array([r[1] for r in rows], pa.string()),
-            "v": pa.array([r[2] for r in rows], pa.int64()),
-        }
-    )
+    data = keyed_table(rows)
     recorder = Recorder()
     run_with_stats(
         recorder, store, data, key_columns=["k1", "k2"], output_schema="k STRING", max_rows_per_frame=max_rows
