@@ -28,6 +28,13 @@ def test_bad_values_are_named() -> None:
         QueryConfig.build({}, {"time_mode": "EventTime"})
     with pytest.raises(ValueError, match="output_mode"):
         QueryConfig.build({}, {"output_mode": "Complete"})
+    with pytest.raises(ValueError, match=r"api must be 'pandas'.*or 'row'.*'rows'"):
+        QueryConfig.build({}, {"api": "rows"})
+
+
+def test_api_from_spark_conf() -> None:
+    assert QueryConfig.build({}, {}).api == "pandas"
+    assert QueryConfig.build({"spark.blobstate.api": "row"}, {}).api == "row"
 
 
 def test_standby_replicas_are_refused_until_supported() -> None:
