@@ -187,6 +187,15 @@ def test_list_prefix_semantics(blob_store: BlobStore) -> None:
     assert blob_store.list("a/x/y/") == []
 
 
+def test_list_sizes_gives_each_object_its_size(blob_store: BlobStore) -> None:
+    blob_store.put("s/empty", b"")
+    blob_store.put("s/a", b"x" * 1000, ttl=60)
+    blob_store.put_if_absent("s/b/c", b"abc")
+    blob_store.put("t", b"outside the prefix")
+    assert blob_store.list_sizes("s/") == {"s/a": 1000, "s/b/c": 3, "s/empty": 0}
+    assert list(blob_store.list_sizes()) == blob_store.list()
+
+
 def test_list_does_not_show_bookkeeping(blob_store: BlobStore) -> None:
     blob_store.put("x", b"1", ttl=60)
     blob_store.put_if_absent("y", b"2", ttl=60)

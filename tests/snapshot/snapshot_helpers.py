@@ -140,3 +140,6 @@ class FaultyStore(BlobStore):
 
     def _list(self, prefix):  # type: ignore[no-untyped-def]
         return self.inner.list(prefix)
+
+    def _list_sizes(self, prefix):  # type: ignore[no-untyped-def]
+        return self.inner.list_sizes(prefix)

@@ -127,6 +127,10 @@ class FaultyStore(BlobStore):
         self._check("list", prefix)
         return self.inner.list(prefix)
 
+    def _list_sizes(self, prefix: str) -> dict[str, int]:
+        self._check("list", prefix)
+        return self.inner.list_sizes(prefix)
+
     def expire(self, now: float | None = None) -> list[str]:
         return self.inner.expire(now)
 

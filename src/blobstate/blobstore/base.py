@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from blobstate.blobstore.names import validate_blob_name, validate_prefix
+from blobstate.errors import BlobstateError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -28,7 +29,7 @@ DEFAULT_PENDING_TTL_SECONDS = 30 * 24 * 3600.0
 DEFAULT_IO_THREADS = 8
 
 
-class BlobStoreError(Exception):
+class BlobStoreError(BlobstateError):
     """Base class of every blob store error."""
 
 
@@ -111,6 +112,9 @@ class BlobStore(ABC):
     @abstractmethod
     def _list(self, prefix: str) -> list[str]: ...
 
+    @abstractmethod
+    def _list_sizes(self, prefix: str) -> dict[str, int]: ...
+
     # ----------------------------------------------------------------- public operations
     def put(self, name: str, data: Data, *, ttl: float | None = None) -> None:
         """Write ``data`` (bytes, or a local file path streamed from disk) under ``name``.
@@ -176,6 +180,15 @@ class BlobStore(ABC):
         """Sorted names of all objects whose name starts with ``prefix``."""
         prefix = validate_prefix(prefix)
         return sorted(self._retry("list", prefix, lambda: self._list(prefix)))
+
+    def list_sizes(self, prefix: str = "") -> dict[str, int]:
+        """Every object whose name starts with ``prefix`` and its size in bytes, in name order.
+
+        One listing (no per-object request), so presence and sizes can be checked without reading.
+        """
+        prefix = validate_prefix(prefix)
+        sizes = self._retry("list", prefix, lambda: self._list_sizes(prefix))
+        return dict(sorted(sizes.items()))
 
     def expire(self, now: float | None = None) -> list[str]:
         """Delete pending objects whose TTL has passed; returns their names.

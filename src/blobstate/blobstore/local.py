@@ -265,6 +265,15 @@ class LocalBlobStore(BlobStore):
         start = self._inside(prefix, self.root / base) if base else self.root
         return [name for name in self._walk(start, base) if name.startswith(prefix)]
 
+    def _list_sizes(self, prefix: str) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for name in self._list(prefix):
+            try:
+                sizes[name] = self._object_path(name).stat().st_size
+            except FileNotFoundError:
+                continue  # deleted since it was listed
+        return sizes
+
     def _walk(self, directory: Path, relative: str) -> Iterator[str]:
         """Names of regular files under ``directory``; skips symlinks and the reserved directories."""
         try:

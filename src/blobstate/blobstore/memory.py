@@ -94,6 +94,10 @@ class MemoryBlobStore(BlobStore):
         with self._bucket.lock:
             return [n for n in self._bucket.objects if n.startswith(prefix)]
 
+    def _list_sizes(self, prefix: str) -> dict[str, int]:
+        with self._bucket.lock:
+            return {n: len(d) for n, d in self._bucket.objects.items() if n.startswith(prefix)}
+
     def expire(self, now: float | None = None) -> list[str]:
         """Delete pending objects whose TTL has passed."""
         now = time.time() if now is None else now

@@ -268,7 +268,10 @@ class S3BlobStore(BlobStore):
         return any(t["Key"] == PENDING_TAG_KEY and t["Value"] == PENDING_TAG_VALUE for t in self._tags(name))
 
     def _list(self, prefix: str) -> list[str]:
-        names: list[str] = []
+        return list(self._list_sizes(prefix))
+
+    def _list_sizes(self, prefix: str) -> dict[str, int]:
+        sizes: dict[str, int] = {}
         with self._errors(prefix or "<all objects>"):
             pages = self._client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket,
@@ -279,8 +282,8 @@ class S3BlobStore(BlobStore):
                 for item in page.get("Contents", []):
                     name = item["Key"][len(self.prefix) :]
                     if _is_valid_name(name):  # skips "folder/" markers and keys no blob name can reach
-                        names.append(name)
-        return names
+                        sizes[name] = int(item["Size"])
+        return sizes
 
     # ----------------------------------------------------------------- lifecycle
     @property

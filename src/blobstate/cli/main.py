@@ -1,8 +1,18 @@
-"""The ``blobstate`` command line: demo, backup, restore, inspect, lineage, verify, gc."""
+"""The ``blobstate`` command line: demo, backup, restore, inspect, lineage, verify, gc.
+
+Errors are one ``error: ...`` line on stderr (exit status 1) that names the object at fault; the
+traceback is shown only with ``--debug`` (anywhere on the command line).
+"""
 
 from __future__ import annotations
 
+import sys
+import traceback
+from collections.abc import Sequence
+
 import typer
+
+from blobstate.errors import BlobstateError
 
 app = typer.Typer(
     help="blobstate: RocksDB state for PySpark streaming, checkpointed incrementally to a blob store.",
@@ -10,6 +20,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+DEBUG_FLAG = "--debug"
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, DEBUG_FLAG, help="On an error, show the full traceback."),
+) -> None:
+    """blobstate: RocksDB state for PySpark streaming, checkpointed incrementally to a blob store."""
 
 
 def _register() -> None:
@@ -22,5 +41,37 @@ def _register() -> None:
 
 _register()
 
+
+def describe_error(error: BaseException) -> str:
+    """One line for an error: blobstate's own messages as they are, anything else with its type."""
+    if isinstance(error, BlobstateError):
+        text = str(error)
+    elif isinstance(error, OSError) and error.filename is not None:
+        text = f"{error.strerror or type(error).__name__}: {error.filename}"
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return " ".join(text.split()) or type(error).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the command line (the ``blobstate`` console script); exits with the command's status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = DEBUG_FLAG in args
+    args = [a for a in args if a != DEBUG_FLAG]
+    try:
+        app(args=args, prog_name="blobstate", standalone_mode=True)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)
+    except Exception as error:
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else f" (run with {DEBUG_FLAG} for the traceback)"
+        typer.echo(f"error: {describe_error(error)}{hint}", err=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -18,6 +18,7 @@ from blobstate.blobstore import BlobStore
 from blobstate.engine.assignment import assign_partitions
 from blobstate.engine.config import QueryConfig
 from blobstate.engine.task import META_COLUMN, PARTITION_COLUMN, TaskSpec, run_task
+from blobstate.errors import BlobstateError
 
 log = logging.getLogger("blobstate")
 
@@ -37,7 +38,7 @@ PARTITION_METRICS = (
 """Per-partition entries of a commit's ``metrics.partitions``: from the task's metadata row (``task.py``)."""
 
 
-class BatchError(RuntimeError):
+class BatchError(BlobstateError, RuntimeError):
     """A micro-batch could not be completed; nothing of it was committed."""
 
 

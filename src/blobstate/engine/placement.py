@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blobstate.engine.executor_identity import ExecutorIdentity
+from blobstate.errors import BlobstateError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,7 +54,7 @@ JAVA_RELEASE = "17"
 COMPILE_TIMEOUT_SECONDS = 600
 
 
-class PlacementUnavailableError(RuntimeError):
+class PlacementUnavailableError(BlobstateError, RuntimeError):
     """The placement helper cannot be built or loaded for a session; the message says why."""
 
 

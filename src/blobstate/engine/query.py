@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 from blobstate.blobstore import open_blob_store
 from blobstate.engine.config import QueryConfig
 from blobstate.engine.driver import BatchDriver, BatchReport, Sink
+from blobstate.errors import BlobstateError
 
 log = logging.getLogger("blobstate")
 
@@ -23,7 +24,7 @@ _RUNNING: dict[str, StreamingQuery] = {}
 """Queries started by this process, by checkpoint location (a checkpoint has one owner at a time)."""
 
 
-class QueryAlreadyRunningError(RuntimeError):
+class QueryAlreadyRunningError(BlobstateError, RuntimeError):
     """A blobstate query of this process is already running on the checkpoint."""
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from blobstate.blobstore import BlobStore
+from blobstate.errors import BlobstateError
 from blobstate.ids import (
     CheckpointId,
     InvalidIdError,
@@ -42,7 +43,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class CommitLogError(Exception):
+class CommitLogError(BlobstateError):
     """Base class of the commit log's errors."""
 
 

@@ -30,6 +30,7 @@ try:  # ISA-L computes exactly zlib's CRC-32, several times faster
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     from zlib import crc32 as _crc32
 
+from blobstate.errors import BlobstateError
 from blobstate.ids import InvalidIdError, validate_uid
 
 MAGIC = b"BSDELTA\n"
@@ -75,7 +76,7 @@ ChangeRecord = tuple[ChangeOp, str, bytes, bytes | None]
 """One change: ``(op, column_family, key, value)``."""
 
 
-class DeltaFormatError(ValueError):
+class DeltaFormatError(BlobstateError, ValueError):
     """A delta object that is malformed, truncated, corrupt or of an unknown format version."""
 
     def __init__(self, name: str, problem: str) -> None:

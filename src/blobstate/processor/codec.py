@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blobstate.errors import BlobstateError
+
 _PICKLE_PROTOCOL = 5
 _OFFSET = 1 << 63
 _I64_MIN = -(1 << 63)
@@ -59,7 +61,7 @@ _T_TIMEDELTA = 0x0B
 _T_TUPLE = 0x0C
 
 
-class KeyEncodingError(TypeError):
+class KeyEncodingError(BlobstateError, TypeError):
     """A key component has a type the key encoding does not support."""
 
 

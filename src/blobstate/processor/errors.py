@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pyspark.errors import PySparkRuntimeError
 
+from blobstate.errors import BlobstateError
 
-class StatefulProcessorError(PySparkRuntimeError):
+
+class StatefulProcessorError(BlobstateError, PySparkRuntimeError):
     """Base class: a processor used the API in a way Spark's transformWithStateInPandas rejects."""
 
     def __init__(self, message: str) -> None:

@@ -36,8 +36,10 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
+from blobstate.errors import BlobstateError
 
-class SchemaParseError(ValueError):
+
+class SchemaParseError(BlobstateError, ValueError):
     """A DDL string could not be parsed; the message shows where."""
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from blobstate.blobstore.base import InvalidBlobNameError
 from blobstate.blobstore.names import validate_blob_name
+from blobstate.errors import BlobstateError
 from blobstate.snapshot.checksum import CHECKSUM_ALGORITHM, combine_chunks
 
 SCHEMA_VERSION = 1
@@ -44,7 +45,7 @@ ROOT_DIR_NAME = ""
 _MAX_CRC = 0xFFFFFFFF
 
 
-class SnapshotError(Exception):
+class SnapshotError(BlobstateError):
     """Base class of snapshot errors."""
 
 

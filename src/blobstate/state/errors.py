@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from blobstate.errors import BlobstateError
 from blobstate.ids import CheckpointId
 
 
-class StateLoadError(RuntimeError):
+class StateLoadError(BlobstateError, RuntimeError):
     """A partition could not be brought to the requested checkpoint. Its working store stays dirty."""
 
 
@@ -52,5 +53,5 @@ class LineageError(StateLoadError):
         self.problem = problem
 
 
-class PartitionClosedError(RuntimeError):
+class PartitionClosedError(BlobstateError, RuntimeError):
     """The partition was committed, aborted or closed; open it again for the next version."""

@@ -13,10 +13,12 @@ import os
 import time
 from pathlib import Path
 
+from blobstate.errors import BlobstateError
+
 DEFAULT_LOCK_TIMEOUT_SECONDS = 60.0
 
 
-class PartitionLockedError(TimeoutError):
+class PartitionLockedError(BlobstateError, TimeoutError):
     """Another process (or another open in this process) holds the partition's lock."""
 
     def __init__(self, path: Path, timeout: float) -> None:

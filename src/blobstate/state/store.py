@@ -42,6 +42,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from blobstate.errors import BlobstateError
 from blobstate.lineage.delta import ChangeOp, ChangeRecord
 
 __all__ = [
@@ -75,7 +76,7 @@ _MISSING: Any = object()
 """Overlay lookup sentinel; an overlay value of None means "deleted"."""
 
 
-class StateStoreError(RuntimeError):
+class StateStoreError(BlobstateError, RuntimeError):
     """A state store could not be opened or used. The message names the store's path."""
 
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
