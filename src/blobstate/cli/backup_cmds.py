@@ -1,4 +1,4 @@
-"""``blobstate backup | restore | inspect | gc``: a standalone backup repository of one directory.
+"""``blobstate backup | restore | inspect``: a standalone backup repository of one directory.
 
 A standalone repository uses the layout of one partition: ``<n>_<uid>.snapshot`` index objects at its
 root plus ``blobs/``. Each backup is incremental against the newest snapshot and, once its index is
@@ -157,32 +157,7 @@ def inspect(
         typer.echo(f"  {path:<40} {file.metadata.size:>14,} bytes  {len(file.blobs)} blob(s)")
 
 
-def gc(
-    url: Annotated[str, typer.Argument(help="Blob store URL (a backup repository or a query checkpoint).")],
-    full: Annotated[
-        bool, typer.Option("--full", help="Also mark-and-sweep a query checkpoint (repairs).")
-    ] = False,
-    as_json: JsonOption = False,
-) -> None:
-    """Expire pending objects past their TTL (backends without native expiry); --full also sweeps."""
-    from blobstate.blobstore import open_blob_store
-
-    result: dict[str, Any] = {}
-    with open_blob_store(url) as store:
-        result["expired"] = store.expire()
-        if full:
-            from blobstate.state.retention import gc_full
-
-            result["swept"] = gc_full(store)
-    if as_json:
-        typer.echo(json.dumps(result, indent=2, default=str))
-    else:
-        typer.echo(f"expired {len(result['expired'])} pending objects past their TTL")
-        if full:
-            typer.echo(f"swept: {result['swept']}")
-
-
 def register(app: typer.Typer) -> None:
-    """Add backup, restore, inspect and gc to the CLI."""
-    for command in (backup, restore, inspect, gc):
+    """Add backup, restore and inspect to the CLI."""
+    for command in (backup, restore, inspect):
         app.command()(command)

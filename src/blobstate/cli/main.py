@@ -32,9 +32,10 @@ def _root(
 
 
 def _register() -> None:
-    from blobstate.cli import backup_cmds, demo_cmd, lineage_cmds
+    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds
 
     backup_cmds.register(app)
+    gc_cmd.register(app)
     lineage_cmds.register(app)
     demo_cmd.register(app)
 
