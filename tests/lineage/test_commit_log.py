@@ -17,9 +17,11 @@ from blobstate.lineage.commitlog import (
     CommitLog,
     CommitLogError,
     CommitLogFormatError,
+    IncompleteCommitLogError,
     MetadataConflictError,
     QueryMetadata,
 )
+from blobstate.lineage.refs import ObjectRef, PartitionObjects
 
 N = 3
 OPERATORS = {"0": {"key_columns": ["user"]}, "agg-2": {"key_columns": ["a", "b"], "note": "free-form"}}
@@ -29,11 +31,23 @@ def metadata(num_partitions: int = N, operators: dict[str, Any] | None = None) -
     return QueryMetadata.new(num_partitions, OPERATORS if operators is None else operators)
 
 
+def refs(seed: int = 0) -> PartitionObjects:
+    return PartitionObjects(
+        ObjectRef.of(b"delta %d" % seed), ObjectRef.of(b"index %d" % seed) if seed % 2 else None
+    )
+
+
+def all_refs() -> dict[str, dict[int, PartitionObjects]]:
+    return {op: {p: refs(p) for p in range(N)} for op in OPERATORS}
+
+
 def commit(version: int, writer: str = "driver-a", **changes: Any) -> Commit:
     fields: dict[str, Any] = {
         "version": version,
         "checkpoints": {op: {p: new_uid() for p in range(N)} for op in OPERATORS},
         "writer": writer,
+        "objects": all_refs(),
+        "retained_from": max(1, version - 2),
         "placement": {0: "exec-1", 1: {"executor_id": "exec-2", "host": "10.0.0.2"}},
         "watermark_ms": 1_700_000_000_000,
         "adjunct_offsets": {"prices": {"0": 41}},
@@ -91,7 +105,8 @@ def test_missing_metadata_names_the_object(blob_store: BlobStore) -> None:
 @pytest.mark.parametrize(
     ("change", "field", "problem"),
     [
-        ({"format_version": 2}, "format_version", "unknown format version 2"),
+        ({"format_version": 3}, "format_version", "unknown format version 3"),
+        ({"format_version": 1}, "format_version", "stored state values pickled"),
         ({"format_version": "1"}, "format_version", "expected an integer"),
         ({"query_id": "not-a-uuid"}, "query_id", "expected a lowercase UUID"),
         ({"num_partitions": 0}, "num_partitions", "expected an integer >= 1"),
@@ -127,7 +142,9 @@ def test_commit_round_trip(log: CommitLog) -> None:
 
 
 def test_optional_fields_may_be_absent(log: CommitLog) -> None:
-    bare = Commit(version=1, checkpoints=commit(1).checkpoints, writer="w")
+    bare = Commit(
+        version=1, checkpoints=commit(1).checkpoints, writer="w", objects=all_refs(), retained_from=1
+    )
     log.write_commit(bare)
     read = log.read_commit(1)
     assert (read.placement, read.watermark_ms, read.adjunct_offsets, read.metrics) == (None,) * 4
@@ -250,6 +267,16 @@ def edit(obj: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
     ("path", "value", "field", "problem"),
     [
         (["format_version"], 9, "format_version", "unknown format version 9"),
+        (["format_version"], 1, "format_version", "pickled"),
+        (["objects"], ..., "objects", "missing"),
+        (["objects", "0", "1"], ..., "objects['0']", "partitions missing: 1"),
+        (["objects", "agg-2"], ..., "objects", "operators missing: agg-2"),
+        (["objects", "0", "1", "delta", "sha256"], "0" * 63, "objects['0']['1']", "64 lowercase hex"),
+        (["objects", "0", "1", "delta", "size"], -1, "objects['0']['1']", "integer >= 0"),
+        (["objects", "0", "1", "snapshot"], {"size": 1}, "objects['0']['1']", "exactly size and sha256"),
+        (["retained_from"], ..., "retained_from", "missing"),
+        (["retained_from"], 0, "retained_from", "integer >= 1"),
+        (["retained_from"], 2, "retained_from", "above the commit's version 1"),
         (["version"], 2, "version", "does not match the object name"),
         (["batch_id"], 1, "batch_id", "is the state after batch 0"),
         (["batch_id"], ..., "batch_id", "missing"),
@@ -335,3 +362,22 @@ def test_new_queries_get_distinct_canonical_uuids() -> None:
     a, b = metadata(), metadata()
     assert a.query_id != b.query_id
     assert str(uuid.UUID(a.query_id)) == a.query_id
+
+
+def test_complete_versions_names_the_holes(log: CommitLog) -> None:
+    assert log.complete_versions() == []
+    for version in (1, 2, 3, 4):
+        log.write_commit(commit(version))
+    assert log.complete_versions() == [1, 2, 3, 4]
+    log.store.delete("commits/2.json")
+    with pytest.raises(IncompleteCommitLogError, match=r"commits/2\.json") as caught:
+        log.complete_versions()
+    assert caught.value.missing == [2]
+
+
+def test_object_references_round_trip_and_check_bytes() -> None:
+    ref = ObjectRef.of(b"some bytes")
+    assert ObjectRef.from_json(ref.to_json()) == ref
+    assert ref.problem(b"some bytes") is None
+    assert "bytes where the commit recorded" in (ref.problem(b"some byte") or "")
+    assert "SHA-256" in (ref.problem(b"some bytez") or "")

@@ -17,8 +17,8 @@ from blobstate.blobstore import BlobStore
 from blobstate.ids import CheckpointId
 from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
 from blobstate.state.chain import LINEAGE_CACHE
-from blobstate.state.partition import SNAPSHOT_INDEX_CACHE, PartitionState, open_partition
-from blobstate.state.retention import MEMO, after_commit
+from blobstate.state.partition import SNAPSHOT_INDEX_CACHE, CommitResult, PartitionState, open_partition
+from blobstate.state.retention import MEMO, after_commit, retained_from
 
 QUERY_ID = "5f0c3f3e-9d7e-4c55-a1a4-0a0b0c0d0e0f"
 OP = "0"
@@ -179,12 +179,18 @@ def apply_model(store: Any, model: dict[tuple[str, bytes], bytes], ops: list[tup
 
 
 class Driver:
-    """The driver role: writes ``metadata.json`` and ``commits/<v>`` through the real commit log."""
+    """The driver role: writes ``metadata.json`` and ``commits/<v>`` through the real commit log.
 
-    def __init__(self, store: BlobStore, num_partitions: int = 1, writer: str = "test-driver") -> None:
+    Each commit's ``retained_from`` follows ``retain`` (min_versions_to_retain) as the engine's does.
+    """
+
+    def __init__(
+        self, store: BlobStore, num_partitions: int = 1, writer: str = "test-driver", retain: int = 1000
+    ) -> None:
         self.store = store
         self.log = CommitLog(store)
         self.writer = writer
+        self.retain = retain
         self.log.write_metadata(QueryMetadata(QUERY_ID, num_partitions, {OP: {"key_columns": ["k"]}}))
 
     def committed(self, partition: int = 0) -> CheckpointId | None:
@@ -194,15 +200,22 @@ class Driver:
             return None
         return self.log.read_commit(version).checkpoint_id(OP, partition)
 
-    def commit(self, uids: dict[int, str], version: int) -> Commit:
-        """Write ``commits/<version>`` naming ``uids``."""
-        commit = Commit(version=version, checkpoints={OP: dict(uids)}, writer=self.writer)
+    def commit(self, results: dict[int, CommitResult], version: int, *, retain: int | None = None) -> Commit:
+        """Write ``commits/<version>`` naming the checkpoints (and object references) of ``results``."""
+        previous = self.log.read_commit(version - 1) if version > 1 else None
+        commit = Commit(
+            version=version,
+            checkpoints={OP: {p: r.checkpoint_id.uid for p, r in results.items()}},
+            objects={OP: {p: r.objects for p, r in results.items()}},
+            retained_from=retained_from(previous, version, retain or self.retain),
+            writer=self.writer,
+        )
         self.log.write_commit(commit)
         return commit
 
-    def cleanup(self, commit: Commit, retain: int) -> Any:
+    def cleanup(self, commit: Commit) -> Any:
         """Post-commit cleanup through the real retention code."""
-        return after_commit(self.store, commit, min_versions_to_retain=retain, commit_log=self.log)
+        return after_commit(self.store, commit, commit_log=self.log)
 
 
 def open_p(

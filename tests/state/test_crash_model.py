@@ -1,19 +1,23 @@
 """Model-based randomized test: seeded histories of writes, commits, aborted and duplicate attempts,
-crashes at every step of a commit, and restarts, checked against a plain-dict model.
+a second driver racing for the same version, ``gc``, ``gc --full`` and ``verify`` runs, crashes at every
+step of a commit and of gc, and restarts, checked against a plain-dict model.
 
 Each history drives one partition through a real blob store wrapped by a fault injector, with tasks on
 three "executors" (local directories) and a driver that commits through the real commit log and runs the
 real post-commit cleanup. A crash is injected by raising :class:`InjectedCrash` at the n-th mutating blob
-store call of a batch -- the delta upload, snapshot blob and index uploads, the commit log write, TTL
-removals or deletions of the cleanup -- after which the "process" is gone: open partitions are dropped,
-process memory is forgotten, executor directories are kept or wiped, and the driver restarts (start-up
-cleanup for the newest commit). After every batch and restart:
+store call of a step -- the delta upload, snapshot blob and index uploads, the commit log write, TTL
+removals or deletions of the cleanup or of gc -- after which the "process" is gone: open partitions are
+dropped, process memory is forgotten, executor directories are kept or wiped, and the driver restarts
+(with or without its start-up cleanup: an operator may run ``gc`` on the checkpoint of a query that is
+not running). ``gc`` runs with TTLs long expired, so it would destroy anything committed it wrongly
+expires. After every step:
 
 * every load returns exactly the model of the committed version (never an un-chosen attempt's state);
-* ``verify`` finds every retained version restorable (all objects present, intact and permanent);
+* ``verify`` finds every retained version restorable (all objects present, intact and, unless a
+  post-commit cleanup is still owed, permanent), and every retained version restores exactly;
 * at the end, after TTL expiry, exactly the objects the retained versions reference remain.
 
-``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories.
+``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories (the long run: 2000).
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from lineage_harness import (
 
 from blobstate.blobstore import open_blob_store
 from blobstate.ids import CheckpointId
-from blobstate.state.retention import cleanup_latest, referenced_by_retained
+from blobstate.lineage.commitlog import CommitConflictError
+from blobstate.state.retention import cleanup_latest, gc_checkpoint, referenced_by_retained
 from blobstate.state.verify import verify
 
 SEEDS = int(os.environ.get("BLOBSTATE_CRASH_SEEDS", "200"))
@@ -78,6 +83,19 @@ def random_ops(rng: random.Random) -> list[tuple]:
     return ops
 
 
+class Counters:
+    """What the histories of one test session did, so a run can show its faults fired."""
+
+    histories = 0
+    crashes = 0
+    races_lost = 0
+    gc_runs = 0
+    gc_full_runs = 0
+    verify_runs = 0
+    restores_checked = 0
+    owed_cleanups_left_to_gc = 0
+
+
 class History:
     """One seeded history; the model is ``models[v]``, the committed checkpoints ``cids[v]``."""
 
@@ -93,11 +111,12 @@ class History:
         self.retain = rng.choice([1, 1, 2, 3, 4])
         self.keep_local = rng.randint(1, 3)
         self.executors = [root / f"executor-{i}" for i in range(3)]
-        self.driver = Driver(self.store)
+        self.driver = Driver(self.store, retain=self.retain)
         self.models: dict[int, dict] = {0: {}}
         self.cids: dict[int, CheckpointId] = {}
         self.version = 0
-        self.crashes = 0
+        self.cleanup_owed = False
+        Counters.histories += 1
 
     def open(self, executor: Path, version: int):
         return open_p(
@@ -108,10 +127,10 @@ class History:
             local_checkpoints_to_keep=self.keep_local,
         )
 
-    def crash_point(self):
-        """None, or a predicate that fires at the k-th call of one step of a commit."""
+    def crash_point(self, chance: float = 0.6):
+        """None, or a predicate that fires at the k-th call of one step of a commit or gc."""
         rng = self.rng
-        if rng.random() < 0.4:
+        if rng.random() >= chance:
             return None
         step = rng.choice(list(CRASH_STEPS))
         matches, k, seen = CRASH_STEPS[step], rng.randint(1, 3), [0]
@@ -123,71 +142,118 @@ class History:
 
         return crash_when
 
+    def attempt(self, executor: Path) -> tuple | None:
+        with self.open(executor, self.version) as state:
+            assert dump(state) == self.models[self.version], (
+                f"{state.load_rule} load of version {self.version} on {executor.name} "
+                "returned a state other than the committed one"
+            )
+            model = dict(self.models[self.version])
+            apply_model(state.store, model, random_ops(self.rng))
+            if self.rng.random() < 0.15:
+                state.abort()
+                return None
+            return state.commit(), model
+
     def batch(self) -> None:
         rng = self.rng
         self.store.arm(self.crash_point())
         try:
             results = []
             for _ in range(rng.choice([1, 1, 1, 2, 2, 3])):
-                executor = rng.choice(self.executors)
-                with self.open(executor, self.version) as state:
-                    assert dump(state) == self.models[self.version], (
-                        f"{state.load_rule} load of version {self.version} on {executor.name} "
-                        "returned a state other than the committed one"
-                    )
-                    model = dict(self.models[self.version])
-                    apply_model(state.store, model, random_ops(rng))
-                    if rng.random() < 0.15:
-                        state.abort()
-                        continue
-                    results.append((state.commit(), model))
+                outcome = self.attempt(rng.choice(self.executors))
+                if outcome is not None:
+                    results.append(outcome)
             if not results:
                 return
             result, model = rng.choice(results)
-            commit = self.driver.commit({0: result.checkpoint_id.uid}, self.version + 1)
-            self.version += 1
-            self.models[self.version] = model
-            self.cids[self.version] = result.checkpoint_id
-            self.driver.cleanup(commit, self.retain)
+            rival = self.attempt(self.root / "rival-executor") if rng.random() < 0.15 else None
+            self.cleanup_owed = True
+            if rival is not None:
+                # Another driver (a zombie of an earlier run) commits its own attempt first: it wins.
+                commit = Driver(self.store, writer="rival-driver", retain=self.retain).commit(
+                    {0: rival[0]}, self.version + 1
+                )
+                self.committed(*rival)
+                Counters.races_lost += 1
+                with pytest.raises(CommitConflictError):
+                    self.driver.commit({0: result}, self.version)
+            else:
+                commit = self.driver.commit({0: result}, self.version + 1)
+                self.committed(result, model)
+            self.driver.cleanup(commit)
+            self.cleanup_owed = False
+        except InjectedCrash:
+            self.restart()
+        finally:
+            self.store.arm(None)
+
+    def committed(self, result, model: dict) -> None:
+        self.version += 1
+        self.models[self.version] = model
+        self.cids[self.version] = result.checkpoint_id
+
+    def gc(self, full: bool) -> None:
+        """``blobstate gc`` (``--full``) with every pending TTL long expired; it may crash too."""
+        self.store.arm(self.crash_point(0.3))
+        try:
+            if full:
+                Counters.gc_full_runs += 1
+            else:
+                Counters.gc_runs += 1
+            if self.cleanup_owed:
+                Counters.owed_cleanups_left_to_gc += 1
+            gc_checkpoint(self.store, full=full, now=FAR_FUTURE)
+            self.cleanup_owed = False
         except InjectedCrash:
             self.restart()
         finally:
             self.store.arm(None)
 
     def restart(self) -> None:
-        """The process died: forget memory, maybe lose an executor's disk, run the start-up cleanup."""
-        self.crashes += 1
+        """The process died: forget memory, maybe lose an executor's disk, maybe run start-up cleanup."""
+        Counters.crashes += 1
         forget_process_memory()
         self.store.arm(None)
         if self.rng.random() < 0.5:
             shutil.rmtree(self.rng.choice(self.executors), ignore_errors=True)
-        self.driver = Driver(self.store)
+        self.driver = Driver(self.store, retain=self.retain)
+        # An injected crash fires before the call it interrupts: a crash at the commit log write
+        # leaves the previous version as the newest.
         assert self.driver.log.latest_version() == self.version
-        cleanup_latest(self.store, min_versions_to_retain=self.retain)
+        if self.rng.random() < 0.5:
+            cleanup_latest(self.store)
+            self.cleanup_owed = False
         self.check_load(self.rng.choice(self.executors), self.version)
 
     def check_load(self, executor: Path, version: int) -> None:
         with self.open(executor, version) as state:
             assert dump(state) == self.models[version], f"{state.load_rule} load of version {version}"
 
-    def check_invariants(self) -> None:
-        problems = verify(self.inner, min_versions_to_retain=self.retain)
+    def check_invariants(self, *, restore_all: bool) -> None:
+        Counters.verify_runs += 1
+        report = verify(self.inner)
+        problems = [p for p in report.problems if not (self.cleanup_owed and "still pending" in p.message)]
         assert problems == [], [str(p) for p in problems]
-        if self.version and self.rng.random() < 0.2:
-            lowest = max(1, self.version - self.retain + 1)
-            version = self.rng.randint(lowest, self.version)
-            self.check_load(self.root / f"fresh-{self.rng.random()}", version)
+        if self.version:
+            lowest = report.retained_from
+            assert lowest == max(1, self.version - self.retain + 1)
+            versions = (
+                range(lowest, self.version + 1) if restore_all else [self.rng.randint(lowest, self.version)]
+            )
+            for version in versions:
+                Counters.restores_checked += 1
+                self.check_load(self.root / f"fresh-{self.rng.random()}", version)
 
     def finish(self) -> None:
-        self.restart()
-        self.check_invariants()
-        self.inner.expire(FAR_FUTURE)
-        latest, referenced = referenced_by_retained(self.inner, min_versions_to_retain=self.retain)
-        assert latest == self.version
+        gc_checkpoint(self.store, full=True, now=FAR_FUTURE)
+        self.cleanup_owed = False
+        self.check_invariants(restore_all=True)
+        if not self.version:
+            return
+        referenced = referenced_by_retained(self.inner, self.driver.log.read_commit(self.version))
         left = set(self.inner.list("state/")) | set(self.inner.list("blobs/"))
         assert left == referenced, f"unreferenced objects left: {sorted(left - referenced)[:5]}"
-        for version in range(max(1, self.version - self.retain + 1), self.version + 1):
-            self.check_load(self.root / f"final-{version}", version)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
@@ -195,12 +261,29 @@ def test_random_history(seed: int, scratch: Path) -> None:
     root = scratch / f"seed-{seed}"
     history = History(seed, root)
     try:
-        for _ in range(history.rng.randint(3, 7)):
-            if history.rng.random() < 0.15:
+        for _ in range(history.rng.randint(3, 8)):
+            roll = history.rng.random()
+            if roll < 0.1:
                 history.check_load(history.rng.choice(history.executors), history.version)
+            elif roll < 0.2:
+                history.gc(full=False)
+            elif roll < 0.3:
+                history.gc(full=True)
             else:
                 history.batch()
-            history.check_invariants()
+            history.check_invariants(restore_all=history.rng.random() < 0.3)
         history.finish()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_histories_exercised_every_fault() -> None:
+    """Runs after the histories (same module): their faults and races really fired."""
+    if Counters.histories < SEEDS:
+        pytest.skip("run together with test_random_history")
+    counts = {k: v for k, v in vars(Counters).items() if not k.startswith("_")}
+    print(f"crash model: {counts}")
+    assert Counters.crashes > SEEDS // 10
+    assert Counters.races_lost > 0 and Counters.gc_runs > 0 and Counters.gc_full_runs > 0
+    assert Counters.owed_cleanups_left_to_gc > 0
+    assert Counters.restores_checked > SEEDS

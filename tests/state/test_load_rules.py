@@ -6,6 +6,9 @@ has two attempts (21_ef6618c2 and 21_f4d05ac9, the second committed), and so on.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 from lineage_harness import OP, QUERY_ID, Driver, FaultyStore, dump, new_memory_store, on_tmpfs, open_p
 
+from blobstate.blobstore import BlobStore
 from blobstate.ids import CheckpointId, InvalidIdError
 from blobstate.layout import CHECKPOINT_ID_FILE, LocalPartitionLayout, commit_name, delta_name, snapshot_name
 from blobstate.lineage.commitlog import CommitLog, CommitLogFormatError
@@ -20,6 +24,7 @@ from blobstate.lineage.delta import encode_delta
 from blobstate.snapshot import read_snapshot_index
 from blobstate.state.errors import CorruptObjectError, LineageError, MissingObjectError
 from blobstate.state.localdirs import read_checkpoint_id
+from blobstate.state.partition import CommitResult
 
 
 @pytest.fixture
@@ -38,6 +43,7 @@ class History:
     store: object
     dirs: dict[str, Path]
     cids: dict[str, CheckpointId] = field(default_factory=dict)
+    results: dict[str, CommitResult] = field(default_factory=dict)
     states: dict[str, dict] = field(default_factory=dict)
     driver: Driver | None = None
 
@@ -54,11 +60,12 @@ class History:
                 expected[("a", k)] = v
             result = state.commit()
         self.cids[name] = result.checkpoint_id
+        self.results[name] = result
         self.states[name] = expected
 
     def commit(self, name: str) -> None:
         assert self.driver is not None
-        self.driver.commit({0: self.cids[name].uid}, self.cids[name].version)
+        self.driver.commit({0: self.results[name]}, self.cids[name].version)
 
 
 def seed_history(
@@ -190,14 +197,14 @@ def test_appendix_collect_list_the_unchosen_attempts_local_state_never_leaks(tmp
     with open_p(store, tmp_path / "Y", None) as t2:
         t2.store.put("a", b"8", b"foo")
         t2.commit()
-    driver.commit({0: r1.checkpoint_id.uid}, 1)
+    driver.commit({0: r1}, 1)
     # Batch 2 runs on Y, whose working store is clean at the un-chosen attempt: it must rebuild.
     with open_p(store, tmp_path / "Y", driver.committed()) as task:
         assert task.load_rule != "working"
         assert dump(task) == {("a", b"6"): b"foo"}
         task.store.put("a", b"6", task.store.get("a", b"6") + b",bar")
         r2 = task.commit()
-    driver.commit({0: r2.checkpoint_id.uid}, 2)
+    driver.commit({0: r2}, 2)
     # Query restart: replaying the committed lineage gives (6 -> foo,bar); foo is not lost, 8 never appears.
     with open_p(store, tmp_path / "restart", driver.committed()) as state:
         assert dump(state) == {("a", b"6"): b"foo,bar"}
@@ -214,7 +221,7 @@ def test_appendix_sample_three_a_task_must_not_continue_from_its_own_unchosen_st
         for m in (b"A", b"B", b"C"):
             s.store.put("a", m, b"")
         base = s.commit()
-    driver.commit({0: base.checkpoint_id.uid}, 1)
+    driver.commit({0: base}, 1)
     # Batch n: D arrives. Task 1 (executor X) drops A, task 2 (executor Y) drops B; task 2 wins.
     with open_p(store, tmp_path / "X", driver.committed()) as t1:
         t1.store.delete("a", b"A")
@@ -224,14 +231,14 @@ def test_appendix_sample_three_a_task_must_not_continue_from_its_own_unchosen_st
         t2.store.delete("a", b"B")
         t2.store.put("a", b"D", b"")
         chosen = t2.commit()
-    driver.commit({0: chosen.checkpoint_id.uid}, 2)
+    driver.commit({0: chosen}, 2)
     # Batch n+1 runs on X again: its working store is clean at task 1's (un-chosen) checkpoint.
     with open_p(store, tmp_path / "X", driver.committed()) as t:
         assert members(t) == {b"A", b"C", b"D"}, "task continued from the un-chosen attempt's local state"
         t.store.put("a", b"E", b"")
         t.store.delete("a", b"A")  # keep exactly three
         nxt = t.commit()
-    driver.commit({0: nxt.checkpoint_id.uid}, 3)
+    driver.commit({0: nxt}, 3)
     with open_p(store, tmp_path / "restart", driver.committed()) as s:
         assert members(s) == {b"C", b"D", b"E"}
 
@@ -245,7 +252,7 @@ def test_two_attempts_on_one_executor_load_the_chosen_ones_local_checkpoint(tmp_
     with open_p(inner, tmp_path, None) as s:
         s.store.put("a", b"k", b"second")
         s.commit()  # the working store is now clean at the second attempt
-    driver.commit({0: first.checkpoint_id.uid}, 1)
+    driver.commit({0: first}, 1)
     store = FaultyStore(inner)
     with open_p(store, tmp_path, driver.committed()) as s:
         assert s.load_rule == "local-checkpoint"
@@ -256,11 +263,13 @@ def test_two_attempts_on_one_executor_load_the_chosen_ones_local_checkpoint(tmp_
 # ---------------------------------------------------------------------------------------------- rule 4
 def three_versions(tmp_path: Path, every: int = NEVER) -> tuple[FaultyStore, list]:
     store = FaultyStore(new_memory_store())
+    driver = Driver(store)
     committed, results = None, []
     for i in range(3):
         with open_p(store, tmp_path / "writer", committed, snapshot_every=every) as s:
             s.store.put("a", b"k%d" % i, b"v%d" % i)
             results.append(s.commit())
+        driver.commit({0: results[-1]}, i + 1)
         committed = results[-1].checkpoint_id
     return store, results
 
@@ -292,10 +301,10 @@ def test_a_missing_delta_is_an_error_naming_object_version_and_uid(tmp_path: Pat
 @pytest.mark.parametrize(
     ("damage", "expected"),
     [
-        (lambda d: d[: len(d) // 2], "truncated"),
-        (lambda d: d[:-3] + bytes([d[-3] ^ 0xFF]) + d[-2:], "checksum"),
-        (lambda d: d[:8] + (99).to_bytes(2, "little") + d[10:], "unknown format version 99"),
-        (lambda d: b"not a delta at all", "bad magic"),
+        (lambda d: d[: len(d) // 2], "bytes where the commit recorded"),
+        (lambda d: d[:-3] + bytes([d[-3] ^ 0xFF]) + d[-2:], "SHA-256 .* where the commit recorded"),
+        (lambda d: d[:8] + (99).to_bytes(2, "little") + d[10:], "SHA-256 .* where the commit recorded"),
+        (lambda d: b"not a delta at all", "bytes where the commit recorded"),
     ],
     ids=["truncated", "bit-flip", "format-version", "garbage"],
 )
@@ -309,19 +318,40 @@ def test_a_corrupt_delta_is_an_error_and_nothing_is_half_applied(tmp_path: Path,
     assert_dirty(tmp_path / "fresh")
 
 
+def forge_commit(store: BlobStore, version: int, **objects: bytes) -> None:
+    """What an attacker who can rewrite the commit log too would do: make commit ``version`` vouch for
+    other bytes (``delta=`` and/or ``snapshot=``)."""
+    raw = json.loads(store.get(commit_name(version)))
+    for kind, data in objects.items():
+        raw["objects"][OP]["0"][kind] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    store.put(commit_name(version), json.dumps(raw).encode())
+
+
 def test_a_lineage_gap_is_an_error(tmp_path: Path) -> None:
-    store = new_memory_store()
-    cid = CheckpointId(3, "ab" * 16)
-    store.put(delta_name(OP, 0, cid), encode_delta([], []))  # version 3 claims to follow version 0
+    store, results = three_versions(tmp_path)
+    gap = encode_delta([], [])  # version 3 claims to follow version 0
+    store.inner.put(results[2].delta_name, gap)
+    forge_commit(store.inner, 3, delta=gap)
     with pytest.raises(LineageError, match="gap"):
-        open_p(store, tmp_path, cid)
-    too_long = CheckpointId(2, "cd" * 16)
-    store.put(delta_name(OP, 0, too_long), encode_delta([], ["ef" * 16, "01" * 16]))
+        open_p(store, tmp_path / "fresh", results[2].checkpoint_id)
+    too_long = encode_delta([], ["ef" * 16, "01" * 16])  # version 2 naming two older versions
+    store.inner.put(results[1].delta_name, too_long)
+    forge_commit(store.inner, 2, delta=too_long)
     with pytest.raises(LineageError, match="below version 1"):
-        open_p(store, tmp_path, too_long)
+        open_p(store, tmp_path / "fresh", results[1].checkpoint_id)
 
 
-def test_a_missing_or_corrupt_snapshot_blob_is_an_error(tmp_path: Path) -> None:
+def test_a_lineage_naming_an_uncommitted_attempt_is_an_error(tmp_path: Path) -> None:
+    store, results = three_versions(tmp_path)
+    other = encode_delta([], ["ab" * 16])  # version 3 claims to follow another attempt at version 2
+    store.inner.put(results[2].delta_name, other)
+    forge_commit(store.inner, 3, delta=other)
+    with pytest.raises(LineageError, match=f"names uid {'ab' * 16} for version 2") as info:
+        open_p(store, tmp_path / "fresh", results[2].checkpoint_id)
+    assert results[1].checkpoint_id.uid in str(info.value) and results[2].delta_name in str(info.value)
+
+
+def test_a_corrupt_snapshot_blob_is_loaded_around_from_older_deltas_or_named(tmp_path: Path) -> None:
     store, results = three_versions(tmp_path, every=3)
     snap = results[2]
     assert snap.snapshot_name
@@ -329,27 +359,53 @@ def test_a_missing_or_corrupt_snapshot_blob_is_an_error(tmp_path: Path) -> None:
     blob = sorted(index.present_blob_ids())[0]
     data = store.inner.get(blob)
     store.inner.put(blob, data[:-1] + bytes([data[-1] ^ 1]))
+    # Deltas 1..3 still exist: the version is rebuilt from them, and the load says so.
+    with open_p(store, tmp_path / "fresh", snap.checkpoint_id) as s:
+        assert dump(s) == {("a", b"k%d" % i): b"v%d" % i for i in range(3)}
+        assert s.load_report.base_kind == "empty" and s.load_report.deltas_replayed == 3
+        assert len(s.load_report.snapshot_repairs) == 1 and blob in s.load_report.snapshot_repairs[0]
+    # Without them the snapshot is the only way: an error naming the blob, version and uid.
+    store.inner.delete(results[0].delta_name)
     with pytest.raises(CorruptObjectError, match="corrupt") as info:
-        open_p(store, tmp_path / "fresh", snap.checkpoint_id)
+        open_p(store, tmp_path / "other", snap.checkpoint_id)
     assert info.value.name == blob and info.value.checkpoint_id == snap.checkpoint_id
     store.inner.delete(blob)
     with pytest.raises(MissingObjectError) as missing:
-        open_p(store, tmp_path / "fresh", snap.checkpoint_id)
+        open_p(store, tmp_path / "other", snap.checkpoint_id)
     assert blob in str(missing.value) and snap.checkpoint_id.uid in str(missing.value)
-    assert_dirty(tmp_path / "fresh")
+    assert_dirty(tmp_path / "other")
 
 
-def test_a_snapshot_index_of_another_checkpoint_is_rejected(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["emptied", "other-sst-name", "other-checkpoint", "not-json"])
+def test_an_altered_snapshot_index_is_detected_even_when_it_is_valid_json(
+    tmp_path: Path, damage: str
+) -> None:
     store, results = three_versions(tmp_path, every=3)
     snap = results[2]
-    other = CheckpointId(3, "ab" * 16)
-    store.inner.put(snapshot_name(OP, 0, other), store.inner.get(snap.snapshot_name))
-    store.inner.put(delta_name(OP, 0, other), store.inner.get(snap.delta_name))
-    with pytest.raises(CorruptObjectError, match="says it is checkpoint"):
-        open_p(store, tmp_path / "fresh", other)
-    store.inner.put(snapshot_name(OP, 0, other), b"{not json")
-    with pytest.raises(CorruptObjectError, match="snapshot"):
-        open_p(store, tmp_path / "fresh", other)
+    assert snap.snapshot_name
+    original = store.inner.get(snap.snapshot_name)
+    raw = json.loads(original)
+    if damage == "emptied":
+        raw["dirIndex"]["filesPresent"] = []
+        altered = json.dumps(raw).encode()
+    elif damage == "other-sst-name":
+        altered = re.sub(
+            rb"(\d)(\d*\.sst)", lambda m: b"%d" % ((int(m[1]) + 1) % 10) + m[2], original, count=1
+        )
+    elif damage == "other-checkpoint":
+        raw["checkpointId"] = CheckpointId(3, "ab" * 16).name
+        altered = json.dumps(raw).encode()
+        forge_commit(store.inner, 3, snapshot=altered)
+    else:
+        altered = b"{not json"
+        forge_commit(store.inner, 3, snapshot=altered)
+    assert altered != original
+    store.inner.put(snap.snapshot_name, altered)
+    store.inner.delete(results[0].delta_name)  # no older base to rebuild from
+    with pytest.raises(CorruptObjectError) as info:
+        open_p(store, tmp_path / "fresh", snap.checkpoint_id)
+    assert info.value.name == snap.snapshot_name and info.value.checkpoint_id == snap.checkpoint_id
+    assert_dirty(tmp_path / "fresh")
 
 
 def test_ids_that_try_to_escape_the_checkpoint_root_are_rejected(tmp_path: Path) -> None:
@@ -375,7 +431,7 @@ def test_bad_ids_in_the_commit_log_are_clear_errors(tmp_path: Path) -> None:
     with open_p(store, tmp_path, None) as s:
         s.store.put("a", b"k", b"v")
         result = s.commit()
-    driver.commit({0: result.checkpoint_id.uid}, 1)
+    driver.commit({0: result}, 1)
     raw = json.loads(store.get(commit_name(1)))
     raw["version"] = 2
     raw["batch_id"] = 1

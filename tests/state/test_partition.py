@@ -39,12 +39,16 @@ def layout(local: Path, partition: int = 0) -> LocalPartitionLayout:
     return LocalPartitionLayout(local, QUERY_ID, OP, partition)
 
 
-def commit_values(store, local: Path, committed, values: dict[bytes, bytes], **options):
-    """Open at ``committed``, put ``values`` into column family "a", commit; returns the CommitResult."""
+def commit_values(store, local: Path, committed, values: dict[bytes, bytes], *, publish=True, **options):
+    """Open at ``committed``, put ``values`` into column family "a", commit the partition and (with
+    ``publish``) the version in the commit log; returns the CommitResult."""
     with open_p(store, local, committed, **options) as state:
         for k, v in values.items():
             state.store.put("a", k, v)
-        return state.commit()
+        result = state.commit()
+    if publish:
+        Driver(store).commit({0: result}, result.checkpoint_id.version)
+    return result
 
 
 def test_first_commit_writes_a_pending_delta_a_local_checkpoint_and_a_clean_marker(tmp_path: Path) -> None:
@@ -312,10 +316,11 @@ def test_lineage_info_survives_a_restart_on_the_same_directory(tmp_path: Path) -
 
 def test_partitions_and_column_families_are_independent(tmp_path: Path) -> None:
     store = new_memory_store()
-    a = commit_values(store, tmp_path, None, {b"k": b"p0"})
+    a = commit_values(store, tmp_path, None, {b"k": b"p0"}, publish=False)
     with open_p(store, tmp_path, None, partition=1) as state:
         state.store.put("b", b"k", b"p1")
         b = state.commit()
+    Driver(store, num_partitions=2).commit({0: a, 1: b}, 1)
     with open_p(store, tmp_path / "x", a.checkpoint_id) as state:
         assert dump(state) == {("a", b"k"): b"p0"}
     with open_p(store, tmp_path / "x", b.checkpoint_id, partition=1) as state:
@@ -326,8 +331,8 @@ def test_partitions_and_column_families_are_independent(tmp_path: Path) -> None:
 def test_works_on_the_local_directory_store(tmp_path: Path) -> None:
     store = open_blob_store(str(tmp_path / "blobs"))
     driver = Driver(store)
-    result = commit_values(store, tmp_path / "local", None, {b"k": b"v"}, snapshot_every=1)
-    driver.cleanup(driver.commit({0: result.checkpoint_id.uid}, 1), retain=2)
+    result = commit_values(store, tmp_path / "local", None, {b"k": b"v"}, publish=False, snapshot_every=1)
+    driver.cleanup(driver.commit({0: result}, 1, retain=2))
     assert not store.has_ttl(result.delta_name)
     with open_p(store, tmp_path / "other", driver.committed()) as state:
         assert dump(state) == {("a", b"k"): b"v"}

@@ -25,7 +25,8 @@ from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.ids import CheckpointId
 from blobstate.layout import delta_name, snapshot_name
 from blobstate.snapshot import read_snapshot_index
-from blobstate.state.retention import after_commit, cleanup_latest, gc_full, referenced_by_retained
+from blobstate.state.errors import LineageError
+from blobstate.state.retention import after_commit, cleanup_latest, gc_checkpoint, referenced_by_retained
 from blobstate.state.verify import verify
 
 FAR_FUTURE = 2**40
@@ -44,7 +45,7 @@ class Query:
 
     def __init__(self, store: BlobStore, local: Path, *, every: int, retain: int) -> None:
         self.store, self.local, self.every, self.retain = store, local, every, retain
-        self.driver = Driver(store)
+        self.driver = Driver(store, retain=retain)
         self.models: dict[int, dict] = {0: {}}
         self.cids: dict[int, CheckpointId] = {}
         self.version = 0
@@ -63,9 +64,9 @@ class Query:
         self.version += 1
         self.cids[self.version] = result.checkpoint_id
         self.models[self.version] = model
-        commit = self.driver.commit({0: result.checkpoint_id.uid}, self.version)
+        commit = self.driver.commit({0: result}, self.version)
         if cleanup:
-            self.driver.cleanup(commit, self.retain)
+            self.driver.cleanup(commit)
         return result, commit
 
     def run(self, n: int) -> None:
@@ -95,7 +96,7 @@ def test_after_commit_makes_what_the_version_references_permanent(tmp_path: Path
     index = read_snapshot_index(store, snap)
     for name in {snap, *index.present_blob_ids(), delta_name(OP, 0, q.cids[2])}:
         assert not store.has_ttl(name), name
-    assert verify(store, min_versions_to_retain=3) == []
+    assert verify(store).problems == []
 
 
 @pytest.mark.parametrize(("every", "retain"), [(3, 4), (1, 1), (5, 2), (2, 7)])
@@ -106,13 +107,12 @@ def test_retention_keeps_exactly_the_retained_versions_restorable(
     q = Query(store, tmp_path / "writer", every=every, retain=retain)
     for _ in range(12):
         q.run(1)
-        assert verify(store, min_versions_to_retain=retain) == []
+        assert verify(store).problems == []
     for version in range(q.version - retain + 1, q.version + 1):
         assert q.restore(version, tmp_path / f"r{version}") == q.models[version]
     # what remains is what the retained versions reference, and nothing else once TTLs have expired
     store.expire(FAR_FUTURE)
-    latest, referenced = referenced_by_retained(store, min_versions_to_retain=retain)
-    assert latest == 12
+    referenced = referenced_by_retained(store, q.driver.log.read_commit(12))
     assert remaining(store) == referenced
     oldest_needed = min(
         CheckpointId.parse(n.rsplit("/", 1)[1].split(".")[0]).version
@@ -132,7 +132,7 @@ def test_steady_state_cleanup_never_lists_the_bucket(tmp_path: Path) -> None:
     q.driver.log.store = store
     for _ in range(6):
         _, commit = q.step({b"k": b"v%d" % q.version}, cleanup=False)
-        q.driver.cleanup(commit, q.retain)
+        q.driver.cleanup(commit)
     assert not [c for c in store.calls if c[0] == "list"]
     assert [c for c in store.calls if c[0] == "delete"], "cleanup deleted nothing"
 
@@ -147,10 +147,10 @@ def test_cleanup_is_idempotent(tmp_path: Path) -> None:
     for forget in (False, True):
         if forget:
             forget_process_memory()
-        stats = after_commit(store, commit, min_versions_to_retain=2)
+        stats = after_commit(store, commit)
         assert stats.deleted == []
     assert remaining(inner) == before
-    assert verify(inner, min_versions_to_retain=2) == []
+    assert verify(inner).problems == []
 
 
 @pytest.mark.parametrize("crash_after", [1, 2, 3, 5, 8])
@@ -168,12 +168,12 @@ def test_a_cleanup_cut_off_part_way_is_finished_by_the_next_one(tmp_path: Path, 
     store.arm(lambda op, name, n: op == "delete" and n >= crash_after)
     commit = q.driver.log.read_commit(q.version)
     with pytest.raises(InjectedCrash):
-        after_commit(store, commit, min_versions_to_retain=2)
+        after_commit(store, commit)
     forget_process_memory()  # a restart
-    assert cleanup_latest(inner, min_versions_to_retain=2) is not None
-    assert verify(inner, min_versions_to_retain=2) == []
+    assert cleanup_latest(inner) is not None
+    assert verify(inner).problems == []
     inner.expire(FAR_FUTURE)
-    _, referenced = referenced_by_retained(inner, min_versions_to_retain=2)
+    referenced = referenced_by_retained(inner, q.driver.log.read_commit(q.version))
     assert remaining(inner) == referenced
     for version in (q.version - 1, q.version):
         assert q.restore(version, tmp_path / f"r{version}") == q.models[version]
@@ -183,7 +183,7 @@ def test_gc_full_deletes_only_unreferenced_objects_that_are_not_pending(tmp_path
     store = new_memory_store()
     q = Query(store, tmp_path, every=2, retain=2)
     q.run(5)
-    referenced_before = referenced_by_retained(store, min_versions_to_retain=2)[1]
+    referenced_before = referenced_by_retained(store, q.driver.log.read_commit(q.version))
     leaked = ["blobs/0/0/" + "ab" * 16, delta_name(OP, 0, CheckpointId(1, "cd" * 16))]
     for name in leaked:
         store.put(name, b"leak")  # permanent and referenced by nothing
@@ -191,21 +191,21 @@ def test_gc_full_deletes_only_unreferenced_objects_that_are_not_pending(tmp_path
     store.put(pending, b"in flight", ttl=3600)
     future = delta_name(OP, 0, CheckpointId(99, "12" * 16))
     store.put(future, b"an attempt of a version not committed yet")
-    stats = gc_full(store, min_versions_to_retain=2)
+    stats = gc_checkpoint(store, full=True)
     assert sorted(stats.deleted) == sorted(leaked)
     assert store.exists(pending) and store.exists(future)
     assert referenced_before <= remaining(store)
-    stats = gc_full(store, min_versions_to_retain=2, now=FAR_FUTURE)
+    stats = gc_checkpoint(store, full=True, now=FAR_FUTURE)
     assert pending in stats.expired and not store.exists(pending)
-    assert verify(store, min_versions_to_retain=2) == []
+    assert verify(store).problems == []
 
 
-def test_gc_full_by_default_keeps_every_version_not_cleaned_up(tmp_path: Path) -> None:
+def test_gc_full_keeps_every_retained_version(tmp_path: Path) -> None:
     store = new_memory_store()
     q = Query(store, tmp_path, every=2, retain=4)
     q.run(6)
     before = remaining(store)
-    assert gc_full(store).deleted == []
+    assert gc_checkpoint(store, full=True).deleted == []
     assert remaining(store) == before
     for version in range(3, 7):
         assert q.restore(version, tmp_path / f"r{version}") == q.models[version]
@@ -215,25 +215,26 @@ def test_verify_names_what_is_wrong(tmp_path: Path) -> None:
     store = new_memory_store()
     q = Query(store, tmp_path, every=3, retain=3)
     q.run(4)
-    assert verify(store) == [] and verify(store, min_versions_to_retain=3, checksums=True) == []
+    assert verify(store).problems == [] and verify(store, checksums=True).problems == []
     index = read_snapshot_index(store, snapshot_name(OP, 0, q.cids[3]))
     blob = sorted(index.present_blob_ids())[0]
     data = store.get(blob)
     store.put(blob, data[:-1] + bytes([data[-1] ^ 1]))
-    problems = verify(store, checksums=True)
-    assert [p.object for p in problems] == [blob] and "checksum" in problems[0].message
+    assert verify(store).problems == [], "plain verify does not read blobs (and says so)"
+    problems = verify(store, checksums=True).problems
+    assert [p.object for p in problems] == [blob] and "CRC-32" in problems[0].message
     assert problems[0].version == 3 and problems[0].uid == q.cids[3].uid
     store.delete(blob)
-    problems = verify(store)
+    problems = verify(store).problems
     assert blob in {p.object for p in problems} and all(p.version == 3 for p in problems)
     store.put(blob, data)
     last = delta_name(OP, 0, q.cids[4])
     good = store.get(last)
     store.put(last, good[:-5], ttl=None)
-    problems = verify(store)
-    assert [p.object for p in problems] == [last] and "truncated" in problems[0].message
+    problems = verify(store).problems
+    assert [p.object for p in problems] == [last] and "bytes where the commit recorded" in problems[0].message
     store.put(last, good, ttl=60)
-    problems = verify(store)
+    problems = verify(store).problems
     assert [p.object for p in problems] == [last] and "pending" in problems[0].message
 
 
@@ -246,13 +247,15 @@ def test_verify_reports_a_lineage_that_disagrees_with_the_commit_log(tmp_path: P
     with open_p(store, tmp_path / "b", None) as s:
         s.store.put("a", b"k", b"other")
         other = s.commit()
-    driver.cleanup(driver.commit({0: chosen.checkpoint_id.uid}, 1), 5)
+    driver.cleanup(driver.commit({0: chosen}, 1, retain=5))
     with open_p(store, tmp_path / "b", other.checkpoint_id) as s:  # built on the un-chosen attempt
         bad = s.commit()
-    driver.cleanup(driver.commit({0: bad.checkpoint_id.uid}, 2), 5)
-    problems = verify(store)
+    commit = driver.commit({0: bad}, 2, retain=5)
+    with pytest.raises(LineageError, match="committed uid " + chosen.checkpoint_id.uid):
+        driver.cleanup(commit)  # cleanup refuses a chain through an attempt that was not committed
+    problems = verify(store).problems
     assert [p.object for p in problems] == [bad.delta_name]
-    assert "commit log says " + chosen.checkpoint_id.uid in problems[0].message
+    assert "committed uid " + chosen.checkpoint_id.uid in problems[0].message
 
 
 def cli() -> typer.Typer:

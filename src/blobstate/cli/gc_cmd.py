@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
@@ -11,28 +12,38 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable
 
 
 def gc(
-    url: Annotated[str, typer.Argument(help="Blob store URL (a backup repository or a query checkpoint).")],
+    url: Annotated[str, typer.Argument(help="A query checkpoint or a backup repository URL.")],
     full: Annotated[
-        bool, typer.Option("--full", help="Also mark-and-sweep a query checkpoint (repairs).")
+        bool,
+        typer.Option("--full", help="Also delete committed objects that no retained version references."),
     ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Delete nothing; show what would go.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Expire pending objects past their TTL (backends without native expiry); --full also sweeps."""
+    """Finish post-commit cleanup, then expire pending objects past their TTL; --full also sweeps.
+
+    Refuses (deleting nothing) a location that is not a checkpoint or whose commit log has holes.
+    """
     from blobstate.blobstore import open_blob_store
+    from blobstate.state.retention import gc_checkpoint
 
-    result: dict[str, Any] = {}
     with open_blob_store(url) as store:
-        result["expired"] = store.expire()
-        if full:
-            from blobstate.state.retention import gc_full
-
-            result["swept"] = gc_full(store)
+        stats = gc_checkpoint(store, full=full, dry_run=dry_run)
+    result: dict[str, Any] = asdict(stats)
     if as_json:
-        typer.echo(json.dumps(result, indent=2, default=str))
-    else:
-        typer.echo(f"expired {len(result['expired'])} pending objects past their TTL")
-        if full:
-            typer.echo(f"swept: {result['swept']}")
+        typer.echo(json.dumps(result, indent=2))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    typer.echo(
+        f"checkpoint {url}: newest version {stats.latest_version}, versions {stats.retained_from}.."
+        f"{stats.latest_version} retained; {stats.ttl_removed} objects made permanent; "
+        f"expired {len(stats.expired)} pending objects past their TTL"
+    )
+    if full:
+        typer.echo(
+            f"swept: listed {stats.listed} objects, {stats.referenced} referenced by retained versions, "
+            f"{stats.pending_kept} pending left to expire; {verb} {len(stats.deleted)} unreferenced"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,6 @@
 """``blobstate lineage | verify``: inspect and check a query checkpoint's versions, uids and snapshots.
 
-(``blobstate gc --full`` lives in :mod:`blobstate.cli.backup_cmds` and calls
-:func:`blobstate.state.retention.gc_full`.)
+(``blobstate gc`` lives in :mod:`blobstate.cli.gc_cmd`.)
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ UrlArgument = Annotated[
 ]
 
 
-def _version_row(store: Any, operator: str, partition: int, version: int, uid: str) -> dict[str, Any]:
+def _version_row(store: Any, history: Any, version: int, uid: str) -> dict[str, Any]:
     from blobstate.blobstore import BlobNotFoundError
     from blobstate.ids import CheckpointId
     from blobstate.layout import delta_name, snapshot_name
@@ -26,6 +25,7 @@ def _version_row(store: Any, operator: str, partition: int, version: int, uid: s
     from blobstate.state.chain import resolve_chain
     from blobstate.state.errors import StateLoadError
 
+    operator, partition = history.operator, history.partition
     cid = CheckpointId(version, uid)
     row: dict[str, Any] = {"version": version, "uid": uid, "checkpoint_id": cid.name}
     dname = delta_name(operator, partition, cid)
@@ -38,18 +38,18 @@ def _version_row(store: Any, operator: str, partition: int, version: int, uid: s
     except DeltaFormatError as error:
         row["delta_error"] = str(error)
     sname = snapshot_name(operator, partition, cid)
+    row["snapshot"] = history.objects(cid).snapshot is not None
+    if row["snapshot"]:
+        try:
+            index = read_snapshot_index(store, sname)
+            row["snapshot_bytes"] = index.total_size
+            row["snapshot_files"] = sum(1 for _ in index.iter_present_files())
+        except BlobNotFoundError:
+            row["snapshot_error"] = "missing"
+        except SnapshotError as error:
+            row["snapshot_error"] = str(error)
     try:
-        index = read_snapshot_index(store, sname)
-        row["snapshot"] = True
-        row["snapshot_bytes"] = index.total_size
-        row["snapshot_files"] = sum(1 for _ in index.iter_present_files())
-    except BlobNotFoundError:
-        row["snapshot"] = False
-    except SnapshotError as error:
-        row["snapshot"] = True
-        row["snapshot_error"] = str(error)
-    try:
-        chain = resolve_chain(store, operator, partition, cid, cached=True)
+        chain = resolve_chain(store, operator, partition, cid, history=history, cached=True)
         row["restore_from"] = "empty" if chain.base is None else f"{chain.base.name}.snapshot"
         row["deltas_to_replay"] = len(chain.deltas)
     except StateLoadError as error:
@@ -63,6 +63,7 @@ def collect_lineage(
     """Committed versions (newest first, at most ``limit``) of every partition, with uids and sizes."""
     from blobstate.blobstore import BlobNotFoundError
     from blobstate.lineage.commitlog import CommitLog
+    from blobstate.state.history import PartitionHistory
 
     log_ = CommitLog(store)
     latest = log_.latest_version()
@@ -91,9 +92,9 @@ def collect_lineage(
                 uid = cp.get(p, cp.get(str(p)))
                 if uid is None:
                     break
-                row = _version_row(store, op, p, version, uid)
+                row = _version_row(store, PartitionHistory(log_, op, p, commits), version, uid)
                 rows.append(row)
-                if version != latest and row.get("delta_bytes") is None and not row.get("snapshot"):
+                if version < newest.retained_from and row.get("delta_bytes") is None:
                     row["cleaned_up"] = True
                     break
             out["partitions"].append({"operator": op, "partition": p, "versions": rows})
@@ -135,27 +136,42 @@ def lineage(
 
 def verify(
     url: UrlArgument,
-    checksums: Annotated[bool, typer.Option("--checksums", help="Download every blob and check it.")] = False,
-    min_versions_to_retain: Annotated[
-        int | None, typer.Option(help="Versions that must be restorable (default: all not cleaned up).")
-    ] = None,
+    checksums: Annotated[
+        bool, typer.Option("--checksums", help="Also read every blob and check its CRC-32.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Check that every retained version of every partition is restorable; exit 1 naming what is wrong."""
+    """Prove every retained version of every partition is restorable; exit 1 naming what is wrong.
+
+    Deltas and snapshot indexes are read and checked against their commits; blobs are checked for
+    presence and size (read and checksummed with --checksums). The output says what was not read.
+    """
     from blobstate.blobstore import open_blob_store
     from blobstate.state.verify import verify as run_verify
 
     with open_blob_store(url) as store:
-        problems = run_verify(store, min_versions_to_retain=min_versions_to_retain, checksums=checksums)
+        report = run_verify(store, checksums=checksums)
     if as_json:
-        typer.echo(json.dumps([{**p.__dict__, "text": str(p)} for p in problems], indent=2))
-    elif problems:
-        for problem in problems:
+        typer.echo(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "problems": [{**p.__dict__, "text": str(p)} for p in report.problems],
+                    "checked": report.summary(),
+                },
+                indent=2,
+            )
+        )
+    elif report.problems:
+        for problem in report.problems:
             typer.echo(f"problem: {problem}", err=True)
-        typer.echo(f"{len(problems)} problem(s) found", err=True)
+        typer.echo(f"{len(report.problems)} problem(s) found in {url}", err=True)
     else:
-        typer.echo("ok: every retained version is restorable")
-    if problems:
+        for line in report.summary():
+            typer.echo(line)
+        if report.latest_version:
+            typer.echo("ok: every retained version is restorable")
+    if report.problems:
         raise typer.Exit(1)
 
 

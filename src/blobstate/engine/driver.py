@@ -19,6 +19,7 @@ from blobstate.engine.assignment import assign_partitions
 from blobstate.engine.config import QueryConfig
 from blobstate.engine.task import META_COLUMN, PARTITION_COLUMN, TaskSpec, run_task
 from blobstate.errors import BlobstateError
+from blobstate.state.retention import retained_from
 
 log = logging.getLogger("blobstate")
 
@@ -34,6 +35,7 @@ PARTITION_METRICS = (
     "process_seconds",
     "commit_seconds",
     "task_seconds",
+    "snapshot_repairs",
 )
 """Per-partition entries of a commit's ``metrics.partitions``: from the task's metadata row (``task.py``)."""
 
@@ -138,7 +140,7 @@ class BatchDriver:
         sink_started = time.monotonic()
         self._hand_to_sink(outputs, batch_id)
         commit_started = time.monotonic()
-        commit = self._commit(version, metas, watermark, started)
+        commit = self._commit(version, metas, watermark, started, previous)
         finished = time.monotonic()
         report = BatchReport(
             batch_id=batch_id,
@@ -220,9 +222,15 @@ class BatchDriver:
         self.sink(frame, batch_id)
 
     def _commit(
-        self, version: int, metas: dict[int, dict[str, Any]], watermark: int | None, started: float
+        self,
+        version: int,
+        metas: dict[int, dict[str, Any]],
+        watermark: int | None,
+        started: float,
+        previous: Any,
     ) -> Any:
         from blobstate.lineage.commitlog import Commit
+        from blobstate.lineage.refs import PartitionObjects
 
         new_watermark = watermark
         if self.config.time_mode == "EventTime":
@@ -234,6 +242,12 @@ class BatchDriver:
             version=version,
             batch_id=version - 1,
             checkpoints={self.config.operator: {p: m["uid"] for p, m in sorted(metas.items())}},
+            objects={
+                self.config.operator: {
+                    p: PartitionObjects.from_json(m["objects"]) for p, m in sorted(metas.items())
+                }
+            },
+            retained_from=retained_from(previous, version, self.config.min_versions_to_retain),
             placement={p: {"executor_id": m["executor_id"], "host": m["host"]} for p, m in metas.items()},
             watermark_ms=new_watermark,
             metrics={
@@ -253,11 +267,7 @@ class BatchDriver:
 
         def cleanup() -> None:
             try:
-                after_commit(
-                    self.store,
-                    commit,
-                    min_versions_to_retain=self.config.min_versions_to_retain,
-                )
+                after_commit(self.store, commit, commit_log=self.commit_log)
             except Exception:  # cleanup is retried after the next commit and at start-up
                 log.exception("post-commit cleanup of version %d failed; it is retried later", commit.version)
 

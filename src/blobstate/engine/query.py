@@ -106,7 +106,7 @@ def transform_with_state(
         placement_helper = PlacementHelper.get(spark)
     from blobstate.state.retention import cleanup_latest
 
-    cleanup_latest(store, min_versions_to_retain=config.min_versions_to_retain)
+    cleanup_latest(store)
     driver = BatchDriver(
         spark=spark,
         config=config,

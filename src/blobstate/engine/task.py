@@ -166,6 +166,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "host": executor.host,
         "attempt": context.attemptNumber(),
         "objects_written": list(result.objects_written),
+        "objects": result.objects.to_json(),
+        "snapshot_repairs": list(state.load_report.snapshot_repairs),
         "bytes_uploaded": result.bytes_uploaded,
         "changelog_bytes": result.changelog_bytes,
         "snapshot": result.snapshot_name is not None,

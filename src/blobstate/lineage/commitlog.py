@@ -27,12 +27,17 @@ from blobstate.ids import (
     validate_version,
 )
 from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name
+from blobstate.lineage.refs import PartitionObjects
 
-METADATA_FORMAT_VERSION = 1
-"""The ``metadata.json`` format version this build writes and reads."""
+METADATA_FORMAT_VERSION = 2
+"""The ``metadata.json`` format version this build writes and reads.
 
-COMMIT_FORMAT_VERSION = 1
-"""The ``commits/<v>.json`` format version this build writes and reads."""
+Version 1 checkpoints stored state values pickled; this build never unpickles what it reads, so it
+refuses them with an error that says so (see :func:`parse_metadata`).
+"""
+
+COMMIT_FORMAT_VERSION = 2
+"""The ``commits/<v>.json`` format version this build writes and reads (2: with object references)."""
 
 _COMMIT_NAME_RE = re.compile(re.escape(COMMITS_PREFIX) + r"(0|[1-9][0-9]{0,18})\.json")
 _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
@@ -70,6 +75,14 @@ class CommitConflictError(CommitLogError):
 
 class MetadataConflictError(CommitLogError):
     """The checkpoint's ``metadata.json`` disagrees with the query (partitions, operators or key columns)."""
+
+
+class IncompleteCommitLogError(CommitLogError):
+    """The commit log has holes: ``commits/<v>.json`` is missing for versions below the newest one."""
+
+    def __init__(self, message: str, *, missing: list[int]) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -114,13 +127,19 @@ class Commit:
     ``version`` is v >= 1 (the state after batch ``v - 1``); ``batch_id`` is always ``version - 1``
     (derived when not given); ``checkpoints`` maps operator id to ``{partition: uid}`` and must cover
     every partition of every operator; ``writer`` identifies the driver run that wrote it.
-    ``placement`` maps partition to an executor id, or to a JSON object with an ``executor_id`` (and
-    free-form entries such as ``host``). ``adjunct_offsets`` and ``metrics`` are free-form JSON objects.
+    ``objects`` records, for every (operator, partition), the size and SHA-256 of the delta and (when
+    one was taken) the snapshot index of that checkpoint, so everything a version reaches can be checked.
+    ``retained_from`` is the oldest version that stays restorable once this commit's post-commit
+    cleanup ran (never lower than the previous commit's). ``placement`` maps partition to an executor
+    id, or to a JSON object with an ``executor_id`` (and free-form entries such as ``host``).
+    ``adjunct_offsets`` and ``metrics`` are free-form JSON objects.
     """
 
     version: int
     checkpoints: dict[str, dict[int, str]]
     writer: str
+    objects: dict[str, dict[int, PartitionObjects]]
+    retained_from: int
     placement: dict[int, str | dict[str, Any]] | None = None
     watermark_ms: int | None = None
     adjunct_offsets: dict[str, Any] | None = None
@@ -134,10 +153,19 @@ class Commit:
             object.__setattr__(self, "batch_id", self.version - 1)
         elif self.batch_id != self.version - 1:
             raise ValueError(f"commit of version {self.version} must have batch_id {self.version - 1}")
+        if not 1 <= self.retained_from <= self.version:
+            raise ValueError(
+                f"commit of version {self.version}: retained_from {self.retained_from} must be in "
+                f"1..{self.version}"
+            )
 
     def checkpoint_id(self, operator: str, partition: int) -> CheckpointId:
         """The committed ``(v, uid)`` of one (operator, partition)."""
         return CheckpointId(self.version, self.checkpoints[operator][partition])
+
+    def objects_of(self, operator: str, partition: int) -> PartitionObjects:
+        """The delta and snapshot references of one (operator, partition) at this version."""
+        return self.objects[operator][partition]
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object stored as ``commits/<v>.json``."""
@@ -149,6 +177,11 @@ class Commit:
                 op: {str(p): uid for p, uid in sorted(parts.items())}
                 for op, parts in self.checkpoints.items()
             },
+            "objects": {
+                op: {str(p): refs.to_json() for p, refs in sorted(parts.items())}
+                for op, parts in self.objects.items()
+            },
+            "retained_from": self.retained_from,
             "placement": None
             if self.placement is None
             else {str(p): ex for p, ex in sorted(self.placement.items())},
@@ -236,6 +269,13 @@ def _load_json(data: bytes, name: str) -> object:
 def _format_version(f: _Fields, supported: int) -> int:
     version = f.integer("format_version", minimum=1)
     assert version is not None
+    if version == 1 and supported == 2:
+        f.fail(
+            "format_version",
+            "written by blobstate 0.1, which stored state values pickled; this version never unpickles "
+            "what it reads, so it cannot load this checkpoint: start the query on a new checkpoint "
+            "location (and rebuild its state from the source)",
+        )
     if version != supported:
         f.fail("format_version", f"unknown format version {version} (this build reads version {supported})")
     return version
@@ -330,6 +370,11 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     absent = sorted(set(metadata.operators) - set(checkpoints))
     if absent:
         f.fail("checkpoints", f"operators missing: {', '.join(absent)}")
+    objects = _objects(f, checkpoints, n)
+    retained_from = f.integer("retained_from", minimum=1)
+    assert retained_from is not None
+    if retained_from > version:
+        f.fail("retained_from", f"{retained_from} is above the commit's version {version}")
 
     placement: dict[int, str] | None = None
     raw_placement = f.mapping("placement", optional=True)
@@ -353,6 +398,8 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
         version=version,
         checkpoints=checkpoints,
         writer=writer,
+        objects=objects,
+        retained_from=retained_from,
         placement=placement,
         watermark_ms=watermark_ms,
         adjunct_offsets=adjunct_offsets,
@@ -360,6 +407,38 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
         created_time_ms=created,
         format_version=format_version,
     )
+
+
+def _objects(
+    f: _Fields, checkpoints: dict[str, dict[int, str]], n: int
+) -> dict[str, dict[int, PartitionObjects]]:
+    """The ``objects`` field: a reference for exactly the (operator, partition)s of ``checkpoints``."""
+    raw = f.mapping("objects")
+    assert raw is not None
+    out: dict[str, dict[int, PartitionObjects]] = {}
+    for op, parts in raw.items():
+        where = f"objects[{op!r}]"
+        if op not in checkpoints:
+            f.fail(where, f"operator {op!r} has no checkpoints in this commit")
+        if not isinstance(parts, dict):
+            f.fail(where, f"expected a JSON object of partition -> references, found {parts!r}")
+        refs: dict[int, PartitionObjects] = {}
+        for key, value in parts.items():
+            part_where = f"{where}[{key!r}]"
+            partition = _partition_key(f, part_where, key, n)
+            try:
+                refs[partition] = PartitionObjects.from_json(value)
+            except ValueError as error:
+                f.fail(part_where, str(error))
+        missing = sorted(set(range(n)) - set(refs))
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+            f.fail(where, f"partitions missing: {shown} (the query has {n} partitions)")
+        out[op] = dict(sorted(refs.items()))
+    absent = sorted(set(checkpoints) - set(out))
+    if absent:
+        f.fail("objects", f"operators missing: {', '.join(absent)}")
+    return out
 
 
 def _dump(obj: dict[str, Any], name: str) -> bytes:
@@ -479,6 +558,25 @@ class CommitLog:
         """The highest committed version, or 0 (the empty state) if nothing was committed."""
         versions = self.versions()
         return versions[-1] if versions else 0
+
+    def complete_versions(self) -> list[int]:
+        """Every committed version, ascending, after proving the log has no holes (``1..latest`` all exist).
+
+        Raises :class:`IncompleteCommitLogError` naming the missing commits: a checkpoint whose commit
+        log cannot be read completely must not be swept or called restorable.
+        """
+        versions = self.versions()
+        if versions and versions != list(range(1, versions[-1] + 1)):
+            present = set(versions)
+            missing = [v for v in range(1, versions[-1] + 1) if v not in present]
+            shown = ", ".join(commit_name(v) for v in missing[:5]) + (", ..." if len(missing) > 5 else "")
+            raise IncompleteCommitLogError(
+                f"the commit log of {self.store.url} has holes: {len(missing)} commit(s) missing below "
+                f"the newest ({commit_name(versions[-1])}): {shown}; restore them from a backup before "
+                "running gc, or start a new checkpoint",
+                missing=missing,
+            )
+        return versions
 
     def latest_commit(self) -> Commit | None:
         """The commit of :meth:`latest_version`, or None if nothing was committed."""

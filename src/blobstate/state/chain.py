@@ -1,11 +1,14 @@
 """Resolving a checkpoint's lineage: which base and which deltas rebuild ``(v, uid)`` (seed 002).
 
-Resolution starts at the target. If ``<v>_<uid>.snapshot`` exists it is the base. Otherwise the target's
-delta is read: its lineage record names the uids of versions v-1, v-2, ... back to the newest presumed
-snapshot. Walking that list newest first, the first checkpoint available locally is the base. If none
-is, the presumed snapshot (the list's last entry) is the base when it exists remotely; where it is
-missing, resolution continues through that version's own delta lineage (seed 002, example 3). A delta
-of version 1 with an empty lineage ends the walk at the empty version 0.
+Resolution starts at the target. If the commit of the target records a snapshot, that snapshot is the
+base. Otherwise the target's delta is read (and checked against the size and SHA-256 its commit
+records): its lineage record names the uids of versions v-1, v-2, ... back to the newest presumed
+snapshot. Every uid it names must be the one the commit log committed for that version. Walking that
+list newest first, the first checkpoint available locally is the base. If none is, the presumed
+snapshot (the list's last entry) is the base when its commit records one; where it does not (the
+snapshot upload failed) or the snapshot is known to be unusable (``skip_snapshots``: missing or corrupt,
+found while loading), resolution continues through that version's own delta lineage (seed 002, example
+3). A delta of version 1 with an empty lineage ends the walk at the empty version 0.
 
 Only objects named ``<v>_<uid>`` for uids on the lineage are ever opened, so the files of other attempts
 at the same version are never looked at. Loading, retention and verification all use this one function,
@@ -16,15 +19,17 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Literal
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.ids import CheckpointId
-from blobstate.layout import delta_name, snapshot_name
+from blobstate.layout import delta_name
 from blobstate.lineage.delta import DeltaFormatError, read_delta_lineage
+from blobstate.lineage.refs import PartitionObjects
 from blobstate.state.errors import CorruptObjectError, LineageError, MissingObjectError
+from blobstate.state.history import PartitionHistory
 
 BaseKind = Literal["snapshot", "local", "empty"]
 
@@ -36,7 +41,9 @@ class Chain:
     ``base`` is None for the empty version 0. ``deltas`` ends with ``target`` unless the base is the
     target itself. ``target_lineage`` is the lineage record of the target's delta when it was read
     (None when the target's own snapshot or local copy was the base). ``missing_snapshots`` lists
-    presumed snapshots that did not exist and were walked through.
+    presumed snapshots that were never committed (their upload failed) and were walked through;
+    ``skipped_snapshots`` committed snapshots left out because they were found unusable. ``refs`` has
+    the committed references of the base and of every delta.
     """
 
     target: CheckpointId
@@ -45,6 +52,8 @@ class Chain:
     deltas: tuple[CheckpointId, ...]
     target_lineage: tuple[str, ...] | None
     missing_snapshots: tuple[CheckpointId, ...] = ()
+    skipped_snapshots: tuple[CheckpointId, ...] = ()
+    refs: dict[CheckpointId, PartitionObjects] = field(default_factory=dict, compare=False)
 
     def next_lineage(self) -> tuple[str, ...] | None:
         """The lineage record a delta built on the target carries, when resolution alone determines it."""
@@ -100,17 +109,34 @@ def fetch_delta(
         raise MissingObjectError(name, cid, target) from None
 
 
+def fetch_checked_delta(
+    store: BlobStore,
+    operator: str,
+    partition: int,
+    cid: CheckpointId,
+    refs: PartitionObjects,
+    target: CheckpointId | None = None,
+) -> bytes:
+    """The bytes of ``cid``'s delta after checking them against the size and SHA-256 its commit records."""
+    data = fetch_delta(store, operator, partition, cid, target)
+    problem = refs.delta.problem(data)
+    if problem is not None:
+        raise CorruptObjectError(delta_name(operator, partition, cid), cid, problem, target)
+    return data
+
+
 def delta_lineage(
     store: BlobStore,
     operator: str,
     partition: int,
     cid: CheckpointId,
+    refs: PartitionObjects,
     *,
     target: CheckpointId | None = None,
     data_out: dict[CheckpointId, bytes] | None = None,
     cached: bool = False,
 ) -> tuple[str, ...]:
-    """The validated lineage record of ``cid``'s delta.
+    """The validated lineage record of ``cid``'s delta (whose bytes are checked against ``refs``).
 
     ``data_out`` receives the delta's bytes (so a loader downloads each delta once); ``cached`` uses and
     fills the process-wide lineage cache instead (retention).
@@ -118,7 +144,7 @@ def delta_lineage(
     name = delta_name(operator, partition, cid)
     lineage = LINEAGE_CACHE.get(store.url, name) if cached else None
     if lineage is None:
-        data = fetch_delta(store, operator, partition, cid, target)
+        data = fetch_checked_delta(store, operator, partition, cid, refs, target)
         if data_out is not None:
             data_out[cid] = data
         try:
@@ -150,45 +176,71 @@ def resolve_chain(
     partition: int,
     target: CheckpointId,
     *,
+    history: PartitionHistory,
     local_base: Callable[[CheckpointId], bool] | None = None,
     data_out: dict[CheckpointId, bytes] | None = None,
     cached: bool = False,
+    skip_snapshots: Collection[CheckpointId] = (),
 ) -> Chain:
     """Find the base and the deltas that rebuild ``target`` (see the module docstring).
 
-    ``local_base(cid)`` says whether a checkpoint on the lineage is available locally. Raises
+    ``history`` reads the commit log; ``local_base(cid)`` says whether a checkpoint on the lineage is
+    available locally; ``skip_snapshots`` are committed snapshots not to use. Raises
     :class:`MissingObjectError`, :class:`CorruptObjectError` or :class:`LineageError` naming the object,
     its version and uid; never falls back to an empty state.
     """
     has_local = local_base or (lambda _cid: False)
     newest_first: list[CheckpointId] = []
     missing: list[CheckpointId] = []
+    skipped: list[CheckpointId] = []
+    refs: dict[CheckpointId, PartitionObjects] = {}
     target_lineage: tuple[str, ...] | None = None
     current = target
+    named_by: str | None = None
+
+    def chain(base: CheckpointId | None, kind: BaseKind) -> Chain:
+        return Chain(
+            target,
+            base,
+            kind,
+            tuple(reversed(newest_first)),
+            target_lineage,
+            tuple(missing),
+            tuple(skipped),
+            refs,
+        )
+
     while True:
+        refs[current] = history.objects(current, named_by=named_by)
         if current != target and has_local(current):
-            return Chain(
-                target, current, "local", tuple(reversed(newest_first)), target_lineage, tuple(missing)
-            )
-        if store.exists(snapshot_name(operator, partition, current)):
-            return Chain(
-                target, current, "snapshot", tuple(reversed(newest_first)), target_lineage, tuple(missing)
-            )
-        if current != target:
+            return chain(current, "local")
+        if refs[current].snapshot is not None:
+            if current not in skip_snapshots:
+                return chain(current, "snapshot")
+            skipped.append(current)
+        elif current != target:
             missing.append(current)
         lineage = delta_lineage(
-            store, operator, partition, current, target=target, data_out=data_out, cached=cached
+            store,
+            operator,
+            partition,
+            current,
+            refs[current],
+            target=target,
+            data_out=data_out,
+            cached=cached,
         )
         if current == target:
             target_lineage = lineage
         newest_first.append(current)
         entries = lineage_entries(current, lineage)
         if not entries:
-            return Chain(target, None, "empty", tuple(reversed(newest_first)), target_lineage, tuple(missing))
+            return chain(None, "empty")
+        named_by = delta_name(operator, partition, current)
+        history.prefetch(e.version for e in entries)
         for entry in entries[:-1]:
+            refs[entry] = history.objects(entry, named_by=named_by)
             if has_local(entry):
-                return Chain(
-                    target, entry, "local", tuple(reversed(newest_first)), target_lineage, tuple(missing)
-                )
+                return chain(entry, "local")
             newest_first.append(entry)
         current = entries[-1]

@@ -6,8 +6,13 @@
 3. Otherwise resolve the lineage (:mod:`blobstate.state.chain`), restore the base (a local checkpoint or
    replica on the lineage, the clean working store if it is on the lineage, or a remote snapshot whose
    files are downloaded only where not already present), then replay the deltas in order.
-4. A missing or corrupt object is an error naming it, its version and uid. Nothing is half-applied: the
-   working store is marked dirty before anything is touched and marked clean only after a commit.
+4. A missing or corrupt object is an error naming it, its version and uid. Every delta and snapshot
+   index is checked against the size and SHA-256 its commit records, every blob against the size and
+   CRC-32 its index records. When a committed snapshot is missing or corrupt but an older base and the
+   deltas up to the version still exist, the version is rebuilt from those (as Spark's snapshot repair
+   does) and the load report says so; it never falls back to an older *version*. Nothing is
+   half-applied: the working store is marked dirty before anything is touched and marked clean only
+   after a commit.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.ids import CheckpointId
 from blobstate.layout import CHECKPOINT_ID_FILE, LocalPartitionLayout, delta_name, snapshot_name
 from blobstate.lineage.delta import DeltaFormatError, decode_delta
-from blobstate.state.chain import Chain, delta_lineage, fetch_delta, resolve_chain
-from blobstate.state.errors import CorruptObjectError, MissingObjectError
+from blobstate.state.chain import Chain, delta_lineage, fetch_checked_delta, resolve_chain
+from blobstate.state.errors import CorruptObjectError, MissingObjectError, StateLoadError
+from blobstate.state.history import PartitionHistory
 from blobstate.state.localdirs import (
     LINEAGE_INFO_FILE,
     LineageInfo,
@@ -60,6 +66,8 @@ class LoadReport:
     delta_bytes: int = 0
     seconds: float = 0.0
     missing_snapshots: list[str] = field(default_factory=list)
+    snapshot_repairs: list[str] = field(default_factory=list)
+    """Committed snapshots that were missing or corrupt and loaded around (each: what was wrong)."""
     snapshot_index: Any = None
     snapshot_index_name: str | None = None
 
@@ -77,12 +85,13 @@ StoreOpener = Callable[[Path], Any]
 
 
 def _remote_info(
-    store: BlobStore, operator: str, partition: int, cid: CheckpointId, *, delta_bytes: int = 0
+    store: BlobStore, history: PartitionHistory, cid: CheckpointId, *, delta_bytes: int = 0
 ) -> LineageInfo:
-    """Lineage info of ``cid`` rebuilt from the remote objects (a local copy had none)."""
-    if store.exists(snapshot_name(operator, partition, cid)):
+    """Lineage info of ``cid`` rebuilt from the commit log and its delta (a local copy had none)."""
+    refs = history.objects(cid)
+    if refs.snapshot is not None:
         return LineageInfo(cid, (cid.uid,), 0, 0)
-    lineage = delta_lineage(store, operator, partition, cid)
+    lineage = delta_lineage(store, history.operator, history.partition, cid, refs)
     return LineageInfo(cid, (cid.uid, *lineage), len(lineage), delta_bytes)
 
 
@@ -91,6 +100,7 @@ def load_working(
     layout: LocalPartitionLayout,
     committed: CheckpointId | None,
     open_store: StoreOpener,
+    history: PartitionHistory,
 ) -> Loaded:
     """Apply the load rules for ``committed`` and return the opened working store.
 
@@ -118,7 +128,7 @@ def load_working(
 
     # Rule 1.
     if prior == committed:
-        info = prior_info or _remote_info(store, operator, partition, committed)
+        info = prior_info or _remote_info(store, history, committed)
         report = LoadReport(RULE_WORKING, committed, base=committed.name, base_kind="local")
         return _finish(open_store, working, info, report, [], started)
 
@@ -126,7 +136,7 @@ def load_working(
     local_dir = _local_copy(layout, committed)
     if local_dir is not None:
         copied = materialize(local_dir, working)
-        info = read_info(local_dir, committed) or _remote_info(store, operator, partition, committed)
+        info = read_info(local_dir, committed) or _remote_info(store, history, committed)
         rule = RULE_STANDBY if local_dir == layout.standby else RULE_LOCAL_CHECKPOINT
         report = LoadReport(rule, committed, base=committed.name, base_kind="local", bytes_copied=copied)
         return _finish(open_store, working, info, report, [], started)
@@ -136,19 +146,48 @@ def load_working(
         return cid == prior or _local_copy(layout, cid) is not None
 
     data: dict[CheckpointId, bytes] = {}
-    chain = resolve_chain(store, operator, partition, committed, local_base=local_base, data_out=data)
-    report = LoadReport(
-        RULE_REMOTE,
-        committed,
-        base="" if chain.base is None else chain.base.name,
-        base_kind=chain.base_kind,
-        missing_snapshots=[c.name for c in chain.missing_snapshots],
-    )
-    # Deltas first: a missing or corrupt one fails the load before the (larger) base is restored.
-    records = _download_deltas(store, operator, partition, chain, data, report)
-    base_info = _restore_base(store, layout, chain, prior, prior_info, report)
-    info = _next_info(chain, base_info, report)
-    return _finish(open_store, working, info, report, records, started)
+    skip: list[CheckpointId] = []
+    repairs: list[str] = []
+    first_error: StateLoadError | None = None
+    while True:
+        try:
+            chain = resolve_chain(
+                store,
+                operator,
+                partition,
+                committed,
+                history=history,
+                local_base=local_base,
+                data_out=data,
+                skip_snapshots=skip,
+            )
+        except StateLoadError as error:
+            if first_error is None:
+                raise
+            # No older base and deltas to rebuild from: the unusable snapshot is the error to report.
+            raise first_error from error
+        report = LoadReport(
+            RULE_REMOTE,
+            committed,
+            base="" if chain.base is None else chain.base.name,
+            base_kind=chain.base_kind,
+            missing_snapshots=[c.name for c in chain.missing_snapshots],
+            snapshot_repairs=list(repairs),
+        )
+        # Deltas first: a missing or corrupt one fails the load before the (larger) base is restored.
+        records = _download_deltas(store, operator, partition, chain, data, report)
+        try:
+            base_info = _restore_base(store, layout, chain, prior, prior_info, report)
+        except (MissingObjectError, CorruptObjectError) as error:
+            if chain.base_kind != "snapshot" or chain.base is None:
+                raise
+            log.warning("%s; loading %s from an older base and deltas instead", error, committed)
+            skip.append(chain.base)
+            repairs.append(str(error))
+            first_error = first_error or error
+            continue
+        info = _next_info(chain, base_info, report)
+        return _finish(open_store, working, info, report, records, started)
 
 
 def _local_copy(layout: LocalPartitionLayout, cid: CheckpointId) -> Path | None:
@@ -193,23 +232,13 @@ def _restore_snapshot(
         SnapshotBlobMissingError,
         SnapshotCorruptError,
         SnapshotError,
-        read_snapshot_index,
         restore_directory,
     )
 
     base = chain.base
     assert base is not None
     name = snapshot_name(layout.operator, layout.partition, base)
-    try:
-        index = read_snapshot_index(store, name)
-    except BlobNotFoundError:
-        raise MissingObjectError(name, base, chain.target) from None
-    except SnapshotError as error:
-        raise CorruptObjectError(name, base, str(error), chain.target) from error
-    if index.checkpoint_id != base.name:
-        raise CorruptObjectError(
-            name, base, f"the index says it is checkpoint {index.checkpoint_id!r}", chain.target
-        )
+    index = read_checked_snapshot_index(store, name, base, chain.refs[base], chain.target)
     working = layout.working
     working.mkdir(parents=True, exist_ok=True)
     try:
@@ -229,6 +258,40 @@ def _restore_snapshot(
     return LineageInfo(base, (base.uid,), 0, 0)
 
 
+def read_checked_snapshot_index(
+    store: BlobStore,
+    name: str,
+    cid: CheckpointId,
+    refs: Any,
+    target: CheckpointId | None = None,
+) -> Any:
+    """Read the snapshot index ``name`` of ``cid``, check it against its commit's size and SHA-256
+    (``refs``: the checkpoint's :class:`~blobstate.lineage.refs.PartitionObjects`), then parse it.
+
+    Raises :class:`MissingObjectError` or :class:`CorruptObjectError` naming the index, version and uid.
+    """
+    from blobstate.snapshot import SnapshotError, SnapshotIndex
+
+    if refs.snapshot is None:
+        raise MissingObjectError(name, cid, target, "its commit records no snapshot of this version")
+    try:
+        data = store.get(name)
+    except BlobNotFoundError:
+        raise MissingObjectError(name, cid, target) from None
+    problem = refs.snapshot.problem(data)
+    if problem is not None:
+        raise CorruptObjectError(name, cid, problem, target)
+    try:
+        index = SnapshotIndex.from_json(data, name=name)
+    except SnapshotError as error:
+        raise CorruptObjectError(name, cid, str(error), target) from error
+    if index.checkpoint_id != cid.name:
+        raise CorruptObjectError(
+            name, cid, f"the index says it is checkpoint {index.checkpoint_id!r}", target
+        )
+    return index
+
+
 def _download_deltas(
     store: BlobStore,
     operator: str,
@@ -239,7 +302,9 @@ def _download_deltas(
 ) -> list[tuple[CheckpointId, list]]:
     """Download (in parallel) and fully decode every delta of the chain before any is applied."""
     todo = [cid for cid in chain.deltas if cid not in data]
-    fetched = store.run_parallel(lambda cid: fetch_delta(store, operator, partition, cid, chain.target), todo)
+    fetched = store.run_parallel(
+        lambda cid: fetch_checked_delta(store, operator, partition, cid, chain.refs[cid], chain.target), todo
+    )
     data.update(zip(todo, fetched, strict=True))
     out = []
     for cid in chain.deltas:

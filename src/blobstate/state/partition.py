@@ -31,8 +31,10 @@ from blobstate.blobstore import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, 
 from blobstate.ids import CheckpointId, new_uid
 from blobstate.layout import LocalPartitionLayout, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.delta import encode_delta
+from blobstate.lineage.refs import ObjectRef, PartitionObjects
 from blobstate.state.chain import resolve_chain
 from blobstate.state.errors import PartitionClosedError, StateLoadError
+from blobstate.state.history import PartitionHistory
 from blobstate.state.loader import LoadReport, load_working
 from blobstate.state.localdirs import (
     LineageInfo,
@@ -61,11 +63,14 @@ class CommitResult:
     ``objects_written`` are the names of every object uploaded (delta, snapshot index, new blobs);
     ``bytes_uploaded`` their total size; ``changelog_bytes`` the raw key and value bytes of the changes;
     ``lineage`` the lineage record written into the delta; ``snapshot_error`` why a due snapshot failed.
+    ``objects`` are the references (size, SHA-256) of the delta and snapshot index that the driver's
+    commit must record.
     """
 
     checkpoint_id: CheckpointId
     delta_name: str
     snapshot_name: str | None
+    objects: PartitionObjects
     objects_written: tuple[str, ...]
     bytes_uploaded: int
     changelog_bytes: int
@@ -124,8 +129,10 @@ class PartitionState:
         min_versions_to_retain: int,
         local_checkpoints_to_keep: int,
         pending_ttl: float,
+        history: PartitionHistory,
     ) -> None:
         self.blob_store = blob_store
+        self.history = history
         self.layout = layout
         self.store = store
         self.load_report = report
@@ -186,6 +193,7 @@ class PartitionState:
         records = self.store.take_changelog()
         lineage = self._info.next_lineage
         data = encode_delta(records, lineage)
+        delta_ref = ObjectRef.of(data)
         dname = delta_name(op, p, new)
         bs.put(dname, data, ttl=self.pending_ttl)
         written = [dname]
@@ -201,10 +209,14 @@ class PartitionState:
         checkpoint_dir = self._local_checkpoint(new, new_info)
 
         sname: str | None = None
+        snapshot_ref: ObjectRef | None = None
         snapshot_error: str | None = None
         if due:
             try:
                 sname, snap_written, snap_bytes = self._snapshot(new, lineage, checkpoint_dir)
+                # The reference is taken from the stored bytes: what the commit vouches for is what a
+                # reader will get.
+                snapshot_ref = ObjectRef.of(bs.get(sname))
                 written += snap_written
                 uploaded += snap_bytes
             except Exception as error:  # a failed snapshot leaves a presumed snapshot: loading walks past it
@@ -221,6 +233,7 @@ class PartitionState:
             checkpoint_id=new,
             delta_name=dname,
             snapshot_name=sname,
+            objects=PartitionObjects(delta_ref, snapshot_ref),
             objects_written=tuple(written),
             bytes_uploaded=uploaded,
             changelog_bytes=changelog_bytes,
@@ -256,7 +269,7 @@ class PartitionState:
         op, p, bs = self.operator, self.partition, self.blob_store
         presumed = CheckpointId(new.version - len(lineage), lineage[-1])
         try:
-            chain = resolve_chain(bs, op, p, presumed, cached=True)
+            chain = resolve_chain(bs, op, p, presumed, history=self.history, cached=True)
         except StateLoadError as error:
             log.warning("no previous snapshot for %s/%s at %s (%s): full snapshot", op, p, new, error)
             return None, None
@@ -362,6 +375,7 @@ def open_partition(
     local_checkpoints_to_keep: int = DEFAULT_LOCAL_CHECKPOINTS_TO_KEEP,
     pending_ttl: float = DEFAULT_PENDING_TTL_SECONDS,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    history: PartitionHistory | None = None,
 ) -> PartitionState:
     """Open ``(operator, partition)`` at the committed checkpoint ``committed`` (None: empty version 0).
 
@@ -374,6 +388,8 @@ def open_partition(
     snapshot; ``local_checkpoints_to_keep`` how many local hard-link checkpoints stay; ``pending_ttl``
     the TTL of everything uploaded. ``min_versions_to_retain`` is validated and kept on the state for
     callers; retention itself runs in the driver (:func:`blobstate.state.retention.after_commit`).
+    ``history`` reads the checkpoint's commit log (the uids and object references of committed
+    versions); by default one is made on ``store``.
     """
     if committed is not None and not isinstance(committed, CheckpointId):
         raise TypeError(f"committed must be a CheckpointId or None, not {type(committed).__name__}")
@@ -382,9 +398,13 @@ def open_partition(
     if local_checkpoints_to_keep < 1:
         raise ValueError(f"local_checkpoints_to_keep must be at least 1, got {local_checkpoints_to_keep!r}")
     layout = LocalPartitionLayout(Path(local_dir), query_id, operator, partition)
+    if history is None:
+        from blobstate.lineage.commitlog import CommitLog
+
+        history = PartitionHistory(CommitLog(store), operator, partition)
     lock = PartitionLock(layout.lock_file).acquire(timeout=lock_timeout)
     try:
-        loaded = load_working(store, layout, committed, _open_rocks)
+        loaded = load_working(store, layout, committed, _open_rocks, history)
     except BaseException:
         lock.release()
         raise
@@ -399,4 +419,5 @@ def open_partition(
         min_versions_to_retain=min_versions_to_retain,
         local_checkpoints_to_keep=local_checkpoints_to_keep,
         pending_ttl=pending_ttl,
+        history=history,
     )

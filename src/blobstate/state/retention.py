@@ -1,10 +1,12 @@
-"""Post-commit cleanup and retention, and the full mark-and-sweep ``gc --full``.
+"""Post-commit cleanup and retention, and ``blobstate gc`` on a query checkpoint.
 
-After ``commits/<v>`` exists, :func:`after_commit` runs for every partition of the commit:
+Every commit records ``retained_from``: the oldest version that stays restorable once its post-commit
+cleanup ran (``version - min_versions_to_retain + 1``, never lower than the previous commit's). After
+``commits/<v>`` exists, :func:`after_commit` runs for every partition of the commit:
 
-1. It resolves what the retained versions ``v-R+1 .. v`` (R = ``min_versions_to_retain``) need to be
-   restorable -- their deltas back to their bases and the base snapshots with their blobs -- with the same
-   lineage resolution loading uses (:func:`blobstate.state.chain.resolve_chain`).
+1. It resolves what the retained versions ``retained_from .. v`` need to be restorable -- their deltas
+   back to their bases and the base snapshots with their blobs -- with the same lineage resolution
+   loading uses (:func:`blobstate.state.chain.resolve_chain`), reading the commit log for each version.
 2. It removes the TTL of everything in that set (idempotent; a process-wide memo skips repeats).
 3. It deletes what older versions referenced and no retained version does, oldest version first, each
    version's snapshot blobs and index before its delta. It finds those versions by walking down from the
@@ -12,8 +14,10 @@ After ``commits/<v>`` exists, :func:`after_commit` runs for every partition of t
    contiguous range that the next run (after the next commit, or at start-up) picks up again.
 
 Objects of attempts that were never committed are never referenced and never made permanent: they stay
-pending and expire. :func:`gc_full` lists everything instead and deletes unreferenced objects that are no
-longer pending (plus expired ones), never anything a retained version references.
+pending and expire. :func:`gc_checkpoint` (the ``gc`` command) first proves the commit log complete,
+finishes the newest commit's cleanup (so nothing a committed version references is still pending), and
+only then expires pending objects past their TTL; with ``full`` it also lists everything and deletes
+unreferenced objects that are no longer pending, never anything a retained version references.
 """
 
 from __future__ import annotations
@@ -22,20 +26,35 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
+from blobstate.errors import BlobstateError
 from blobstate.ids import CheckpointId
-from blobstate.layout import delta_name, snapshot_name
+from blobstate.layout import METADATA, delta_name, snapshot_name
 from blobstate.state.chain import Chain, resolve_chain
-from blobstate.state.policy import DEFAULT_MIN_VERSIONS_TO_RETAIN, validate_retention
+from blobstate.state.errors import StateLoadError
+from blobstate.state.history import PartitionHistory
+from blobstate.state.policy import validate_retention
 
 log = logging.getLogger(__name__)
 
-UidOf = Callable[[int], "str | None"]
-"""The committed uid of a partition at a version (None when that version has no commit)."""
+
+class GcRefusedError(BlobstateError):
+    """``gc`` will not delete anything: the location is not a checkpoint it can read completely."""
+
+
+def retained_from(previous: Any, version: int, min_versions_to_retain: int) -> int:
+    """The ``retained_from`` of the commit of ``version``: the oldest version its cleanup keeps.
+
+    ``version - min_versions_to_retain + 1`` (at least 1), never below the previous commit's, so a larger
+    retention setting never claims versions that an earlier cleanup already deleted.
+    """
+    validate_retention(min_versions_to_retain)
+    floor = previous.retained_from if previous is not None else 1
+    return min(version, max(1, floor, version - min_versions_to_retain + 1))
 
 
 @dataclass
@@ -103,23 +122,21 @@ def snapshot_objects(store: BlobStore, name: str) -> set[str]:
 
 def compute_keep_set(
     store: BlobStore,
-    operator: str,
-    partition: int,
+    history: PartitionHistory,
     newest: CheckpointId,
-    min_versions_to_retain: int,
-    uid_of: UidOf,
+    lowest: int,
     *,
     cached: bool = True,
 ) -> KeepSet:
-    """Resolve what versions ``newest.version - R + 1 .. newest.version`` need to stay restorable."""
-    lowest = max(1, newest.version - min_versions_to_retain + 1)
+    """Resolve what versions ``lowest .. newest.version`` of one partition need to stay restorable."""
+    operator, partition = history.operator, history.partition
     chains: list[Chain] = []
     deltas: set[CheckpointId] = set()
     snapshots: set[CheckpointId] = set()
     current: CheckpointId | None = newest
     oldest_base = newest.version
     while current is not None:
-        chain = resolve_chain(store, operator, partition, current, cached=cached)
+        chain = resolve_chain(store, operator, partition, current, history=history, cached=cached)
         chains.append(chain)
         deltas.update(chain.deltas)
         base_version = 0 if chain.base is None else chain.base.version
@@ -129,12 +146,22 @@ def compute_keep_set(
         if base_version <= lowest:
             break
         # Retained versions below this chain's base need a chain of their own.
-        uid = uid_of(base_version - 1)
-        current = None if uid is None else CheckpointId(base_version - 1, uid)
+        uid = history.uid(base_version - 1)
+        if uid is None:
+            raise StateLoadError(
+                f"version {base_version - 1} of {operator}/{partition} is retained but has no commit"
+            )
+        current = CheckpointId(base_version - 1, uid)
     objects = {delta_name(operator, partition, c) for c in deltas}
     for cid in snapshots:
         objects |= snapshot_objects(store, snapshot_name(operator, partition, cid))
     return KeepSet(frozenset(objects), frozenset(deltas), frozenset(snapshots), tuple(chains), oldest_base)
+
+
+def _base_deltas(keep: KeepSet, operator: str, partition: int, lowest: int) -> set[str]:
+    """The deltas of retained base versions: not needed while their snapshot is good, kept so that a
+    corrupt or lost snapshot can be rebuilt from an older base (when they still exist)."""
+    return {delta_name(operator, partition, c) for c in keep.snapshots if c.version >= lowest}
 
 
 # ---------------------------------------------------------------------------------------------- cleanup
@@ -165,22 +192,17 @@ def _delete_all(store: BlobStore, names: Iterable[str]) -> list[str]:
 
 
 def cleanup_partition(
-    store: BlobStore,
-    operator: str,
-    partition: int,
-    newest: CheckpointId,
-    *,
-    min_versions_to_retain: int = DEFAULT_MIN_VERSIONS_TO_RETAIN,
-    uid_of: UidOf,
+    store: BlobStore, history: PartitionHistory, newest: CheckpointId, *, lowest: int
 ) -> RetentionStats:
-    """Post-commit cleanup of one partition whose newest committed checkpoint is ``newest``."""
-    validate_retention(min_versions_to_retain)
+    """Post-commit cleanup of one partition whose newest committed checkpoint is ``newest``.
+
+    Versions ``lowest .. newest.version`` stay restorable; what only older versions reference goes.
+    """
+    operator, partition = history.operator, history.partition
     stats = RetentionStats(partitions=1)
-    keep = compute_keep_set(store, operator, partition, newest, min_versions_to_retain, uid_of)
+    keep = compute_keep_set(store, history, newest, lowest)
     stats.kept = len(keep.objects)
-    lowest = max(1, newest.version - min_versions_to_retain + 1)
-    # The delta of a retained base version is "its delta": keep it permanent when it still exists.
-    optional = {delta_name(operator, partition, c) for c in keep.snapshots if c.version >= lowest}
+    optional = _base_deltas(keep, operator, partition, lowest)
     stats.ttl_removed = _remove_ttls(store, sorted(keep.objects | optional), optional)
     keep_objects = keep.objects | optional
 
@@ -197,7 +219,7 @@ def cleanup_partition(
             doomed.append((base_cid, True, False))
     version = base - 1
     while version > floor:
-        uid = uid_of(version)
+        uid = history.uid(version)
         if uid is None:
             break
         cid = CheckpointId(version, uid)
@@ -235,47 +257,22 @@ def _commit_log(store: BlobStore) -> Any:
     return CommitLog(store)
 
 
-def _uid_reader(log_: Any, operator: str, partition: int, known: dict[int, Any]) -> UidOf:
-    def uid_of(version: int) -> str | None:
-        if version < 1:
-            return None
-        if version not in known:
-            try:
-                known[version] = log_.read_commit(version)
-            except BlobNotFoundError:
-                known[version] = None
-        commit = known[version]
-        if commit is None:
-            return None
-        parts = commit.checkpoints.get(operator) or {}
-        uid = parts.get(partition, parts.get(str(partition)))
-        return uid
-
-    return uid_of
-
-
 def _partitions(commit: Any) -> list[tuple[str, int, str]]:
     out = []
     for operator, parts in sorted(commit.checkpoints.items()):
-        for partition, uid in sorted(parts.items(), key=lambda kv: int(kv[0])):
+        for partition, uid in sorted(parts.items()):
             out.append((operator, int(partition), uid))
     return out
 
 
-def after_commit(
-    store: BlobStore,
-    commit: Any,
-    *,
-    min_versions_to_retain: int = DEFAULT_MIN_VERSIONS_TO_RETAIN,
-    commit_log: Any = None,
-) -> RetentionStats:
+def after_commit(store: BlobStore, commit: Any, *, commit_log: Any = None) -> RetentionStats:
     """Post-commit cleanup of every partition in ``commit`` (a :class:`blobstate.lineage.commitlog.Commit`).
 
-    Idempotent; safe to run again after a crash part-way (and at start-up, see :func:`cleanup_latest`).
-    Raises the first error after trying every partition.
+    Keeps versions ``commit.retained_from .. commit.version`` restorable. Idempotent; safe to run again
+    after a crash part-way (and at start-up, see :func:`cleanup_latest`). Raises the first error after
+    trying every partition.
     """
     started = time.monotonic()
-    validate_retention(min_versions_to_retain)
     log_ = commit_log or _commit_log(store)
     known: dict[int, Any] = {commit.version: commit}
     total = RetentionStats()
@@ -284,11 +281,9 @@ def after_commit(
         try:
             stats = cleanup_partition(
                 store,
-                operator,
-                partition,
+                PartitionHistory(log_, operator, partition, known),
                 CheckpointId(commit.version, uid),
-                min_versions_to_retain=min_versions_to_retain,
-                uid_of=_uid_reader(log_, operator, partition, known),
+                lowest=commit.retained_from,
             )
             total.add(stats)
         except Exception as error:
@@ -303,112 +298,161 @@ def after_commit(
     return total
 
 
-def cleanup_latest(
-    store: BlobStore, *, min_versions_to_retain: int = DEFAULT_MIN_VERSIONS_TO_RETAIN
-) -> RetentionStats | None:
+def cleanup_latest(store: BlobStore) -> RetentionStats | None:
     """Start-up cleanup: :func:`after_commit` for the newest commit, if any."""
     log_ = _commit_log(store)
     latest = log_.latest_version()
     if not latest:
         return None
     commit = log_.read_commit(latest)
-    return after_commit(store, commit, min_versions_to_retain=min_versions_to_retain, commit_log=log_)
+    return after_commit(store, commit, commit_log=log_)
 
 
-# ---------------------------------------------------------------------------------------------- gc --full
+# ---------------------------------------------------------------------------------------------- gc
 _STATE_RE = re.compile(r"state/([^/]+)/([0-9]+)/([0-9]+)_([0-9a-f]+)\.(delta|snapshot)")
+
+SWEEP_ATTEMPTS = 5
+"""How often ``gc --full`` recomputes its mark when commits land (and cleanup deletes) while it runs."""
 
 
 @dataclass
 class GcStats:
-    """What ``gc --full`` did."""
+    """What ``gc`` did on a query checkpoint."""
 
+    latest_version: int = 0
+    retained_from: int = 0
+    ttl_removed: int = 0
+    expired: list[str] = field(default_factory=list)
     listed: int = 0
     referenced: int = 0
-    expired: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     pending_kept: int = 0
+    mark_attempts: int = 0
 
 
-def _still_present(store: BlobStore, operator: str, partition: int, latest: int, uid_of: UidOf) -> int:
-    """How many versions down from ``latest`` still have a delta or a snapshot of this partition."""
-    count = 0
-    for version in range(latest, 0, -1):
-        uid = uid_of(version)
-        if uid is None:
-            break
-        cid = CheckpointId(version, uid)
-        if version != latest and not (
-            store.exists(delta_name(operator, partition, cid))
-            or store.exists(snapshot_name(operator, partition, cid))
-        ):
-            break
-        count += 1
-    return max(1, count)
-
-
-def referenced_by_retained(
-    store: BlobStore, *, min_versions_to_retain: int | None = None
-) -> tuple[int, set[str]]:
-    """The newest committed version and every object its retained versions reference (all partitions).
-
-    With ``min_versions_to_retain`` None, every committed version not yet cleaned up counts as retained
-    (each partition's versions from the newest down to the first one with neither delta nor snapshot).
-    """
-    log_ = _commit_log(store)
-    latest = log_.latest_version()
-    if not latest:
-        return 0, set()
-    commit = log_.read_commit(latest)
-    known: dict[int, Any] = {latest: commit}
+def referenced_by_retained(store: BlobStore, commit: Any, *, commit_log: Any = None) -> set[str]:
+    """Every object the retained versions of ``commit`` (``retained_from .. version``) reference."""
+    log_ = commit_log or _commit_log(store)
+    known: dict[int, Any] = {commit.version: commit}
     referenced: set[str] = set()
+    lowest = commit.retained_from
     for operator, partition, uid in _partitions(commit):
-        uid_of = _uid_reader(log_, operator, partition, known)
-        retain = min_versions_to_retain or _still_present(store, operator, partition, latest, uid_of)
-        keep = compute_keep_set(
-            store, operator, partition, CheckpointId(latest, uid), retain, uid_of, cached=False
-        )
-        referenced |= keep.objects
-        lowest = max(1, latest - retain + 1)
-        referenced |= {delta_name(operator, partition, c) for c in keep.snapshots if c.version >= lowest}
-    return latest, referenced
+        history = PartitionHistory(log_, operator, partition, known)
+        keep = compute_keep_set(store, history, CheckpointId(commit.version, uid), lowest, cached=False)
+        referenced |= keep.objects | _base_deltas(keep, operator, partition, lowest)
+    return referenced
 
 
-def gc_full(
-    store: BlobStore,
-    *,
-    min_versions_to_retain: int | None = None,
-    now: float | None = None,
-    dry_run: bool = False,
-) -> GcStats:
-    """Mark and sweep: delete unreferenced objects under ``state/`` and ``blobs/`` that are not pending.
+def _read_checkpoint(store: BlobStore) -> tuple[Any, Any]:
+    """The commit log and its newest commit (None: nothing committed), after proving the log complete."""
+    from blobstate.lineage.commitlog import CommitLogError
 
-    Marks everything a retained version of any partition references; lists ``state/`` and ``blobs/``;
-    an unmarked object whose TTL was removed (it was once committed and is now unreferenced) is deleted,
-    an unmarked pending object is left to expire, except that pending objects past their TTL are expired
-    now (``store.expire(now)``). The mark is recomputed if a commit lands meanwhile. Marked objects are
-    never deleted. Names of versions newer than the newest commit are never touched. With
-    ``min_versions_to_retain`` None (the default) every version not yet cleaned up is retained.
+    log_ = _commit_log(store)
+    try:
+        log_.read_metadata()
+    except BlobNotFoundError:
+        raise GcRefusedError(
+            f"{store.url} is not a query checkpoint ({METADATA} is missing): gc deletes nothing there"
+        ) from None
+    try:
+        versions = log_.complete_versions()
+        latest = log_.read_commit(versions[-1]) if versions else None
+    except CommitLogError as error:
+        raise GcRefusedError(f"gc refuses to touch {store.url}: {error}") from error
+    if latest is None:
+        orphans = permanent_objects_without_commits(store)
+        if orphans:
+            raise GcRefusedError(
+                f"gc refuses to touch {store.url}: it has no commits but committed state objects "
+                f"(such as {orphans[0]}): was commits/ lost?"
+            )
+    return log_, latest
+
+
+def permanent_objects_without_commits(store: BlobStore) -> list[str]:
+    """State objects that were made permanent (so were once committed), in a checkpoint with no commits.
+
+    Before the first commit, only pending objects of attempts exist; a permanent one means the commit
+    log was lost.
     """
-    if min_versions_to_retain is not None:
-        validate_retention(min_versions_to_retain)
+    return [name for name in store.list("state/") if _exists_permanent(store, name)]
+
+
+def _exists_permanent(store: BlobStore, name: str) -> bool:
+    try:
+        return not store.has_ttl(name)
+    except BlobNotFoundError:
+        return False
+
+
+def gc_checkpoint(
+    store: BlobStore, *, full: bool = False, now: float | None = None, dry_run: bool = False
+) -> GcStats:
+    """``blobstate gc`` on a query checkpoint.
+
+    1. Proves the commit log complete (no holes), else :class:`GcRefusedError` and nothing is touched.
+    2. Finishes the newest commit's post-commit cleanup, so nothing a retained version references is
+       still pending (a crash after a commit and before its cleanup leaves exactly that).
+    3. Expires pending objects past their TTL (backends without native expiry).
+    4. With ``full``, marks everything the retained versions reference and sweeps ``state/`` and
+       ``blobs/``: unmarked objects that are no longer pending are deleted, pending ones are left to
+       expire, names of versions newer than the newest commit are never touched. When commits land
+       meanwhile the mark is recomputed (up to :data:`SWEEP_ATTEMPTS` times).
+
+    ``dry_run`` changes nothing and reports what would be deleted.
+    """
     stats = GcStats()
+    log_, latest = _read_checkpoint(store)
+    if latest is not None:
+        stats.latest_version, stats.retained_from = latest.version, latest.retained_from
+        if not dry_run:
+            stats.ttl_removed = after_commit(store, latest, commit_log=log_).ttl_removed
     if not dry_run:
         stats.expired = list(store.expire(now))
-    listed = store.list("state/") + store.list("blobs/")
-    stats.listed = len(listed)
-    latest, referenced = referenced_by_retained(store, min_versions_to_retain=min_versions_to_retain)
-    candidates = _unreferenced(listed, referenced, latest)
-    candidates = [n for n in candidates if not _pending(store, n, stats)]
-    again, referenced = referenced_by_retained(store, min_versions_to_retain=min_versions_to_retain)
-    if again != latest:  # a commit landed meanwhile: only what is unreferenced by both marks goes
-        candidates = _unreferenced(candidates, referenced, again)
-    stats.referenced = len(referenced)
-    if not dry_run:
-        stats.deleted = _delete_all(store, candidates)
-    else:
-        stats.deleted = sorted(candidates)
+    if full and latest is not None:
+        _sweep(store, stats, dry_run)
     return stats
+
+
+def _sweep(store: BlobStore, stats: GcStats, dry_run: bool) -> None:
+    last_error: Exception | None = None
+    for attempt in range(1, SWEEP_ATTEMPTS + 1):
+        stats.mark_attempts = attempt
+        log_, latest = _read_checkpoint(store)
+        listed = store.list("state/") + store.list("blobs/")
+        try:
+            referenced = referenced_by_retained(store, latest, commit_log=log_)
+        except StateLoadError as error:
+            # A retained object is missing or unreadable. If a commit landed meanwhile, its cleanup
+            # may have deleted what this (now older) mark looked for: mark again from the new commit.
+            last_error = error
+            if _commit_log(store).latest_version() != latest.version:
+                continue
+            raise GcRefusedError(
+                f"gc --full refuses to sweep {store.url}: a retained version cannot be read completely: "
+                f"{error}; run `blobstate verify {store.url}`"
+            ) from error
+        candidates = _unreferenced(listed, referenced, latest.version)
+        candidates = [n for n in candidates if not _pending(store, n, stats)]
+        log_again = _commit_log(store)
+        newest = log_again.latest_version()
+        if newest != latest.version:
+            # Objects whose TTL a newer commit's cleanup removed after the listing are marked by it.
+            try:
+                referenced = referenced_by_retained(
+                    store, log_again.read_commit(newest), commit_log=log_again
+                )
+            except StateLoadError as error:
+                last_error = error
+                continue
+            candidates = _unreferenced(candidates, referenced, newest)
+        stats.listed, stats.referenced = len(listed), len(referenced)
+        stats.deleted = sorted(candidates) if dry_run else _delete_all(store, candidates)
+        return
+    raise GcRefusedError(
+        f"gc --full on {store.url} gave up after {SWEEP_ATTEMPTS} marks: commits kept landing "
+        f"({last_error}); nothing was deleted, run it again"
+    )
 
 
 def _pending(store: BlobStore, name: str, stats: GcStats) -> bool:
@@ -435,6 +479,7 @@ def _unreferenced(names: Iterable[str], referenced: set[str], latest: int) -> li
 
 __all__ = [
     "MEMO",
+    "GcRefusedError",
     "GcStats",
     "KeepSet",
     "RetentionStats",
@@ -442,6 +487,8 @@ __all__ = [
     "cleanup_latest",
     "cleanup_partition",
     "compute_keep_set",
-    "gc_full",
+    "gc_checkpoint",
+    "permanent_objects_without_commits",
     "referenced_by_retained",
+    "retained_from",
 ]

@@ -1,25 +1,33 @@
 """Prove that every retained version of every partition is restorable, without restoring it.
 
-For each partition of the newest commit and each retained version, :func:`verify` resolves the lineage
-exactly as loading does, then checks every object the chain needs: deltas are downloaded and decoded in
-full (format, checksum, record count), their lineage records are compared with the commit log, snapshot
-indexes are read and validated, and every blob they reference must exist (and, with ``checksums=True``,
-match its recorded CRC-32). Committed objects that still carry a TTL (and so would expire) are reported
-too. Each problem names the object, the operator, partition, version and uid.
+:func:`verify` first proves the location is a checkpoint (``metadata.json`` readable) and that its commit
+log is complete (``commits/1..latest`` all present and valid). The retained versions are the newest
+commit's ``retained_from .. latest``. For each partition and each retained version it resolves the
+lineage exactly as loading does, then checks every object the version reaches:
+
+- deltas and snapshot indexes are read in full and checked against the size and SHA-256 their commit
+  records; deltas are decoded in full, and every uid a lineage record names must be the committed one;
+- blobs a snapshot index references must be present with the size the index records (one listing, no
+  reads); with ``checksums=True`` every blob is read and checked against its CRC-32;
+- committed objects that still carry a TTL (and so would expire) are reported too.
+
+A committed snapshot that is missing or corrupt is a problem even when the version can still be rebuilt
+from an older base and deltas (the problem says so). Each problem names the object and the operator,
+partition, version and uid. The :class:`VerifyReport` also says what was not read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
-from blobstate.ids import CheckpointId, InvalidIdError
-from blobstate.layout import blob_prefix, commit_name, delta_name, snapshot_name
+from blobstate.ids import CheckpointId
+from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name, delta_name, snapshot_name
 from blobstate.lineage.delta import DeltaFormatError, decode_delta
 from blobstate.state.chain import resolve_chain
 from blobstate.state.errors import StateLoadError
+from blobstate.state.history import PartitionHistory
 
 
 @dataclass(frozen=True)
@@ -43,23 +51,84 @@ class Problem:
         return f"{self.object}: {self.message}{context}"
 
 
+@dataclass
+class VerifyReport:
+    """What :func:`verify` found and what it checked (and did not)."""
+
+    url: str
+    problems: list[Problem] = field(default_factory=list)
+    latest_version: int = 0
+    retained_from: int = 0
+    partitions: int = 0
+    versions_checked: int = 0
+    deltas_read: int = 0
+    delta_bytes: int = 0
+    indexes_read: int = 0
+    index_bytes: int = 0
+    blobs_checked: int = 0
+    blob_bytes: int = 0
+    blobs_read: bool = False
+    ttl_checked: bool = True
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing is wrong (and there was something to check)."""
+        return not self.problems
+
+    def summary(self) -> list[str]:
+        """What was checked and what was not, one sentence per line."""
+        if not self.latest_version:
+            return [f"{self.url}: a checkpoint with no committed version yet; nothing to restore"]
+        lines = [
+            f"checked versions {self.retained_from}..{self.latest_version} (the retained ones) of "
+            f"{self.partitions} partition(s): {self.versions_checked} partition versions",
+            f"read {self.deltas_read} deltas ({self.delta_bytes:,} bytes) and {self.indexes_read} snapshot "
+            f"indexes ({self.index_bytes:,} bytes) in full and checked them against their commits",
+        ]
+        if self.blobs_read:
+            lines.append(
+                f"read {self.blobs_checked} blobs ({self.blob_bytes:,} bytes) and checked their CRC-32"
+            )
+        else:
+            lines.append(
+                f"checked presence and size of {self.blobs_checked} blobs ({self.blob_bytes:,} bytes) "
+                "without reading them (--checksums reads them)"
+            )
+        if self.retained_from > 1:
+            lines.append(f"versions below {self.retained_from} are not retained and were not checked")
+        if not self.ttl_checked:
+            lines.append("did not check whether committed objects are still pending")
+        return lines
+
+
 class _Checker:
+    """Checks one partition's objects, each object once."""
+
     def __init__(
-        self, store: BlobStore, operator: str, partition: int, checksums: bool, check_ttl: bool
+        self,
+        store: BlobStore,
+        report: VerifyReport,
+        history: PartitionHistory,
+        sizes: dict[str, int],
+        checksums: bool,
+        check_ttl: bool,
     ) -> None:
         self.store = store
-        self.operator = operator
-        self.partition = partition
+        self.report = report
+        self.history = history
+        self.operator = history.operator
+        self.partition = history.partition
+        self.sizes = sizes
         self.checksums = checksums
         self.check_ttl = check_ttl
-        self.problems: list[Problem] = []
-        self.deltas: dict[CheckpointId, tuple[str, ...] | None] = {}
-        self.snapshots: dict[CheckpointId, set[str] | None] = {}
-        self.ttl_checked: set[str] = set()
-        self._blobs: set[str] | None = None
+        self.seen: set[str] = set()
+        self.faulty: set[str] = set()
 
     def problem(self, obj: str, message: str, cid: CheckpointId | None) -> None:
-        self.problems.append(
+        if obj in self.faulty:
+            return  # one problem per object: versions above a bad one would repeat it
+        self.faulty.add(obj)
+        self.report.problems.append(
             Problem(
                 obj,
                 message,
@@ -70,90 +139,156 @@ class _Checker:
             )
         )
 
-    @property
-    def blobs(self) -> set[str]:
-        if self._blobs is None:
-            self._blobs = set(self.store.list(blob_prefix(self.operator, self.partition)))
-        return self._blobs
-
-    def delta(self, cid: CheckpointId) -> tuple[str, ...] | None:
-        """Decode a delta in full once; returns its lineage, or None if it is unusable."""
-        if cid in self.deltas:
-            return self.deltas[cid]
-        name = delta_name(self.operator, self.partition, cid)
-        lineage: tuple[str, ...] | None = None
+    def version(self, cid: CheckpointId) -> None:
+        """Check everything version ``cid`` reaches."""
+        data: dict[CheckpointId, bytes] = {}
         try:
-            lineage = tuple(decode_delta(self.store.get(name), name=name).lineage)
-        except BlobNotFoundError:
-            self.problem(name, "missing", cid)
+            chain = resolve_chain(
+                self.store, self.operator, self.partition, cid, history=self.history, data_out=data
+            )
+        except StateLoadError as error:
+            self.problem(getattr(error, "name", str(cid)), _what(error), _cid_of(error, cid))
+            return
+        for d in chain.deltas:
+            self.delta(d, chain.refs[d], data.get(d))
+        if chain.base is not None and chain.base_kind == "snapshot":
+            fresh = snapshot_name(self.operator, self.partition, chain.base) not in self.seen
+            if not self.snapshot(chain.base, chain) and fresh:
+                self.repairable(cid, chain.base)
+
+    def delta(self, cid: CheckpointId, refs: Any, data: bytes | None) -> None:
+        name = delta_name(self.operator, self.partition, cid)
+        if name in self.seen:
+            return
+        self.seen.add(name)
+        if data is None:
+            try:
+                data = self.store.get(name)
+            except BlobNotFoundError:
+                self.problem(name, "missing", cid)
+                return
+            problem = refs.delta.problem(data)
+            if problem is not None:
+                self.problem(name, f"corrupt: {problem}", cid)
+                return
+        self.report.deltas_read += 1
+        self.report.delta_bytes += len(data)
+        try:
+            decode_delta(data, name=name)
         except DeltaFormatError as error:
             self.problem(name, f"corrupt: {error.problem}", cid)
-        self.deltas[cid] = lineage
-        if lineage is not None:
-            self.pending(name, cid)
-        return lineage
-
-    def snapshot(self, cid: CheckpointId) -> None:
-        """Read a snapshot index once and check every blob it references."""
-        if cid in self.snapshots:
             return
-        from blobstate.snapshot import SnapshotError, read_snapshot_index
+        self.pending(name, cid)
+
+    def snapshot(self, cid: CheckpointId, chain: Any) -> bool:
+        """Check a snapshot index and its blobs; whether they are all good."""
+        from blobstate.state.loader import read_checked_snapshot_index
 
         name = snapshot_name(self.operator, self.partition, cid)
-        self.snapshots[cid] = None
+        if name in self.seen:
+            return name not in self.faulty
+        self.seen.add(name)
         try:
-            index = read_snapshot_index(self.store, name)
-        except BlobNotFoundError:
-            self.problem(name, "missing", cid)
-            return
-        except SnapshotError as error:
-            self.problem(name, f"corrupt snapshot index: {error}", cid)
-            return
-        if index.checkpoint_id != cid.name:
-            self.problem(name, f"the index says it is checkpoint {index.checkpoint_id!r}", cid)
+            index = read_checked_snapshot_index(self.store, name, cid, chain.refs[cid])
+        except StateLoadError as error:
+            self.problem(name, _what(error), cid)
+            return False
+        self.report.indexes_read += 1
+        self.report.index_bytes += chain.refs[cid].snapshot.size
         self.pending(name, cid)
-        referenced: set[str] = set()
+        good = True
         for path, f in index.iter_present_files():
             if not f.blobs:
                 continue  # an empty file has no blobs
             for blob, length in f.chunks():
-                referenced.add(blob.blob_id)
-                if blob.blob_id not in self.blobs:
-                    self.problem(
-                        blob.blob_id, f"missing (chunk at {blob.offset} of file {path!r} of {name})", cid
-                    )
-                    continue
-                self.pending(blob.blob_id, cid)
-                if self.checksums:
-                    self._checksum(
-                        blob.blob_id, blob.checksum, length, f"chunk of file {path!r} of {name}", cid
-                    )
-        self.snapshots[cid] = referenced
+                good &= self.blob(
+                    blob.blob_id, blob.checksum, length, f"chunk of file {path!r} of {name}", cid
+                )
+        if not good:
+            self.faulty.add(name)
+        return good
 
-    def _checksum(self, blob_id: str, expected: int, length: int, what: str, cid: CheckpointId) -> None:
-        from blobstate.snapshot.checksum import crc32
-
-        try:
-            data = self.store.get(blob_id)
-        except BlobNotFoundError:
+    def blob(self, blob_id: str, checksum: int, length: int, what: str, cid: CheckpointId) -> bool:
+        if blob_id in self.seen:
+            return blob_id not in self.faulty
+        self.seen.add(blob_id)
+        size = self.sizes.get(blob_id)
+        if size is None:
             self.problem(blob_id, f"missing ({what})", cid)
-            return
-        if len(data) != length:
-            self.problem(blob_id, f"corrupt: {len(data)} bytes instead of {length} ({what})", cid)
-        elif crc32(data) != expected:
-            self.problem(blob_id, f"corrupt: checksum {crc32(data)} instead of {expected} ({what})", cid)
+            return False
+        if size != length:
+            self.problem(blob_id, f"corrupt: {size} bytes where the index records {length} ({what})", cid)
+            return False
+        self.report.blobs_checked += 1
+        self.report.blob_bytes += size
+        if self.checksums:
+            from blobstate.snapshot.checksum import crc32
+
+            try:
+                data = self.store.get(blob_id)
+            except BlobNotFoundError:
+                self.problem(blob_id, f"missing ({what})", cid)
+                return False
+            if len(data) != length or crc32(data) != checksum:
+                self.problem(
+                    blob_id,
+                    f"corrupt: {len(data)} bytes with CRC-32 {crc32(data)} where the index records "
+                    f"{length} bytes with CRC-32 {checksum} ({what})",
+                    cid,
+                )
+                return False
+        self.pending(blob_id, cid)
+        return True
+
+    def repairable(self, cid: CheckpointId, bad: CheckpointId) -> None:
+        """Say on the unusable snapshot ``bad``'s problems whether ``cid`` can be rebuilt without it."""
+        try:
+            resolve_chain(
+                self.store, self.operator, self.partition, cid, history=self.history, skip_snapshots=[bad]
+            )
+            how = "loading rebuilds it from an older base and deltas"
+        except StateLoadError:
+            how = "no older base and deltas remain to rebuild it: it cannot be restored"
+        problems = self.report.problems
+        for i in range(len(problems) - 1, -1, -1):
+            problem = problems[i]
+            if problem.version != bad.version or problem.operator != self.operator:
+                break
+            problems[i] = Problem(
+                problem.object,
+                f"{problem.message}; snapshot {bad.name} is unusable (version {cid.version}: {how})",
+                problem.operator,
+                problem.partition,
+                problem.version,
+                problem.uid,
+            )
 
     def pending(self, name: str, cid: CheckpointId) -> None:
-        if not self.check_ttl or name in self.ttl_checked:
+        if not self.check_ttl:
             return
-        self.ttl_checked.add(name)
         try:
             if self.store.has_ttl(name):
                 self.problem(
-                    name, "committed but still pending: it will expire (run post-commit cleanup)", cid
+                    name,
+                    f"committed but still pending: it will expire (run `blobstate gc {self.store.url}` "
+                    "to finish post-commit cleanup)",
+                    cid,
                 )
         except BlobNotFoundError:
             self.problem(name, "missing", cid)
+
+
+def _what(error: StateLoadError) -> str:
+    problem = getattr(error, "problem", None)
+    if problem:
+        return f"corrupt: {problem}"
+    text = str(error)
+    return "missing" if text.startswith("missing object") else text
+
+
+def _cid_of(error: StateLoadError, default: CheckpointId) -> CheckpointId:
+    cid = getattr(error, "checkpoint_id", None)
+    return cid if isinstance(cid, CheckpointId) else default
 
 
 def _commits(store: BlobStore) -> Any:
@@ -165,113 +300,79 @@ def _commits(store: BlobStore) -> Any:
 def verify(
     store: BlobStore,
     *,
-    min_versions_to_retain: int | None = None,
     checksums: bool = False,
     check_ttl: bool = True,
     operator: str | None = None,
     partition: int | None = None,
-) -> list[Problem]:
-    """Every problem that keeps a retained version of a partition from being restored (empty: all good).
+) -> VerifyReport:
+    """Check that every retained version of every partition (or of one) is restorable.
 
-    Retained versions are the newest ``min_versions_to_retain`` committed ones when given; otherwise the
-    newest version and every older one whose delta or snapshot still exists (walking down until a version
-    has neither: that is where retention cleaned up). ``checksums`` downloads every blob and checks it.
+    ``report.problems`` is empty only when every object a retained version reaches was checked and is
+    good; a location that is not a checkpoint, a commit log with holes or an unreadable commit are
+    problems too. ``checksums`` also downloads every blob and checks its CRC-32.
     """
+    from blobstate.lineage.commitlog import CommitLogError
+
+    report = VerifyReport(store.url, blobs_read=checksums, ttl_checked=check_ttl)
     log_ = _commits(store)
     try:
-        latest = log_.latest_version()
-    except Exception as error:  # a malformed commit log is itself the problem
-        return [Problem("commits/", f"cannot read the commit log: {error}")]
-    if latest is None or latest < 1:
-        return []
-    commits: dict[int, Any] = {}
-    problems: list[Problem] = []
+        log_.read_metadata()
+    except BlobNotFoundError:
+        report.problems.append(Problem(METADATA, f"missing: {store.url} is not a blobstate query checkpoint"))
+        return report
+    except CommitLogError as error:
+        report.problems.append(Problem(METADATA, f"unreadable: {error}"))
+        return report
+    versions = log_.versions()
+    present = set(versions)
+    for missing in (v for v in range(1, (versions[-1] if versions else 0) + 1) if v not in present):
+        report.problems.append(
+            Problem(commit_name(missing), "missing: a hole in the commit log", version=missing)
+        )
+    if not versions:
+        from blobstate.state.retention import permanent_objects_without_commits
 
-    def commit(version: int) -> Any:
-        if version not in commits:
+        orphans = permanent_objects_without_commits(store)
+        if orphans:
+            report.problems.append(
+                Problem(
+                    COMMITS_PREFIX,
+                    f"no commits, but {len(orphans)} committed state objects such as {orphans[0]} "
+                    "(was commits/ lost?)",
+                )
+            )
+        return report
+    latest = versions[-1]
+    try:
+        newest = log_.read_commit(latest)
+    except CommitLogError as error:
+        report.problems.append(Problem(commit_name(latest), f"unreadable: {error}", version=latest))
+        return report
+    report.latest_version, report.retained_from = latest, newest.retained_from
+    for version in range(newest.retained_from, latest):
+        if version in present:
             try:
-                commits[version] = log_.read_commit(version)
-            except BlobNotFoundError:
-                commits[version] = None
-            except Exception as error:
-                problems.append(Problem(commit_name(version), f"unreadable commit: {error}", version=version))
-                commits[version] = None
-        return commits[version]
-
-    newest = commit(latest)
-    if newest is None:
-        return problems or [Problem(commit_name(latest), "missing", version=latest)]
+                log_.read_commit(version)
+            except CommitLogError as error:
+                report.problems.append(Problem(commit_name(version), f"unreadable: {error}", version=version))
+    if report.problems:
+        return report
+    sizes = store.list_sizes("blobs/")
+    known = {latest: newest}
     for op, parts in sorted(newest.checkpoints.items()):
         if operator is not None and op != operator:
             continue
-        for p in sorted(int(k) for k in parts):
+        for p in sorted(parts):
             if partition is not None and p != partition:
                 continue
-            problems += _verify_partition(
-                store, op, p, latest, commit, min_versions_to_retain, checksums, check_ttl
-            )
-    return problems
+            report.partitions += 1
+            history = PartitionHistory(log_, op, p, known)
+            history.prefetch(range(newest.retained_from, latest))
+            checker = _Checker(store, report, history, sizes, checksums, check_ttl)
+            for version in range(latest, newest.retained_from - 1, -1):
+                report.versions_checked += 1
+                checker.version(CheckpointId(version, history.uid(version)))
+    return report
 
 
-def _verify_partition(
-    store: BlobStore,
-    operator: str,
-    partition: int,
-    latest: int,
-    commit: Callable[[int], Any],
-    retain: int | None,
-    checksums: bool,
-    check_ttl: bool,
-) -> list[Problem]:
-    checker = _Checker(store, operator, partition, checksums, check_ttl)
-
-    def uid_of(version: int) -> str | None:
-        c = commit(version)
-        if c is None:
-            return None
-        parts = c.checkpoints.get(operator) or {}
-        return parts.get(partition, parts.get(str(partition)))
-
-    lowest = 1 if retain is None else max(1, latest - retain + 1)
-    for version in range(latest, lowest - 1, -1):
-        uid = uid_of(version)
-        if uid is None:
-            if retain is not None:
-                checker.problem(
-                    commit_name(version), f"no checkpoint of {operator}/{partition} in the commit", None
-                )
-            break
-        try:
-            cid = CheckpointId(version, uid)
-        except InvalidIdError as error:
-            checker.problem(commit_name(version), f"bad checkpoint id: {error}", None)
-            continue
-        if retain is None and version != latest:
-            present = store.exists(delta_name(operator, partition, cid)) or store.exists(
-                snapshot_name(operator, partition, cid)
-            )
-            if not present:
-                break  # cleaned up by retention: older versions are not retained
-        _verify_version(checker, cid, uid_of)
-    return checker.problems
-
-
-def _verify_version(checker: _Checker, cid: CheckpointId, uid_of: Callable[[int], str | None]) -> None:
-    try:
-        chain = resolve_chain(checker.store, checker.operator, checker.partition, cid)
-    except StateLoadError as error:
-        checker.problem(getattr(error, "name", "?"), f"version {cid} cannot be restored: {error}", cid)
-        return
-    if chain.base is not None and chain.base_kind == "snapshot":
-        checker.snapshot(chain.base)
-    for d in chain.deltas:
-        lineage = checker.delta(d)
-        if lineage and d.version > 1:
-            expected = uid_of(d.version - 1)
-            if expected is not None and lineage[0] != expected:
-                checker.problem(
-                    delta_name(checker.operator, checker.partition, d),
-                    f"lineage names uid {lineage[0]} for version {d.version - 1}, "
-                    f"the commit log says {expected}",
-                    d,
-                )
+__all__ = ["Problem", "VerifyReport", "verify"]

@@ -1,0 +1,95 @@
+"""References that prove what they reference: the size and SHA-256 of a stored object.
+
+A commit records one :class:`ObjectRef` for every delta and snapshot index it makes part of a version
+(:class:`PartitionObjects`), and a snapshot index records a size and CRC-32 for every blob chunk. So any
+object a committed version reaches can be checked against the commit that reaches it: a changed,
+truncated, swapped or emptied object is detected on load and by ``blobstate verify``, even when it is
+still well-formed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def sha256_hex(data: bytes | memoryview) -> str:
+    """The lowercase hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The size in bytes and the SHA-256 (lowercase hex) of one stored object."""
+
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes | memoryview) -> ObjectRef:
+        """The reference of ``data``."""
+        return cls(len(data), sha256_hex(data))
+
+    def problem(self, data: bytes | memoryview) -> str | None:
+        """Why ``data`` is not the referenced object (None when it is): a size or a checksum mismatch."""
+        if len(data) != self.size:
+            return f"{len(data)} bytes where the commit recorded {self.size}"
+        digest = sha256_hex(data)
+        if digest != self.sha256:
+            return f"SHA-256 {digest[:16]}... where the commit recorded {self.sha256[:16]}..."
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"size": ..., "sha256": ...}``."""
+        return {"size": self.size, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, raw: object) -> ObjectRef:
+        """Parse ``{"size": int >= 0, "sha256": 64 lowercase hex digits}``; raises ValueError."""
+        if not isinstance(raw, dict) or set(raw) != {"size", "sha256"}:
+            raise ValueError(f"expected an object with exactly size and sha256, found {raw!r}")
+        size, digest = raw["size"], raw["sha256"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"size must be an integer >= 0, found {size!r}")
+        if not isinstance(digest, str) or not _SHA256_RE.fullmatch(digest):
+            raise ValueError(f"sha256 must be 64 lowercase hex digits, found {digest!r}")
+        return cls(size, digest)
+
+
+@dataclass(frozen=True)
+class PartitionObjects:
+    """What one commit makes part of a partition's version: its delta and, when one was taken, its
+    snapshot index (None: no snapshot of this version exists, so loading never looks for one)."""
+
+    delta: ObjectRef
+    snapshot: ObjectRef | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"delta": ref, "snapshot": ref | null}``."""
+        return {
+            "delta": self.delta.to_json(),
+            "snapshot": None if self.snapshot is None else self.snapshot.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> PartitionObjects:
+        """Parse the JSON written by :meth:`to_json`; raises ValueError naming what is wrong."""
+        if not isinstance(raw, dict) or "delta" not in raw or not set(raw) <= {"delta", "snapshot"}:
+            raise ValueError(f"expected an object with delta and snapshot, found {raw!r}")
+        snapshot = raw.get("snapshot")
+        try:
+            delta = ObjectRef.from_json(raw["delta"])
+        except ValueError as error:
+            raise ValueError(f"delta: {error}") from None
+        try:
+            snap = None if snapshot is None else ObjectRef.from_json(snapshot)
+        except ValueError as error:
+            raise ValueError(f"snapshot: {error}") from None
+        return cls(delta, snap)
+
+
+__all__ = ["ObjectRef", "PartitionObjects", "sha256_hex"]

@@ -1,0 +1,88 @@
+"""One partition's committed history, read lazily from the commit log.
+
+Loading, retention and verification need, for a version ``v`` of a partition, the uid the commit log
+names and the references (size and SHA-256) it records for that checkpoint's delta and snapshot index.
+:class:`PartitionHistory` answers both from ``commits/<v>.json``, reading each commit at most once.
+Every checkpoint a lineage record names must be the committed one: a delta whose lineage names another
+uid is refused, so a chain can never pass through an attempt that was not chosen.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from blobstate.blobstore import BlobNotFoundError
+from blobstate.ids import CheckpointId
+from blobstate.layout import commit_name
+from blobstate.lineage.refs import PartitionObjects
+from blobstate.state.errors import LineageError, MissingObjectError
+
+
+class PartitionHistory:
+    """The committed uids and object references of one (operator, partition), one commit read at a time.
+
+    ``log`` is a :class:`blobstate.lineage.commitlog.CommitLog`; ``known`` may seed commits already read
+    (version -> Commit). Thread-safe; commits are immutable, so they are cached for the life of this object.
+    """
+
+    def __init__(self, log: Any, operator: str, partition: int, known: dict[int, Any] | None = None) -> None:
+        self.log = log
+        self.operator = operator
+        self.partition = partition
+        self._commits: dict[int, Any] = dict(known or {})
+        self._lock = threading.Lock()
+
+    def commit(self, version: int) -> Any:
+        """The commit of ``version``, or None when ``commits/<version>.json`` does not exist."""
+        if version < 1:
+            return None
+        with self._lock:
+            if version in self._commits:
+                return self._commits[version]
+        try:
+            commit = self.log.read_commit(version)
+        except BlobNotFoundError:
+            commit = None
+        with self._lock:
+            self._commits[version] = commit
+        return commit
+
+    def prefetch(self, versions: Iterable[int]) -> None:
+        """Read the commits of ``versions`` in parallel (those not read yet)."""
+        with self._lock:
+            todo = sorted({v for v in versions if v >= 1 and v not in self._commits})
+        if len(todo) > 1:
+            self.log.store.run_parallel(self.commit, todo)
+
+    def uid(self, version: int) -> str | None:
+        """The committed uid of this partition at ``version`` (None: no commit of that version)."""
+        commit = self.commit(version)
+        if commit is None:
+            return None
+        return commit.checkpoints[self.operator][self.partition]
+
+    def objects(self, cid: CheckpointId, *, named_by: str | None = None) -> PartitionObjects:
+        """The references the commit of ``cid.version`` records for this partition's checkpoint ``cid``.
+
+        Raises :class:`MissingObjectError` when the version has no commit and :class:`LineageError` when
+        the commit names another uid (``named_by``: the object whose lineage pointed at ``cid``).
+        """
+        commit = self.commit(cid.version)
+        name = commit_name(cid.version)
+        if commit is None:
+            raise MissingObjectError(name, cid, why="the commit log has no such version")
+        committed = commit.checkpoints[self.operator][self.partition]
+        if committed != cid.uid:
+            source = named_by or "the lineage"
+            raise LineageError(
+                source,
+                cid,
+                f"it names uid {cid.uid} for version {cid.version} of {self.operator}/{self.partition}, "
+                f"but {name} committed uid {committed}",
+            )
+        return commit.objects_of(self.operator, self.partition)
+
+
+__all__ = ["PartitionHistory"]
