@@ -327,7 +327,15 @@ def test_a_commit_by_another_driver_stops_the_query(spark: Any, tmp_path: Path) 
             if batch_id == 1:  # after this batch's tasks committed, before this driver commits
                 log = CommitLog(store)
                 previous = log.read_commit(1)
-                log.write_commit(Commit(version=2, checkpoints=previous.checkpoints, writer="other-driver"))
+                log.write_commit(
+                    Commit(
+                        version=2,
+                        checkpoints=previous.checkpoints,
+                        objects=previous.objects,
+                        retained_from=previous.retained_from,
+                        writer="other-driver",
+                    )
+                )
 
     query = start_query(spark, tmp_path, Intruder())
     with pytest.raises(StreamingQueryException) as raised:

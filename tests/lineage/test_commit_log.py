@@ -381,3 +381,30 @@ def test_object_references_round_trip_and_check_bytes() -> None:
     assert ref.problem(b"some bytes") is None
     assert "bytes where the commit recorded" in (ref.problem(b"some byte") or "")
     assert "SHA-256" in (ref.problem(b"some bytez") or "")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("watermark_ms", 1_700_000_000_001), ("retained_from", 2), ("metrics", {"partitions": {}})],
+)
+def test_a_changed_value_in_a_valid_commit_is_detected(log: CommitLog, field: str, value: Any) -> None:
+    version = 3 if field == "retained_from" else 1
+    for v in range(1, version + 1):
+        log.write_commit(commit(v))
+    name = f"commits/{version}.json"
+    raw = json.loads(log.store.get(name))
+    assert raw[field] != value
+    raw[field] = value  # still valid JSON with valid fields
+    log.store.put(name, json.dumps(raw, indent=1).encode())
+    with pytest.raises(CommitLogFormatError, match="does not match its checksum") as caught:
+        log.read_commit(version)
+    assert caught.value.field == "sha256" and name in str(caught.value)
+
+
+def test_a_changed_value_in_metadata_is_detected(blob_store: BlobStore) -> None:
+    CommitLog(blob_store).write_metadata(metadata())
+    raw = json.loads(blob_store.get("metadata.json"))
+    raw["num_partitions"] += 1
+    blob_store.put("metadata.json", json.dumps(raw).encode())
+    with pytest.raises(CommitLogFormatError, match="does not match its checksum"):
+        CommitLog(blob_store).read_metadata()

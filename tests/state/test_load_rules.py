@@ -19,7 +19,7 @@ from lineage_harness import OP, QUERY_ID, Driver, FaultyStore, dump, new_memory_
 from blobstate.blobstore import BlobStore
 from blobstate.ids import CheckpointId, InvalidIdError
 from blobstate.layout import CHECKPOINT_ID_FILE, LocalPartitionLayout, commit_name, delta_name, snapshot_name
-from blobstate.lineage.commitlog import CommitLog, CommitLogFormatError
+from blobstate.lineage.commitlog import CommitLog, CommitLogFormatError, content_digest
 from blobstate.lineage.delta import encode_delta
 from blobstate.snapshot import read_snapshot_index
 from blobstate.state.errors import CorruptObjectError, LineageError, MissingObjectError
@@ -324,6 +324,7 @@ def forge_commit(store: BlobStore, version: int, **objects: bytes) -> None:
     raw = json.loads(store.get(commit_name(version)))
     for kind, data in objects.items():
         raw["objects"][OP]["0"][kind] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    raw["sha256"] = content_digest(raw)
     store.put(commit_name(version), json.dumps(raw).encode())
 
 

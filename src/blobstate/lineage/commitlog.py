@@ -8,6 +8,7 @@ so a commit cannot point outside the checkpoint root. The JSON layouts are speci
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -312,6 +313,7 @@ def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
         operators[op] = spec
     created = f.integer("created_time_ms", minimum=0)
     assert num_partitions is not None and created is not None
+    _check_digest(f)
     return QueryMetadata(query_id, num_partitions, operators, version, created)
 
 
@@ -394,6 +396,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     writer = f.text("writer")
     created = f.integer("created_time_ms", minimum=0)
     assert created is not None
+    _check_digest(f)
     return Commit(
         version=version,
         checkpoints=checkpoints,
@@ -441,8 +444,35 @@ def _objects(
     return out
 
 
+DIGEST_FIELD = "sha256"
+"""The field of ``metadata.json`` and ``commits/<v>.json`` that holds :func:`content_digest` of the rest."""
+
+
+def content_digest(obj: dict[str, Any]) -> str:
+    """SHA-256 of an object's canonical JSON (sorted keys, no whitespace), without its digest field.
+
+    Any change to any value changes it, however the file is formatted, so a changed byte in a commit
+    (a uid, a reference, a watermark, a metric) is detected on read.
+    """
+    body = {k: v for k, v in obj.items() if k != DIGEST_FIELD}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _check_digest(f: _Fields) -> None:
+    stored = f.get(DIGEST_FIELD, lambda v: isinstance(v, str), "a SHA-256 hex string")
+    expected = content_digest(f.obj)
+    if stored != expected:
+        f.fail(
+            DIGEST_FIELD,
+            f"content does not match its checksum (stored {stored[:16]}..., content {expected[:16]}...): "
+            "the object was changed after it was written",
+        )
+
+
 def _dump(obj: dict[str, Any], name: str) -> bytes:
     try:
+        obj = {**obj, DIGEST_FIELD: content_digest(obj)}
         return json.dumps(obj, indent=1, allow_nan=False).encode("utf-8")
     except (TypeError, ValueError) as error:
         raise CommitLogFormatError(name, "", f"cannot be written as JSON: {error}") from error

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blobstate.blobstore import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, BlobStore
+from blobstate.blobstore import DEFAULT_PENDING_TTL_SECONDS, BlobStore
 from blobstate.ids import CheckpointId, new_uid
 from blobstate.layout import LocalPartitionLayout, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.delta import encode_delta
@@ -35,7 +35,7 @@ from blobstate.lineage.refs import ObjectRef, PartitionObjects
 from blobstate.state.chain import resolve_chain
 from blobstate.state.errors import PartitionClosedError, StateLoadError
 from blobstate.state.history import PartitionHistory
-from blobstate.state.loader import LoadReport, load_working
+from blobstate.state.loader import LoadReport, load_working, read_checked_snapshot_index
 from blobstate.state.localdirs import (
     LineageInfo,
     mark_clean,
@@ -201,7 +201,9 @@ class PartitionState:
 
         deltas_since = self._info.deltas_since_snapshot + 1
         bytes_since = self._info.delta_bytes_since_snapshot + len(data)
-        due = self.policy.due(deltas_since, bytes_since)
+        # A load that had to rebuild around an unusable snapshot takes a fresh one at once, so later
+        # loads stop depending on it before retention removes what the rebuild needed.
+        due = self.policy.due(deltas_since, bytes_since) or bool(self.load_report.snapshot_repairs)
         if due:
             new_info = LineageInfo(new, (new.uid,), 0, 0)
         else:
@@ -262,9 +264,8 @@ class PartitionState:
 
     def _previous_snapshot(self, lineage: tuple[str, ...], new: CheckpointId) -> tuple[str | None, Any]:
         """The newest existing snapshot on the lineage, to back up against incrementally (or none)."""
-        from blobstate.snapshot import read_snapshot_index
-
-        if not lineage:
+        if not lineage or self.load_report.snapshot_repairs:
+            # After loading around an unusable snapshot, the next snapshot shares nothing with it.
             return None, None
         op, p, bs = self.operator, self.partition, self.blob_store
         presumed = CheckpointId(new.version - len(lineage), lineage[-1])
@@ -283,8 +284,9 @@ class PartitionState:
                 index = report.snapshot_index
             else:
                 try:
-                    index = read_snapshot_index(bs, name)
-                except BlobNotFoundError:
+                    index = read_checked_snapshot_index(bs, name, chain.base, chain.refs[chain.base])
+                except StateLoadError as error:
+                    log.warning("previous snapshot %s unusable (%s): full snapshot", name, error)
                     return None, None
             SNAPSHOT_INDEX_CACHE.put(bs.url, name, index)
         return name, index

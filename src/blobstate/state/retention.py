@@ -33,7 +33,7 @@ from typing import Any
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.errors import BlobstateError
 from blobstate.ids import CheckpointId
-from blobstate.layout import METADATA, delta_name, snapshot_name
+from blobstate.layout import METADATA, blob_prefix, delta_name, snapshot_name
 from blobstate.state.chain import Chain, resolve_chain
 from blobstate.state.errors import StateLoadError
 from blobstate.state.history import PartitionHistory
@@ -107,15 +107,21 @@ MEMO = _Memo()
 
 
 # ---------------------------------------------------------------------------------------------- reading
-def snapshot_objects(store: BlobStore, name: str) -> set[str]:
-    """The snapshot index ``name`` and every blob it references (read through a small cache)."""
+def snapshot_objects(store: BlobStore, history: PartitionHistory, cid: CheckpointId) -> set[str]:
+    """The snapshot index of ``cid`` and every blob it references.
+
+    The index is checked against the size and SHA-256 its commit records before its blob list is
+    believed (read through a small cache of checked indexes); an index that fails the check raises
+    :class:`~blobstate.state.errors.CorruptObjectError`, a missing one
+    :class:`~blobstate.state.errors.MissingObjectError`, so nothing is ever deleted on its word.
+    """
+    from blobstate.state.loader import read_checked_snapshot_index
     from blobstate.state.partition import SNAPSHOT_INDEX_CACHE
 
+    name = snapshot_name(history.operator, history.partition, cid)
     index = SNAPSHOT_INDEX_CACHE.get(store.url, name)
     if index is None:
-        from blobstate.snapshot import read_snapshot_index
-
-        index = read_snapshot_index(store, name)
+        index = read_checked_snapshot_index(store, name, cid, history.objects(cid))
         SNAPSHOT_INDEX_CACHE.put(store.url, name, index)
     return {name, *index.present_blob_ids()}
 
@@ -154,7 +160,7 @@ def compute_keep_set(
         current = CheckpointId(base_version - 1, uid)
     objects = {delta_name(operator, partition, c) for c in deltas}
     for cid in snapshots:
-        objects |= snapshot_objects(store, snapshot_name(operator, partition, cid))
+        objects |= snapshot_objects(store, history, cid)
     return KeepSet(frozenset(objects), frozenset(deltas), frozenset(snapshots), tuple(chains), oldest_base)
 
 
@@ -234,10 +240,14 @@ def cleanup_partition(
         if has_snapshot:
             sname = snapshot_name(operator, partition, cid)
             try:
-                blobs = snapshot_objects(store, sname) - {sname}
-            except BlobNotFoundError:
+                blobs = snapshot_objects(store, history, cid) - {sname}
+            except StateLoadError as error:
+                # An index that is gone or fails its check names nothing to delete; gc --full sweeps
+                # whatever blobs it leaves once no retained version references them.
+                log.warning("not deleting the blobs of %s: %s", sname, error)
                 blobs = set()
-            stats.deleted += _delete_all(store, blobs - keep_objects)
+            own = blob_prefix(operator, partition)
+            stats.deleted += _delete_all(store, {b for b in blobs - keep_objects if b.startswith(own)})
             names.append(sname)
         if has_delta:
             names.append(delta_name(operator, partition, cid))
