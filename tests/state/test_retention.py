@@ -26,7 +26,13 @@ from blobstate.ids import CheckpointId
 from blobstate.layout import delta_name, snapshot_name
 from blobstate.snapshot import read_snapshot_index
 from blobstate.state.errors import LineageError
-from blobstate.state.retention import after_commit, cleanup_latest, gc_checkpoint, referenced_by_retained
+from blobstate.state.retention import (
+    GcRefusedError,
+    after_commit,
+    cleanup_latest,
+    gc_checkpoint,
+    referenced_by_retained,
+)
 from blobstate.state.verify import verify
 
 FAR_FUTURE = 2**40
@@ -299,3 +305,76 @@ def test_lineage_command_on_an_empty_checkpoint(tmp_path: Path) -> None:
     Driver(open_blob_store(url))
     result = CliRunner().invoke(cli(), ["lineage", url])
     assert result.exit_code == 0 and "no committed versions" in result.output
+
+
+# ---------------------------------------------------------------------------------------------- gc
+def test_gc_after_a_crash_between_commit_and_cleanup_never_expires_committed_objects(tmp_path: Path) -> None:
+    """Finding 4: commits/<v> written, post-commit cleanup never ran, TTLs long past: gc (plain or
+    --full) must finish the committed versions' cleanup before it expires anything."""
+    for full in (False, True):
+        store = new_memory_store()
+        q = Query(store, tmp_path / f"w{full}", every=2, retain=2)
+        q.run(3)
+        q.step({b"k": b"uncleaned"}, cleanup=False)  # the driver died before its cleanup
+        q.step({b"k": b"uncleaned too"}, cleanup=False)
+        forget_process_memory()
+        stats = gc_checkpoint(store, full=full, now=FAR_FUTURE)
+        assert stats.ttl_removed > 0
+        assert verify(store).problems == []
+        for version in (q.version - 1, q.version):
+            assert q.restore(version, tmp_path / f"r{full}{version}") == q.models[version]
+
+
+def test_gc_refuses_a_commit_log_with_a_hole_and_verify_reports_it(tmp_path: Path) -> None:
+    """Finding 5: a missing commits/<v>.json between existing ones."""
+    store = new_memory_store()
+    q = Query(store, tmp_path, every=3, retain=10)
+    q.run(6)
+    store.delete("commits/3.json")
+    before = remaining(store)
+    for full in (False, True):
+        with pytest.raises(GcRefusedError, match=r"holes.*commits/3\.json"):
+            gc_checkpoint(store, full=full, now=FAR_FUTURE)
+    assert remaining(store) == before, "gc deleted something from a checkpoint it cannot read completely"
+    problems = verify(store).problems
+    assert [p.object for p in problems] == ["commits/3.json"] and "hole" in problems[0].message
+
+
+def test_gc_refuses_what_is_not_a_checkpoint(tmp_path: Path) -> None:
+    store = new_memory_store()
+    store.put("blobs/precious", b"not blobstate's to delete")
+    with pytest.raises(GcRefusedError, match="not a query checkpoint"):
+        gc_checkpoint(store, full=True, now=FAR_FUTURE)
+    assert store.exists("blobs/precious")
+
+
+def test_gc_full_completes_when_commits_and_their_cleanups_land_while_it_marks(tmp_path: Path) -> None:
+    """Finding 6: the query keeps committing (retain 1: each cleanup deletes the previous version's
+    objects) while gc --full reads the versions it marks; gc must re-mark, never crash or delete
+    what the newest commit references."""
+    inner = new_memory_store()
+    q = Query(inner, tmp_path, every=1, retain=1)
+    q.run(3)
+    store = FaultyStore(inner)
+    landed: list[str] = []
+
+    def commit_meanwhile(op: str, name: str) -> bool:
+        # A commit (and its cleanup) lands at gc's first read of a version's object, at its listing,
+        # and at its first pending check of a listed object.
+        reads_state = op == "get" and name.endswith((".delta", ".snapshot"))
+        if (reads_state or (op, name) == ("list", "state/") or op == "has_ttl") and op not in landed:
+            landed.append(op)
+            q.step({b"k": b"meanwhile %d" % len(landed)})
+            forget_process_memory()  # no cache hides what the landed cleanup deleted
+        return False
+
+    leaked = "blobs/0/0/" + "ab" * 16
+    inner.put(leaked, b"permanent and referenced by nothing")
+    forget_process_memory()
+    store.fail_when = commit_meanwhile
+    stats = gc_checkpoint(store, full=True, now=FAR_FUTURE)
+    store.fail_when = None
+    assert landed == ["get", "list", "has_ttl"] and stats.mark_attempts > 1
+    assert stats.deleted == [leaked]
+    assert verify(inner).problems == []
+    assert q.restore(q.version, tmp_path / "latest") == q.models[q.version]

@@ -319,7 +319,8 @@ def cleanup_latest(store: BlobStore) -> RetentionStats | None:
 
 
 # ---------------------------------------------------------------------------------------------- gc
-_STATE_RE = re.compile(r"state/([^/]+)/([0-9]+)/([0-9]+)_([0-9a-f]+)\.(delta|snapshot)")
+STATE_OBJECT_RE = re.compile(r"state/([^/]+)/([0-9]+)/([0-9]+)_([0-9a-f]+)\.(delta|snapshot)")
+"""Names of deltas and snapshot indexes: groups operator, partition, version, uid and kind."""
 
 SWEEP_ATTEMPTS = 5
 """How often ``gc --full`` recomputes its mark when commits land (and cleanup deletes) while it runs."""
@@ -412,16 +413,43 @@ def gc_checkpoint(
     ``dry_run`` changes nothing and reports what would be deleted.
     """
     stats = GcStats()
-    log_, latest = _read_checkpoint(store)
-    if latest is not None:
-        stats.latest_version, stats.retained_from = latest.version, latest.retained_from
-        if not dry_run:
-            stats.ttl_removed = after_commit(store, latest, commit_log=log_).ttl_removed
+    latest = _finish_cleanup(store, stats, dry_run)
     if not dry_run:
         stats.expired = list(store.expire(now))
     if full and latest is not None:
         _sweep(store, stats, dry_run)
     return stats
+
+
+def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> Any:
+    """Run the newest commit's post-commit cleanup (again); returns that commit (None: no commits).
+
+    When a commit lands meanwhile, its own cleanup may delete what this one is reading: then the newer
+    commit's cleanup is run instead.
+    """
+    last_error: Exception | None = None
+    for _ in range(SWEEP_ATTEMPTS):
+        log_, latest = _read_checkpoint(store)
+        if latest is None:
+            return None
+        stats.latest_version, stats.retained_from = latest.version, latest.retained_from
+        if dry_run:
+            return latest
+        try:
+            stats.ttl_removed = after_commit(store, latest, commit_log=log_).ttl_removed
+            return latest
+        except StateLoadError as error:
+            last_error = error
+            if _commit_log(store).latest_version() == latest.version:
+                raise GcRefusedError(
+                    f"gc refuses to expire anything in {store.url}: the post-commit cleanup of version "
+                    f"{latest.version} cannot read what it must keep: {error}; run `blobstate verify "
+                    f"{store.url}`"
+                ) from error
+    raise GcRefusedError(
+        f"gc on {store.url} gave up after {SWEEP_ATTEMPTS} tries: commits kept landing ({last_error}); "
+        "nothing was expired or deleted, run it again"
+    )
 
 
 def _sweep(store: BlobStore, stats: GcStats, dry_run: bool) -> None:
@@ -480,7 +508,7 @@ def _unreferenced(names: Iterable[str], referenced: set[str], latest: int) -> li
     for name in names:
         if name in referenced:
             continue
-        match = _STATE_RE.fullmatch(name)
+        match = STATE_OBJECT_RE.fullmatch(name)
         if match and int(match.group(3)) > latest:
             continue  # a version not committed yet: an attempt in flight
         out.append(name)

@@ -5,8 +5,10 @@ log is complete (``commits/1..latest`` all present and valid). The retained vers
 commit's ``retained_from .. latest``. For each partition and each retained version it resolves the
 lineage exactly as loading does, then checks every object the version reaches:
 
-- deltas and snapshot indexes are read in full and checked against the size and SHA-256 their commit
-  records; deltas are decoded in full, and every uid a lineage record names must be the committed one;
+- deltas (those the chain replays, and each retained version's own delta, which a rebuild around its
+  snapshot needs) and snapshot indexes are read in full and checked against the size and SHA-256 their
+  commit records; deltas are decoded in full, and every uid a lineage record names must be the
+  committed one;
 - blobs a snapshot index references must be present with the size the index records (one listing, no
   reads); with ``checksums=True`` every blob is read and checked against its CRC-32;
 - committed objects that still carry a TTL (and so would expire) are reported too.
@@ -95,7 +97,10 @@ class VerifyReport:
                 "without reading them (--checksums reads them)"
             )
         if self.retained_from > 1:
-            lines.append(f"versions below {self.retained_from} are not retained and were not checked")
+            lines.append(
+                f"versions below {self.retained_from} are not retained and were not checked (their "
+                "commits only for presence)"
+            )
         if not self.ttl_checked:
             lines.append("did not check whether committed objects are still pending")
         return lines
@@ -151,6 +156,10 @@ class _Checker:
             return
         for d in chain.deltas:
             self.delta(d, chain.refs[d], data.get(d))
+        if cid not in chain.deltas:
+            # The version's own delta, kept beside its snapshot: what a rebuild needs if the snapshot
+            # becomes unusable.
+            self.delta(cid, chain.refs[cid], None)
         if chain.base is not None and chain.base_kind == "snapshot":
             fresh = snapshot_name(self.operator, self.partition, chain.base) not in self.seen
             if not self.snapshot(chain.base, chain) and fresh:
@@ -291,6 +300,33 @@ def _cid_of(error: StateLoadError, default: CheckpointId) -> CheckpointId:
     return cid if isinstance(cid, CheckpointId) else default
 
 
+def _lost_newer_commits(store: BlobStore, latest: int) -> list[Problem]:
+    """Committed (permanent) state objects of versions above the newest commit: its successors were lost."""
+    from blobstate.state.retention import STATE_OBJECT_RE
+
+    newer: dict[int, str] = {}
+    for name in store.list("state/"):
+        match = STATE_OBJECT_RE.fullmatch(name)
+        if match and int(match.group(3)) > latest:
+            newer.setdefault(int(match.group(3)), name)
+    problems = []
+    for version, name in sorted(newer.items()):
+        try:
+            permanent = not store.has_ttl(name)
+        except BlobNotFoundError:
+            continue
+        if permanent:
+            problems.append(
+                Problem(
+                    commit_name(version),
+                    f"missing: {name} of version {version} was committed, but the commit log ends at "
+                    f"version {latest} (newer commits were lost)",
+                    version=version,
+                )
+            )
+    return problems
+
+
 def _commits(store: BlobStore) -> Any:
     from blobstate.lineage.commitlog import CommitLog
 
@@ -355,6 +391,7 @@ def verify(
                 log_.read_commit(version)
             except CommitLogError as error:
                 report.problems.append(Problem(commit_name(version), f"unreadable: {error}", version=version))
+    report.problems += _lost_newer_commits(store, latest)
     if report.problems:
         return report
     sizes = store.list_sizes("blobs/")
