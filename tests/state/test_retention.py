@@ -203,6 +203,9 @@ def test_gc_full_deletes_only_unreferenced_objects_that_are_not_pending(tmp_path
     assert referenced_before <= remaining(store)
     stats = gc_checkpoint(store, full=True, now=FAR_FUTURE)
     assert pending in stats.expired and not store.exists(pending)
+    # A permanent object of a version above the newest commit means commits were lost: verify says so.
+    assert [p.object for p in verify(store).problems] == ["commits/99.json"]
+    store.delete(future)
     assert verify(store).problems == []
 
 
