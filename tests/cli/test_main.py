@@ -1,0 +1,72 @@
+"""The ``blobstate`` entry point: one error line naming the object, the traceback only with --debug."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from blobstate.blobstore import open_blob_store
+from blobstate.cli.main import main
+
+
+def _broken_checkpoint(root: Path) -> str:
+    """A checkpoint whose newest commit was changed after it was written."""
+    from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
+    from blobstate.lineage.refs import ObjectRef, PartitionObjects
+
+    url = str(root / "checkpoint")
+    store = open_blob_store(url)
+    log = CommitLog(store)
+    log.write_metadata(QueryMetadata.new(1, {"0": {"key_columns": ["k"]}}))
+    refs = PartitionObjects(ObjectRef.of(b"delta"))
+    log.write_commit(
+        Commit(
+            version=1,
+            checkpoints={"0": {0: "ab" * 16}},
+            writer="w",
+            objects={"0": {0: refs}},
+            retained_from=1,
+        )
+    )
+    raw = json.loads(store.get("commits/1.json"))
+    raw["watermark_ms"] = 5
+    store.put("commits/1.json", json.dumps(raw).encode())
+    return url
+
+
+def test_an_error_is_one_line_naming_the_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = _broken_checkpoint(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["lineage", url])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and "commits/1.json" in lines[0] and "--debug" in lines[0]
+    assert "Traceback" not in err
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = _broken_checkpoint(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["lineage", url, "--debug"])
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_the_console_script_exits_non_zero_with_one_line(tmp_path: Path) -> None:
+    url = _broken_checkpoint(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "blobstate.cli.main", "verify", url],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "commits/1.json" in result.stderr and "Traceback" not in result.stderr
