@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from blobstate.blobstore.s3_options import parse_s3_options, s3_url_with_options, split_s3_url
+from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
 
 SPARK_CONF_PREFIX = "spark.blobstate."
 S3_CONF_PREFIX = SPARK_CONF_PREFIX + "s3."
@@ -144,7 +144,7 @@ def checkpoint_store_url(checkpoint_url: str, config: QueryConfig) -> str:
     if checkpoint_url.startswith("s3://"):
         return s3_url_with_options(checkpoint_url, config.blob_store_options)
     if config.blob_store_options:
-        raise ValueError(
+        raise S3OptionError(
             f"blob_store_options {sorted(config.blob_store_options)} are S3 options, but the checkpoint"
             f" {checkpoint_url!r} is not on S3: drop the keyword blob_store_options or the Spark conf"
             f" {S3_CONF_PREFIX}<option>"
