@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,55 @@ def s3_endpoint() -> Iterator[str]:
     os.environ["BLOBSTATE_S3_ENDPOINT"] = endpoint
     yield endpoint
     server.stop()
+
+
+class SilentEndpoint:
+    """A TCP server on 127.0.0.1 that accepts connections, reads what it is sent and never answers."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self._listener.settimeout(0.05)
+        self._stop = threading.Event()
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                pass
+            else:
+                self.connections += 1
+                conn.setblocking(False)
+                self._held.append(conn)
+            for held in self._held:  # drain, so a client's upload never blocks on a full buffer
+                try:
+                    while held.recv(65536):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+
+    def close(self) -> None:
+        """Stop accepting and drop every connection held open."""
+        self._stop.set()
+        self._thread.join()
+        for conn in self._held:
+            conn.close()
+        self._listener.close()
+
+
+@pytest.fixture
+def silent_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[SilentEndpoint]:
+    """An endpoint that accepts connections and never answers (counts the connections it got)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", os.environ.get("AWS_ACCESS_KEY_ID", "testing"))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"))
+    server = SilentEndpoint()
+    yield server
+    server.close()
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
-import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -88,6 +88,95 @@ def test_expire_is_left_to_the_lifecycle_rule(store: S3BlobStore) -> None:
     store.put("pending", b"1", ttl=1)
     assert store.expire(now=10**12) == []
     assert store.exists("pending")
+
+
+def test_expiry_problem_without_a_rule_says_how_to_install_it(store: S3BlobStore) -> None:
+    problem = store.expiry_problem()
+    assert problem is not None
+    assert f"prefix 'root/' of bucket {store.bucket!r}" in problem
+    assert f"blobstate gc {store.url} --install-lifecycle" in problem
+
+
+def test_expiry_problem_is_none_once_the_rule_is_installed(store: S3BlobStore, s3: Any) -> None:
+    store.install_expiry_rule()
+    assert store.expiry_problem() is None
+    (rule,) = s3.get_bucket_lifecycle_configuration(Bucket=store.bucket)["Rules"]
+    assert rule["ID"] == store.lifecycle_rule_id
+    assert rule["Expiration"] == {"Days": 30}
+
+
+def _set_rules(s3: Any, bucket: str, *rules: dict[str, Any]) -> None:
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": list(rules)})
+
+
+PENDING = {"Key": "blobstate-pending", "Value": "true"}
+
+
+@pytest.mark.parametrize(
+    ("rule", "problem"),
+    [
+        # a whole-bucket rule on the pending tag covers every prefix
+        ({"ID": "all", "Filter": {"Tag": PENDING}, "Status": "Enabled", "Expiration": {"Days": 2}}, None),
+        (
+            {"ID": "off", "Filter": {"Tag": PENDING}, "Status": "Disabled", "Expiration": {"Days": 2}},
+            "no enabled lifecycle rule expires pending objects",
+        ),
+        (
+            {
+                "ID": "elsewhere",
+                "Filter": {"And": {"Prefix": "other/", "Tags": [PENDING]}},
+                "Status": "Enabled",
+                "Expiration": {"Days": 2},
+            },
+            "no enabled lifecycle rule",
+        ),
+        (
+            {
+                "ID": "part",
+                "Filter": {"And": {"Prefix": "root/state/", "Tags": [PENDING]}},
+                "Status": "Enabled",
+                "Expiration": {"Days": 2},
+            },
+            "no enabled lifecycle rule",
+        ),
+        (
+            {
+                "ID": "other-tag",
+                "Filter": {"Tag": {"Key": "blobstate-pending", "Value": "false"}},
+                "Status": "Enabled",
+                "Expiration": {"Days": 2},
+            },
+            "no enabled lifecycle rule",
+        ),
+        (
+            {"ID": "wipe", "Filter": {"Prefix": "ro"}, "Status": "Enabled", "Expiration": {"Days": 9}},
+            "'wipe' .* expires every object under 'ro', so it would delete committed state",
+        ),
+        (
+            {"ID": "wipe-all", "Filter": {}, "Status": "Enabled", "Expiration": {"Days": 9}},
+            "'wipe-all' .* expires every object in the bucket",
+        ),
+    ],
+)
+def test_expiry_problem_judges_the_bucket_rules(
+    store: S3BlobStore, s3: Any, rule: dict[str, Any], problem: str | None
+) -> None:
+    _set_rules(s3, store.bucket, rule)
+    if problem is None:
+        assert store.expiry_problem() is None
+    else:
+        assert re.search(problem, store.expiry_problem() or "")
+
+
+def test_expiry_problem_names_our_rule_when_it_is_disabled(store: S3BlobStore, s3: Any) -> None:
+    store.install_expiry_rule()
+    (rule,) = s3.get_bucket_lifecycle_configuration(Bucket=store.bucket)["Rules"]
+    _set_rules(s3, store.bucket, {**rule, "Status": "Disabled"})
+    problem = store.expiry_problem() or ""
+    assert f"lifecycle rule {store.lifecycle_rule_id!r} of bucket {store.bucket!r} is disabled" in problem
+    assert "--install-lifecycle" in problem
+    store.install_expiry_rule()
+    assert store.expiry_problem() is None
 
 
 # --------------------------------------------------------------------------- tags and layout
@@ -180,16 +269,6 @@ def test_unreachable_endpoint_is_transient_and_retried(s3_url: str) -> None:
     assert isinstance(info.value.__cause__, TransientBlobError)
 
 
-def test_missing_bucket_is_a_clear_error_and_not_retried(s3_endpoint: str) -> None:
-    with open_blob_store(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/p") as store:
-        calls: list[str] = []
-        real = store._get_bytes
-        store._get_bytes = lambda name: (calls.append(name), real(name))[1]  # type: ignore[method-assign]
-        with pytest.raises(BlobStoreError, match=r"bucket 'no-such-bucket-.*' .*does not exist \('x'\)"):
-            store.get("x")
-    assert calls == ["x"]
-
-
 class _ErrorServer:
     """A real HTTP server answering every request with one S3 error, counting requests."""
 
@@ -275,5 +354,16 @@ def test_precondition_failed_answer_means_not_created(s3_endpoint: str) -> None:
         with open_blob_store("s3://bucket/p", endpoint_url=server.url, backoff_seconds=0.001) as store:
             assert store.put_if_absent("commits/4.json", b"c") is False
         assert server.requests == 1
+    finally:
+        server.close()
+
+
+def test_expiry_problem_when_the_lifecycle_configuration_may_not_be_read(s3_endpoint: str) -> None:
+    server = _ErrorServer(403, "AccessDenied")
+    try:
+        with open_blob_store("s3://bucket/p", endpoint_url=server.url) as store:
+            problem = store.expiry_problem() or ""
+        assert "cannot read the lifecycle configuration of bucket 'bucket'" in problem
+        assert "s3:GetLifecycleConfiguration" in problem
     finally:
         server.close()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from blobstate.engine.config import QueryConfig
+from blobstate.engine.config import QueryConfig, checkpoint_location, checkpoint_store_url
 
 
 def test_spark_conf_is_read_and_keywords_win() -> None:
@@ -40,3 +42,57 @@ def test_api_from_spark_conf() -> None:
 def test_standby_replicas_are_refused_until_supported() -> None:
     with pytest.raises(ValueError, match="standby_replicas=1"):
         QueryConfig.build({}, {"standby_replicas": 1})
+
+
+# --------------------------------------------------------------------------- S3 blob store options
+def test_s3_options_from_spark_conf_and_the_keyword_win_per_option() -> None:
+    conf = {"spark.blobstate.s3.read_timeout": "30", "spark.blobstate.s3.max_attempts": "6"}
+    assert QueryConfig.build(conf, {}).blob_store_options == {"read_timeout": 30.0, "max_attempts": 6}
+    config = QueryConfig.build(conf, {"blob_store_options": {"read_timeout": 5, "connect_timeout": "2"}})
+    assert config.blob_store_options == {"read_timeout": 5.0, "max_attempts": 6, "connect_timeout": 2.0}
+    assert QueryConfig.build({}, {}).blob_store_options == {}
+
+
+def test_bad_s3_options_are_named() -> None:
+    with pytest.raises(ValueError, match=r"spark\.blobstate\.s3\.<option>: bogus"):
+        QueryConfig.build({"spark.blobstate.s3.bogus": "1"}, {})
+    with pytest.raises(ValueError, match=r"read_timeout in Spark conf .*got 'soon'"):
+        QueryConfig.build({"spark.blobstate.s3.read_timeout": "soon"}, {})
+    with pytest.raises(ValueError, match=r"in blob_store_options: read_timout"):
+        QueryConfig.build({}, {"blob_store_options": {"read_timout": 1}})
+    with pytest.raises(TypeError, match="blob_store_options must be a dict"):
+        QueryConfig.build({}, {"blob_store_options": "read_timeout=1"})
+    with pytest.raises(ValueError, match=r"unknown Spark conf 'spark\.blobstate\.blob_store_options'"):
+        QueryConfig.build({"spark.blobstate.blob_store_options": "{}"}, {})
+
+
+def test_the_store_url_carries_the_options_to_the_tasks() -> None:
+    from blobstate.blobstore import open_blob_store
+    from blobstate.engine.task import TaskSpec, _blob_store
+
+    options = {"endpoint_url": "http://127.0.0.1:1", "read_timeout": 7.5, "max_attempts": 2}
+    config = QueryConfig.build({"spark.blobstate.s3.connect_timeout": "3"}, {"blob_store_options": options})
+    url = checkpoint_store_url("s3://bucket/ckpt", config)
+    assert checkpoint_location(url) == "s3://bucket/ckpt"
+    required = [
+        f for f in dataclasses.fields(TaskSpec) if dataclasses.MISSING is f.default is f.default_factory
+    ]
+    fields = {f.name: None for f in required}
+    store = _blob_store(TaskSpec(**{**fields, "checkpoint_url": url}))
+    with open_blob_store(url) as driver_store:
+        for s in (store, driver_store):
+            assert (s.url, s.max_attempts) == ("s3://bucket/ckpt", 2)
+            assert s._client.meta.config.read_timeout == 7.5
+            assert s._client.meta.config.connect_timeout == 3.0
+            assert s.endpoint == "http://127.0.0.1:1"
+
+
+def test_store_url_agrees_with_the_checkpoint_url_and_refuses_options_off_s3() -> None:
+    config = QueryConfig.build({}, {"blob_store_options": {"read_timeout": 5}})
+    assert checkpoint_store_url("s3://b/c?read_timeout=5.0", config) == "s3://b/c?read_timeout=5.0"
+    with pytest.raises(ValueError, match=r"read_timeout is 9\.0 in the URL"):
+        checkpoint_store_url("s3://b/c?read_timeout=9", config)
+    with pytest.raises(ValueError, match=r"\['read_timeout'\] are S3 options, but the checkpoint '/data/c'"):
+        checkpoint_store_url("/data/c", config)
+    assert checkpoint_store_url("/data/c", QueryConfig.build({}, {})) == "/data/c"
+    assert checkpoint_location("s3://b/c/?max_attempts=2") == "s3://b/c"

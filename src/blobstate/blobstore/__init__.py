@@ -7,6 +7,7 @@ from blobstate.blobstore.base import (
     BlobNotFoundError,
     BlobStore,
     BlobStoreError,
+    BucketNotFoundError,
     InvalidBlobNameError,
     TransientBlobError,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "BlobNotFoundError",
     "BlobStore",
     "BlobStoreError",
+    "BucketNotFoundError",
     "InvalidBlobNameError",
     "TransientBlobError",
     "open_blob_store",

@@ -43,12 +43,23 @@ class BlobNotFoundError(BlobStoreError):
         self.store_url = store_url
 
 
+class BucketNotFoundError(BlobStoreError):
+    """The bucket (or other container) the store lives in does not exist: no object can be found or made.
+
+    Never a :class:`BlobNotFoundError`: a missing bucket is not an empty store.
+    """
+
+
 class TransientBlobError(BlobStoreError):
     """A failure worth retrying (throttling, timeouts, connection resets). Backends raise it."""
 
 
 class InvalidBlobNameError(BlobStoreError, ValueError):
     """A name that is empty, absolute, or could escape the store's root."""
+
+
+class _NotStarted(Exception):
+    """An item :meth:`BlobStore.run_parallel` skipped because another item had failed."""
 
 
 Data = bytes | bytearray | memoryview | os.PathLike[str] | str
@@ -197,6 +208,18 @@ class BlobStore(ABC):
         """
         return []
 
+    def expiry_problem(self) -> str | None:
+        """None when pending objects will expire; otherwise a sentence saying what is wrong and the fix.
+
+        Backends that expire pending objects in :meth:`expire` (run by ``blobstate gc``) have nothing to
+        check; S3 checks that the bucket's lifecycle rule for this prefix is installed and enabled.
+        """
+        return None
+
+    def install_expiry_rule(self) -> None:
+        """Set up native expiry of pending objects (the S3 lifecycle rule); nothing to do elsewhere."""
+        return None
+
     def close(self) -> None:
         """Release the I/O pool and any client."""
         with self._pool_lock:
@@ -219,16 +242,31 @@ class BlobStore(ABC):
         """Apply ``fn`` to every item on the I/O pool and return the results in order.
 
         Must not be called from a pool thread: waiting there for other pool tasks can deadlock a bounded
-        pool, so it raises instead. The first failure is raised after the others have finished.
+        pool, so it raises instead. After a failure no further item is started (so an endpoint that has
+        stopped answering costs one retry budget, not one per item); the first failure is raised once the
+        items already running have finished.
         """
         if threading.current_thread().name.startswith(self._pool_prefix):
             raise RuntimeError("run_parallel called from inside the blob store's own I/O pool")
-        futures = [self.submit(lambda item=item: fn(item)) for item in items]
+        failed = threading.Event()
+
+        def run(item: T) -> R:
+            if failed.is_set():
+                raise _NotStarted
+            try:
+                return fn(item)
+            except BaseException:
+                failed.set()
+                raise
+
+        futures = [self.submit(lambda item=item: run(item)) for item in items]
         results: list[R] = []
         first_error: BaseException | None = None
         for future in futures:
             try:
                 results.append(future.result())
+            except _NotStarted:
+                continue
             except BaseException as error:
                 if first_error is None:
                     first_error = error
@@ -247,17 +285,24 @@ class BlobStore(ABC):
     # ----------------------------------------------------------------- retries
     def _retry(self, op: str, name: str, call: Callable[[], R]) -> R:
         delay = self.backoff_seconds
+        started = time.monotonic()
         for attempt in range(1, self.max_attempts + 1):
             try:
                 return call()
             except TransientBlobError as error:
                 if attempt == self.max_attempts:
-                    raise BlobStoreError(
-                        f"{op} {name!r} in {self.url} failed after {attempt} attempts: {error}"
-                    ) from error
+                    raise self._gave_up(op, name, attempt, time.monotonic() - started, error) from error
                 time.sleep(delay * (0.5 + random.random()))
                 delay *= 2
         raise AssertionError("unreachable")
+
+    def _gave_up(
+        self, op: str, name: str, attempts: int, seconds: float, error: TransientBlobError
+    ) -> BlobStoreError:
+        """The error raised once the retry budget is spent; backends add what to check."""
+        return BlobStoreError(
+            f"{op} {name!r} in {self.url} failed after {attempts} attempts in {seconds:.1f} s: {error}"
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

@@ -4,9 +4,14 @@ Pending objects carry the tag ``blobstate-pending=true`` (set at put); ``remove_
 object's tag set, and a bucket lifecycle rule installed by :meth:`S3BlobStore.install_lifecycle_rule`
 expires tagged objects under the prefix, so S3 does the expiry itself (the TTL's length is the rule's, in
 days; the seconds given to ``put`` only mark the object pending). ``put_if_absent`` is a conditional write
-(``If-None-Match: *``). Throttling, 5xx answers and connection failures become
+(``If-None-Match: *``). Throttling, 5xx answers, timeouts and connection failures become
 :class:`TransientBlobError`, which the base class retries; botocore's own retries are turned off so the
-base class's are the ones that count.
+base class's are the ones that count. Timeouts and the retry budget are options (keywords, URL query or
+Spark conf; see :mod:`blobstate.blobstore.s3_options`): by default an endpoint that never answers fails
+an operation within about a minute, with an error naming the endpoint, bucket and object.
+
+A missing bucket is :class:`BucketNotFoundError` for every operation, never "object not found".
+:meth:`S3BlobStore.expiry_problem` checks the bucket's lifecycle rules.
 """
 
 from __future__ import annotations
@@ -27,22 +32,39 @@ import urllib3.exceptions
 from botocore.config import Config
 from s3transfer.manager import TransferConfig, TransferManager
 
-from blobstate.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, TransientBlobError
+from blobstate.blobstore.base import (
+    DEFAULT_PENDING_TTL_SECONDS,
+    BlobNotFoundError,
+    BlobStore,
+    BlobStoreError,
+    BucketNotFoundError,
+    TransientBlobError,
+)
 from blobstate.blobstore.names import validate_blob_name
+from blobstate.blobstore.s3_lifecycle import (
+    PENDING_TAG_KEY,
+    PENDING_TAG_VALUE,
+    PENDING_TAGGING,
+    pending_rule,
+    rule_id,
+)
+from blobstate.blobstore.s3_lifecycle import expiry_problem as lifecycle_expiry_problem
+from blobstate.blobstore.s3_options import S3Settings, split_s3_url
 
 ENDPOINT_ENV = "BLOBSTATE_S3_ENDPOINT"
 """Environment variable naming a non-AWS endpoint (used when no ``endpoint_url`` option is given)."""
 
-PENDING_TAG_KEY = "blobstate-pending"
-PENDING_TAG_VALUE = "true"
-PENDING_TAGGING = f"{PENDING_TAG_KEY}={PENDING_TAG_VALUE}"
-
 DEFAULT_REGION = "us-east-1"
-DEFAULT_MULTIPART_THRESHOLD = 64 * 1024 * 1024
-DEFAULT_MULTIPART_CHUNKSIZE = 16 * 1024 * 1024
+DEFAULT_LIFECYCLE_DAYS = round(DEFAULT_PENDING_TTL_SECONDS / 86400)
 _STREAM_CHUNK = 1024 * 1024
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_LIFECYCLE = "<lifecycle configuration>"
+_CREDENTIAL_ERRORS: tuple[type[BaseException], ...] = (
+    bx.NoCredentialsError,
+    bx.PartialCredentialsError,
+    bx.CredentialRetrievalError,
+)
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
 # ConditionalRequestConflict (409) means another conditional write on the key is in flight: S3 asks
 # for a retry, which then either wins or gets 412. Answering False at once could leave no winner at all.
@@ -87,12 +109,10 @@ def _new_client(**kwargs: Any) -> Any:
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """``(bucket, key prefix)`` of ``s3://bucket/prefix``; the prefix is empty or ends with ``/``."""
-    parsed = urlparse(url)
+    """``(bucket, key prefix)`` of ``s3://bucket/prefix[?options]``; the prefix is empty or ends in ``/``."""
+    parsed = urlparse(split_s3_url(url)[0])
     if parsed.scheme != "s3" or not parsed.netloc:
         raise ValueError(f"not an S3 URL {url!r}: expected s3://bucket/prefix")
-    if parsed.query or parsed.fragment:
-        raise ValueError(f"S3 URL {url!r} must not have a query or fragment")
     prefix = parsed.path.strip("/")
     if prefix:
         validate_blob_name(prefix)
@@ -103,50 +123,62 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 class S3BlobStore(BlobStore):
     """Objects under ``s3://bucket/prefix``; TTLs as the ``blobstate-pending`` tag."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        endpoint_url: str | None = None,
-        region: str | None = None,
-        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
-        multipart_chunksize: int = DEFAULT_MULTIPART_CHUNKSIZE,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 60.0,
-        list_page_size: int = 1000,
-        **options: Any,
-    ) -> None:
-        """Open ``s3://bucket/prefix``.
+    def __init__(self, url: str, **options: Any) -> None:
+        """Open ``s3://bucket/prefix``, with options as keywords or as the URL's query.
 
+        The options are the fields of :class:`~blobstate.blobstore.s3_options.S3Settings`:
         ``endpoint_url`` (else ``BLOBSTATE_S3_ENDPOINT``) points at a non-AWS server; ``region`` defaults
-        to ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else us-east-1. Files of ``multipart_threshold`` bytes
-        or more are uploaded in parallel parts. Credentials come from boto3's usual chain.
+        to ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else us-east-1; ``connect_timeout``, ``read_timeout``,
+        ``max_attempts`` and ``backoff_seconds`` bound how long an operation may take: with the defaults
+        (5 s, 10 s, 4, 0.2 s) an endpoint that accepts connections and never answers fails an operation
+        after at most 42.1 s, and a one-request operation takes at most 62.1 s in the worst case
+        (``settings.worst_case_seconds``). Files of ``multipart_threshold`` bytes or more are uploaded in
+        parallel parts. Credentials come from boto3's usual chain.
         """
-        options.setdefault("backoff_seconds", 0.2)
-        super().__init__(url, **options)
-        self.bucket, self.prefix = parse_s3_url(url)
-        self.endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
-        self.region = (
-            region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+        location, settings = S3Settings.resolve(url, options)
+        super().__init__(
+            location,
+            io_threads=settings.io_threads,
+            max_attempts=settings.max_attempts,
+            backoff_seconds=settings.backoff_seconds,
         )
-        self.multipart_threshold = multipart_threshold
-        self.list_page_size = list_page_size
+        self.settings = settings
+        self.bucket, self.prefix = parse_s3_url(location)
+        self.endpoint_url = settings.endpoint_url or os.environ.get(ENDPOINT_ENV) or None
+        self.region = (
+            settings.region
+            or os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+            or DEFAULT_REGION
+        )
+        self.multipart_threshold = settings.multipart_threshold
+        self.list_page_size = settings.list_page_size
         config = Config(
             region_name=self.region,
             # The I/O pool's threads call S3 directly; multipart transfers add up to io_threads more.
             max_pool_connections=2 * self.io_threads,
             retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
+            connect_timeout=settings.connect_timeout,
+            read_timeout=settings.read_timeout,
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
-        self._client = _new_client(endpoint_url=self.endpoint_url, region_name=self.region, config=config)
+        try:
+            self._client = _new_client(endpoint_url=self.endpoint_url, region_name=self.region, config=config)
+        except bx.ProfileNotFound as error:
+            raise BlobStoreError(
+                f"cannot open {self.url}: {error}; set AWS_PROFILE to a profile in ~/.aws/config or unset it"
+            ) from error
         self._transfer_config = TransferConfig(
-            multipart_threshold=multipart_threshold,
-            multipart_chunksize=multipart_chunksize,
+            multipart_threshold=settings.multipart_threshold,
+            multipart_chunksize=settings.multipart_chunksize,
             max_request_concurrency=self.io_threads,
         )
         self._transfer: TransferManager | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint this store sends its requests to (an AWS regional endpoint unless overridden)."""
+        return str(self._client.meta.endpoint_url)
 
     # ----------------------------------------------------------------- helpers
     def _key(self, name: str) -> str:
@@ -159,19 +191,65 @@ class S3BlobStore(BlobStore):
             yield
         except bx.ClientError as error:
             raise self._client_error(error, name) from error
+        except _CREDENTIAL_ERRORS as error:
+            raise BlobStoreError(
+                f"no usable AWS credentials for {self.url} ({error}): set AWS_ACCESS_KEY_ID and"
+                " AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), or AWS_PROFILE naming a"
+                " profile in ~/.aws/credentials, or run where an instance profile or IAM role provides them"
+            ) from error
         except _TRANSIENT_EXCEPTIONS as error:
             raise TransientBlobError(f"{name!r} in {self.url}: {error}") from error
 
     def _client_error(self, error: bx.ClientError, name: str) -> BlobStoreError:
         code = str(error.response.get("Error", {}).get("Code", ""))
         status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code == "NoSuchBucket":
+            return self._no_bucket(name)
         if code in _NOT_FOUND_CODES:
             return BlobNotFoundError(name, self.url)
         if code in _TRANSIENT_CODES or status == 429 or status >= 500:
             return TransientBlobError(f"{name!r} in {self.url}: {error}")
-        if code == "NoSuchBucket":
-            return BlobStoreError(f"bucket {self.bucket!r} of {self.url} does not exist ({name!r})")
         return BlobStoreError(f"S3 error on {name!r} in {self.url}: {error}")
+
+    def _no_bucket(self, name: str) -> BucketNotFoundError:
+        return BucketNotFoundError(
+            f"bucket {self.bucket!r} does not exist at {self.endpoint} (store {self.url}, while accessing"
+            f" {name!r}): check the bucket name in the URL and the endpoint and region, or create the bucket"
+        )
+
+    def _check_bucket(self, name: str) -> None:
+        """Raise :class:`BucketNotFoundError` if the bucket is missing (a HEAD's 404 cannot tell)."""
+        with self._errors(name):
+            try:
+                self._client.head_bucket(Bucket=self.bucket)
+            except bx.ClientError as error:
+                code = str(error.response.get("Error", {}).get("Code", ""))
+                if code in _NOT_FOUND_CODES or code == "NoSuchBucket":
+                    raise self._no_bucket(name) from error
+                if code in ("403", "AccessDenied", "Forbidden"):
+                    return  # S3 answers 403, not 404, for a bucket that exists but is not ours to list
+                raise
+
+    def _gave_up(
+        self, op: str, name: str, attempts: int, seconds: float, error: TransientBlobError
+    ) -> BlobStoreError:
+        """Name the endpoint, bucket and object, and say what to check and which options give more time."""
+        if op == "list":
+            target = f"keys under {self._key(name)!r}"
+        elif op.startswith("lifecycle"):
+            target = "its lifecycle configuration"
+        else:
+            target = f"key {self._key(name)!r}"
+        s = self.settings
+        return BlobStoreError(
+            f"{op} {name!r} in {self.url} failed after {attempts} attempts in {seconds:.1f} s"
+            f" (endpoint {self.endpoint}, bucket {self.bucket!r}, {target}): {error.__cause__ or error}."
+            f" Check that the endpoint is reachable and answers S3 requests (the endpoint_url option or"
+            f" {ENDPOINT_ENV}, the region, network and proxy); to allow more time raise connect_timeout,"
+            f" read_timeout or max_attempts (now {s.connect_timeout:g} s, {s.read_timeout:g} s,"
+            f" {s.max_attempts}) in the URL query (s3://bucket/prefix?read_timeout=30), as options, or as"
+            " Spark conf spark.blobstate.s3.<option>"
+        )
 
     def _transfer_manager(self) -> TransferManager:
         with self._pool_lock:
@@ -239,10 +317,13 @@ class S3BlobStore(BlobStore):
             try:
                 self._client.head_object(Bucket=self.bucket, Key=self._key(name))
             except bx.ClientError as error:
-                if str(error.response.get("Error", {}).get("Code", "")) in _NOT_FOUND_CODES:
-                    return False
-                raise
-        return True
+                if str(error.response.get("Error", {}).get("Code", "")) not in _NOT_FOUND_CODES:
+                    raise
+            else:
+                return True
+        # A HEAD answer has no body, so a missing key and a missing bucket are both a bare 404.
+        self._check_bucket(name)
+        return False
 
     def _exists(self, name: str) -> bool:
         return self._head(name)
@@ -289,35 +370,60 @@ class S3BlobStore(BlobStore):
     @property
     def lifecycle_rule_id(self) -> str:
         """The id of the rule :meth:`install_lifecycle_rule` manages for this prefix."""
-        return f"blobstate-pending:{self.prefix}" if self.prefix else "blobstate-pending"
+        return rule_id(self.prefix)
 
-    def install_lifecycle_rule(self, days: int = 30) -> None:
+    def install_lifecycle_rule(self, days: int = DEFAULT_LIFECYCLE_DAYS) -> None:
         """Install (or replace) the bucket lifecycle rule expiring pending objects under the prefix.
 
         Objects tagged ``blobstate-pending=true`` under the prefix expire ``days`` after creation. Other
         rules of the bucket are kept. Needs the ``s3:PutLifecycleConfiguration`` permission.
         """
-        if days < 1:
-            raise ValueError(f"lifecycle expiry must be at least 1 day, got {days}")
-        tag = {"Key": PENDING_TAG_KEY, "Value": PENDING_TAG_VALUE}
-        filter_ = {"And": {"Prefix": self.prefix, "Tags": [tag]}} if self.prefix else {"Tag": tag}
-        rule = {
-            "ID": self.lifecycle_rule_id,
-            "Filter": filter_,
-            "Status": "Enabled",
-            "Expiration": {"Days": days},
-        }
-        where = f"lifecycle configuration of bucket {self.bucket!r}"
-        with self._errors(where):
-            rules = [r for r in self._lifecycle_rules() if r.get("ID") != rule["ID"]]
-            self._client.put_bucket_lifecycle_configuration(
-                Bucket=self.bucket, LifecycleConfiguration={"Rules": [*rules, rule]}
-            )
+        rule = pending_rule(self.prefix, days)
+
+        def install() -> None:
+            with self._errors(_LIFECYCLE):
+                rules = [r for r in self._lifecycle_rules() if r.get("ID") != rule["ID"]]
+                self._client.put_bucket_lifecycle_configuration(
+                    Bucket=self.bucket, LifecycleConfiguration={"Rules": [*rules, rule]}
+                )
+
+        self._retry("lifecycle install", _LIFECYCLE, install)
+
+    def install_expiry_rule(self) -> None:
+        """Install the lifecycle rule expiring pending objects (after 30 days) under this prefix."""
+        self.install_lifecycle_rule()
 
     def lifecycle_rules(self) -> list[dict[str, Any]]:
         """The bucket's lifecycle rules as S3 reports them (empty when it has none)."""
-        with self._errors(f"lifecycle configuration of bucket {self.bucket!r}"):
-            return self._lifecycle_rules()
+
+        def read() -> list[dict[str, Any]]:
+            with self._errors(_LIFECYCLE):
+                return self._lifecycle_rules()
+
+        return self._retry("lifecycle read", _LIFECYCLE, read)
+
+    def expiry_problem(self) -> str | None:
+        """None when an enabled lifecycle rule expires pending objects under this prefix, else the fix.
+
+        Also a problem: a rule that expires untagged objects under the prefix (it would delete committed
+        state), and a lifecycle configuration this identity may not read.
+        """
+        try:
+            rules = self.lifecycle_rules()
+        except BlobStoreError as error:
+            cause = error.__cause__
+            if isinstance(cause, bx.ClientError) and cause.response.get("Error", {}).get("Code") in (
+                "AccessDenied",
+                "403",
+            ):
+                return (
+                    f"cannot read the lifecycle configuration of bucket {self.bucket!r} ({cause}), so"
+                    " cannot tell whether pending objects expire: grant s3:GetLifecycleConfiguration, or"
+                    f" check by hand that a rule expires objects tagged {PENDING_TAGGING} under"
+                    f" {self.prefix or 'the bucket'}"
+                )
+            raise
+        return lifecycle_expiry_problem(rules, self.bucket, self.prefix, self.url)
 
     def _lifecycle_rules(self) -> list[dict[str, Any]]:
         try:

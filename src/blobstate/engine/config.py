@@ -1,14 +1,22 @@
-"""Query configuration: keywords of ``transform_with_state``, or Spark conf ``spark.blobstate.<key>``."""
+"""Query configuration: keywords of ``transform_with_state``, or Spark conf ``spark.blobstate.<key>``.
+
+Options of an S3 checkpoint's blob store are the keyword ``blob_store_options={...}`` or Spark conf
+``spark.blobstate.s3.<option>`` (see :mod:`blobstate.blobstore.s3_options`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
+
 SPARK_CONF_PREFIX = "spark.blobstate."
+S3_CONF_PREFIX = SPARK_CONF_PREFIX + "s3."
 
 
 def default_local_dir() -> str:
@@ -58,6 +66,11 @@ class QueryConfig:
     """In Python workers, build pandas string columns with the object dtype (pandas < 3 behaviour,
     which PySpark 4.3 expects) instead of pandas 3's Arrow-backed ``str``: per-key DataFrames that a
     processor builds are about twice as cheap."""
+    blob_store_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    """Options of an ``s3://`` checkpoint's blob store (``connect_timeout``, ``read_timeout``,
+    ``max_attempts``, ``endpoint_url``, ...; see :class:`blobstate.blobstore.s3_options.S3Settings`), for
+    the driver and every task. Spark conf ``spark.blobstate.s3.<option>`` sets one option; the keyword
+    ``blob_store_options={...}`` wins option by option."""
 
     @classmethod
     def build(cls, spark_conf: dict[str, str], overrides: dict[str, Any]) -> QueryConfig:
@@ -67,15 +80,21 @@ class QueryConfig:
         if unknown:
             raise TypeError(f"unknown blobstate option(s): {', '.join(unknown)}")
         values: dict[str, Any] = {}
+        s3_conf: dict[str, str] = {}
         for key, raw in spark_conf.items():
+            if key.startswith(S3_CONF_PREFIX):
+                s3_conf[key[len(S3_CONF_PREFIX) :]] = raw
+                continue
             if not key.startswith(SPARK_CONF_PREFIX):
                 continue
             name = key[len(SPARK_CONF_PREFIX) :]
-            if name not in fields:
+            if name not in fields or name == "blob_store_options":
                 raise ValueError(f"unknown Spark conf {key!r}: not a blobstate option")
             values[name] = _coerce(name, fields[name].type, raw)
+        overrides = dict(overrides)
+        store_options = _blob_store_options(s3_conf, overrides.pop("blob_store_options", None))
         values.update({k: v for k, v in overrides.items() if v is not None})
-        config = cls(**values)
+        config = cls(**values, blob_store_options=store_options)
         config.validate()
         return config
 
@@ -103,6 +122,41 @@ class QueryConfig:
             raise ValueError(
                 f"standby_replicas={self.standby_replicas}: standby replicas are not supported yet; use 0"
             )
+
+
+def _blob_store_options(s3_conf: dict[str, str], keyword: Any) -> dict[str, Any]:
+    """S3 options from Spark conf, then the keyword's (both checked; the keyword wins per option)."""
+    options = parse_s3_options(s3_conf, f"Spark conf {S3_CONF_PREFIX}<option>")
+    if keyword is not None:
+        if not isinstance(keyword, Mapping):
+            raise TypeError(f"blob_store_options must be a dict of S3 options, not {type(keyword).__name__}")
+        options.update(parse_s3_options(keyword, "blob_store_options"))
+    return options
+
+
+def checkpoint_store_url(checkpoint_url: str, config: QueryConfig) -> str:
+    """The URL the driver and every task open the checkpoint's blob store with.
+
+    For an ``s3://`` checkpoint the query's ``blob_store_options`` become query parameters of the URL, so
+    they reach the tasks with it (``TaskSpec.checkpoint_url``); options already in the checkpoint URL
+    must agree with them. Other backends take no such options.
+    """
+    if checkpoint_url.startswith("s3://"):
+        return s3_url_with_options(checkpoint_url, config.blob_store_options)
+    if config.blob_store_options:
+        raise S3OptionError(
+            f"blob_store_options {sorted(config.blob_store_options)} are S3 options, but the checkpoint"
+            f" {checkpoint_url!r} is not on S3: drop the keyword blob_store_options or the Spark conf"
+            f" {S3_CONF_PREFIX}<option>"
+        )
+    return checkpoint_url
+
+
+def checkpoint_location(store_url: str) -> str:
+    """The checkpoint's location without blob store options (an S3 URL's query is dropped)."""
+    if store_url.startswith("s3://"):
+        return split_s3_url(store_url)[0].rstrip("/")
+    return store_url
 
 
 def _coerce(name: str, annotation: object, raw: str) -> Any:

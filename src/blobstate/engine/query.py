@@ -14,7 +14,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from blobstate.blobstore import open_blob_store
-from blobstate.engine.config import QueryConfig
+from blobstate.engine.config import QueryConfig, checkpoint_location, checkpoint_store_url
 from blobstate.engine.driver import BatchDriver, BatchReport, Sink
 from blobstate.errors import BlobstateError
 
@@ -70,7 +70,9 @@ def transform_with_state(
     ``api="row"`` runs a processor written for Spark's row-based ``transformWithState`` (Rows in and
     out) instead of one for ``transformWithStateInPandas`` (the default, ``api="pandas"``).
     Further options are :class:`~blobstate.engine.config.QueryConfig` fields (also settable as Spark
-    conf ``spark.blobstate.<name>``). ``on_batch(report)`` is called after each committed batch.
+    conf ``spark.blobstate.<name>``); ``blob_store_options={...}`` (or Spark conf
+    ``spark.blobstate.s3.<option>``) sets an S3 checkpoint's timeouts, retries and endpoint, for the
+    driver and the tasks. ``on_batch(report)`` is called after each committed batch.
     Returns the running :class:`~pyspark.sql.streaming.StreamingQuery`.
     """
     if not df.isStreaming:
@@ -90,14 +92,16 @@ def transform_with_state(
     arrow_schema: pa.Schema = to_arrow_schema(spark_schema, timezone=_session_time_zone(spark))
     _validate_processor(processor, config)
 
-    checkpoint_url = normalize_checkpoint(checkpoint)
+    # The store URL carries the S3 options as its query, so tasks open the store the way the driver does.
+    store_url = checkpoint_store_url(normalize_checkpoint(checkpoint), config)
+    checkpoint_url = checkpoint_location(store_url)
     running = _RUNNING.get(checkpoint_url)
     if running is not None and running.isActive:
         raise QueryAlreadyRunningError(
             f"a blobstate query (id {running.id}) is already running on {checkpoint_url} in this process;"
             " stop it before starting another on the same checkpoint"
         )
-    store = open_blob_store(checkpoint_url)
+    store = open_blob_store(store_url)
     metadata = _ensure_metadata(store, num_partitions, config, key_columns)
     placement_helper = None
     if config.placement:
@@ -111,7 +115,7 @@ def transform_with_state(
         spark=spark,
         config=config,
         store=store,
-        checkpoint_url=checkpoint_url,
+        checkpoint_url=store_url,
         query_id=metadata.query_id,
         num_partitions=num_partitions,
         key_columns=key_columns,

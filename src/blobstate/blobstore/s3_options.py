@@ -1,0 +1,204 @@
+"""Options of the S3 blob store: names, defaults, parsing and validation (no boto3 here).
+
+The same options can be given as keyword options of ``open_blob_store(url, **options)``, as query
+parameters of the URL (``s3://bucket/prefix?connect_timeout=5&read_timeout=30&max_attempts=4``) and, for
+queries, as Spark conf ``spark.blobstate.s3.<option>``. Values given as text are converted; every value is
+checked, and unknown names are an error naming them.
+
+Time budget: with the defaults an endpoint that accepts connections and never answers fails an operation
+after at most ``max_attempts * read_timeout + backoff`` = 4 * 10 s + 2.1 s = 42.1 s; the worst case of a
+one-request operation (each attempt's connection set up just inside ``connect_timeout``, then no answer
+for ``read_timeout``) is :attr:`S3Settings.worst_case_seconds` = 4 * (5 s + 10 s) + 2.1 s = 62.1 s.
+Operations made of several requests (``delete``: HEAD then DELETE; multipart uploads) can spend the
+per-request timeouts once per request of an attempt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+from blobstate.blobstore.base import DEFAULT_IO_THREADS, BlobStoreError
+
+MiB = 1024 * 1024
+MIN_PART_SIZE = 5 * MiB
+"""S3 refuses multipart parts smaller than this (all but the last)."""
+
+
+class S3OptionError(BlobStoreError, ValueError):
+    """An S3 option with an unknown name or a value out of range; the message names it."""
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """The resolved options of one S3 blob store (defaults filled in, every value checked)."""
+
+    endpoint_url: str | None = None
+    """A non-AWS endpoint such as ``http://127.0.0.1:9000``; else ``BLOBSTATE_S3_ENDPOINT``, else AWS."""
+    region: str | None = None
+    """The signing region; else ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else us-east-1."""
+    connect_timeout: float = 5.0
+    """Seconds to wait for a TCP (and TLS) connection to the endpoint."""
+    read_timeout: float = 10.0
+    """Seconds to wait for any bytes of an answer (per socket read, not for a whole transfer)."""
+    max_attempts: int = 4
+    """Tries per operation (1 = no retries) for throttling, 5xx answers, timeouts and lost connections."""
+    backoff_seconds: float = 0.2
+    """Pause before the first retry; it doubles for each further retry (with +-50% jitter)."""
+    io_threads: int = DEFAULT_IO_THREADS
+    """Size of the store's I/O pool (parallel requests of bulk work)."""
+    multipart_threshold: int = 64 * MiB
+    """Files of this many bytes or more are uploaded in parallel parts."""
+    multipart_chunksize: int = 16 * MiB
+    """Size of one part of a multipart upload (at least 5 MiB)."""
+    list_page_size: int = 1000
+    """Keys per listing request (1 to 1000)."""
+
+    @property
+    def backoff_total_seconds(self) -> float:
+        """The longest total pause between the attempts of one operation (jitter at its +50%)."""
+        return 1.5 * self.backoff_seconds * (2 ** (self.max_attempts - 1) - 1)
+
+    @property
+    def worst_case_seconds(self) -> float:
+        """How long one single-request operation can take before it fails on an endpoint that hangs."""
+        per_attempt = self.connect_timeout + self.read_timeout
+        return self.max_attempts * per_attempt + self.backoff_total_seconds
+
+    @classmethod
+    def resolve(cls, url: str, options: Mapping[str, Any]) -> tuple[str, S3Settings]:
+        """Split ``url`` into its location and query options, merge them with ``options``, check all.
+
+        Returns ``(the URL without its query, settings)``. An option given both in the URL and as a
+        keyword must have the same value in both.
+        """
+        location, values = _merged(url, options)
+        return location, cls(**values)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(S3Settings)}
+S3_OPTION_NAMES: tuple[str, ...] = tuple(_FIELDS)
+"""Every S3 option name, in the order of :class:`S3Settings`."""
+
+
+def parse_s3_options(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Convert and check S3 options (text or typed values); ``source`` says where they came from.
+
+    Unknown names are an error naming them.
+    """
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        raise S3OptionError(
+            f"unknown S3 option(s) in {source}: {', '.join(unknown)} (known: {', '.join(S3_OPTION_NAMES)})"
+        )
+    return {name: _convert(name, value, source) for name, value in raw.items()}
+
+
+def _convert(name: str, value: Any, source: str) -> Any:
+    kind = str(_FIELDS[name].type)
+    try:
+        if kind.startswith("str"):
+            return _text(name, value)
+        if kind == "int":
+            return _checked(name, _integer(value))
+        return _checked(name, _number(value))
+    except (TypeError, ValueError) as error:
+        raise S3OptionError(f"S3 option {name} in {source}: {error}") from None
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    if name == "endpoint_url" and urlsplit(value).scheme not in ("http", "https"):
+        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    return value
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"expected an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {value!r}") from None
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected a number of seconds, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number of seconds, got {value!r}")
+    return number
+
+
+_LIMITS: dict[str, tuple[float, float | None]] = {
+    "connect_timeout": (0.001, None),
+    "read_timeout": (0.001, None),
+    "max_attempts": (1, 100),
+    "backoff_seconds": (0, 60),
+    "io_threads": (1, 1024),
+    "multipart_threshold": (1, None),
+    "multipart_chunksize": (MIN_PART_SIZE, None),
+    "list_page_size": (1, 1000),
+}
+
+
+def _checked(name: str, value: float) -> Any:
+    low, high = _LIMITS[name]
+    if value < low or (high is not None and value > high):
+        bounds = f"at least {_show(low)}" if high is None else f"between {_show(low)} and {_show(high)}"
+        raise ValueError(f"must be {bounds}, got {value!r}")
+    return value
+
+
+def _show(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+def split_s3_url(url: str) -> tuple[str, dict[str, str]]:
+    """``(s3://bucket/prefix, {option: text})`` of a URL that may carry options as its query."""
+    parts = urlsplit(url)
+    if parts.fragment:
+        raise S3OptionError(f"S3 URL {url!r} must not have a fragment")
+    if not parts.query:
+        return url, {}
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise S3OptionError(f"S3 URL {url!r}: the query must be name=value pairs joined by &") from None
+    options: dict[str, str] = {}
+    for name, value in pairs:
+        if name in options:
+            raise S3OptionError(f"S3 URL {url!r} gives option {name} twice")
+        options[name] = value
+    return url.split("?", 1)[0], options
+
+
+def s3_url_with_options(url: str, options: Mapping[str, Any]) -> str:
+    """``url`` with ``options`` added as query parameters (checked; the URL's own must agree)."""
+    location, merged = _merged(url, options)
+    if not merged:
+        return location
+    return f"{location}?{urlencode({k: str(v) for k, v in merged.items()}, quote_via=quote)}"
+
+
+def _merged(url: str, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    location, from_url = split_s3_url(url)
+    merged = parse_s3_options(from_url, f"the query of {url!r}")
+    given = parse_s3_options(options, "the options")
+    for name in sorted(set(merged) & set(given)):
+        if merged[name] != given[name]:
+            raise S3OptionError(
+                f"S3 option {name} is {merged[name]!r} in the URL {url!r} but {given[name]!r} as an"
+                " option: give it once"
+            )
+    merged.update(given)
+    return location, merged
