@@ -18,20 +18,34 @@ def gc(
         typer.Option("--full", help="Also delete committed objects that no retained version references."),
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Delete nothing; show what would go.")] = False,
+    install_lifecycle: Annotated[
+        bool,
+        typer.Option(
+            "--install-lifecycle", help="On S3, install the lifecycle rule that expires pending objects."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Finish post-commit cleanup, then expire pending objects past their TTL; --full also sweeps.
 
-    Refuses (deleting nothing) a location that is not a checkpoint or whose commit log has holes.
+    Refuses (deleting nothing) a location that is not a checkpoint or whose commit log has holes. On a
+    backend that expires pending objects itself (S3's lifecycle rule) it checks that the expiry is set
+    up, and fails saying how to fix it when it is not.
     """
     from blobstate.blobstore import open_blob_store
     from blobstate.state.retention import gc_checkpoint
 
     with open_blob_store(url) as store:
         stats = gc_checkpoint(store, full=full, dry_run=dry_run)
+        if install_lifecycle and not dry_run:
+            store.install_expiry_rule()
+        expiry_problem = store.expiry_problem()
     result: dict[str, Any] = asdict(stats)
+    result["expiry_problem"] = expiry_problem
     if as_json:
         typer.echo(json.dumps(result, indent=2))
+        if expiry_problem:
+            raise typer.Exit(1)
         return
     verb = "would delete" if dry_run else "deleted"
     typer.echo(
@@ -44,6 +58,9 @@ def gc(
             f"swept: listed {stats.listed} objects, {stats.referenced} referenced by retained versions, "
             f"{stats.pending_kept} pending left to expire; {verb} {len(stats.deleted)} unreferenced"
         )
+    if expiry_problem:
+        typer.echo(f"error: {expiry_problem}", err=True)
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,37 @@
+"""``blobstate gc`` as a user runs it: checkpoints, other locations, and S3 expiry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from blobstate.blobstore import open_blob_store
+from blobstate.cli.main import app
+
+runner = CliRunner()
+
+
+def _checkpoint(url: str) -> None:
+    from blobstate.lineage.commitlog import CommitLog, QueryMetadata
+
+    CommitLog(open_blob_store(url)).write_metadata(QueryMetadata.new(1, {"0": {"key_columns": ["k"]}}))
+
+
+def test_gc_on_s3_fails_until_the_lifecycle_rule_is_installed(s3_url: str) -> None:
+    _checkpoint(s3_url)
+    missing = runner.invoke(app, ["gc", s3_url])
+    assert missing.exit_code == 1 and "--install-lifecycle" in missing.output
+    installed = runner.invoke(app, ["gc", s3_url, "--install-lifecycle", "--json"])
+    assert installed.exit_code == 0, installed.output
+    assert json.loads(installed.stdout)["expiry_problem"] is None
+    assert runner.invoke(app, ["gc", s3_url]).exit_code == 0
+
+
+def test_gc_on_a_location_that_is_neither_checkpoint_nor_repository_deletes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "blobs").mkdir()
+    (tmp_path / "blobs" / "precious").write_bytes(b"x")
+    result = runner.invoke(app, ["gc", str(tmp_path), "--full"])
+    assert result.exit_code != 0
+    assert (tmp_path / "blobs" / "precious").exists()
