@@ -22,9 +22,9 @@ variable and the field. A value read back equals the value written, with the sam
 floats (``FLOAT`` is stored as a double so the float written is the float read), bools, str, bytes,
 ``datetime.date``, ``datetime.datetime`` (naive, or with its ``datetime.timezone`` or ``ZoneInfo``),
 ``datetime.timedelta``, ``Decimal`` (its exact digits and exponent), lists, dicts and tuples (nested
-structs). Widening conversions on write: an int into a FLOAT/DOUBLE field is stored as a float (if exact), an int
-into a DECIMAL field as a Decimal, a tuple or numpy array into an ARRAY field as a list, bytearray into
-BINARY as bytes, ``pd.NA``/``pd.NaT`` as null.
+structs). Widening conversions on write: an int into a FLOAT/DOUBLE field is stored as a float (if
+exact), an int into a DECIMAL field as a Decimal, a tuple or numpy array into an ARRAY field as a list,
+bytearray into BINARY as bytes, ``pd.NA``/``pd.NaT`` as null.
 """
 
 from __future__ import annotations
