@@ -506,6 +506,19 @@ class _Struct(_Type):
 # -- sequences of one type (array elements, map keys and values) --------------------------------
 
 
+_SEQUENCES: dict[tuple[str, int], struct.Struct] = {}
+
+
+def _sequence(code: str, n: int) -> struct.Struct:
+    """The struct of ``n`` slots of one code (cached for the small counts arrays and maps mostly have)."""
+    compiled = _SEQUENCES.get((code, n))
+    if compiled is None:
+        compiled = struct.Struct(f"<{n}{code}")
+        if n <= 64:
+            _SEQUENCES[(code, n)] = compiled
+    return compiled
+
+
 def _accept_items(t: _Type, items: Sequence) -> list:
     out = []
     for i, v in enumerate(items):
@@ -527,7 +540,7 @@ def _pack_items(t: _Type, items: Sequence) -> bytes:
     exact = t.exact
     if t.plain and all(type(v) is exact for v in items):
         try:
-            return struct.pack(f"<{nb}x{n}{t.code}", *items)
+            return b"\x00" * nb + _sequence(t.code, n).pack(*items)
         except struct.error:
             pass  # out of range: the slow path says which element
     bits = 0
@@ -553,7 +566,7 @@ def _pack_items(t: _Type, items: Sequence) -> bytes:
         except _Unfit as e:
             e.path.insert(0, f"[{i}]")
             raise
-    return b"".join((bits.to_bytes(nb, "little"), struct.pack(f"<{n}{t.code}", *slots), *tails))
+    return b"".join((bits.to_bytes(nb, "little"), _sequence(t.code, n).pack(*slots), *tails))
 
 
 def _unpack_items(t: _Type, n: int, data: bytes, pos: int, stop: int) -> tuple[list, int]:
@@ -565,7 +578,7 @@ def _unpack_items(t: _Type, n: int, data: bytes, pos: int, stop: int) -> tuple[l
     bits = data[pos] if nb == 1 else int.from_bytes(data[pos : pos + nb], "little")
     if bits >> n:
         raise _Corrupt("null bitmap has bits set past the last element")
-    slots = list(struct.unpack_from(f"<{n}{t.code}", data, pos + nb))
+    slots = list(_sequence(t.code, n).unpack_from(data, pos + nb))
     if not bits:
         if t.plain:
             return slots, fixed_end
@@ -659,6 +672,12 @@ class RowLayout:
         )
         # only plain, string and binary fields: decoded inline, without a call per field
         self.flat = not self.converted and all(kind != _OTHER for _, _, kind in self.variable)
+        # (index, is it a string) of the one string or binary field of a flat row that has one
+        self.single = (
+            (self.variable[0][0], self.variable[0][2] == _STR)
+            if self.flat and len(self.variable) == 1
+            else None
+        )
         self.zero = bytes(nb)
         self.fixed = struct.Struct("<" + codes)
         self.body0 = struct.Struct(f"<{nb}x{codes}")  # no nulls: the bitmap is zero padding
@@ -667,6 +686,8 @@ class RowLayout:
         self.value = struct.Struct(f"<B{nb}s{codes}")
         self.expiring0 = struct.Struct(f"<Bq{nb}x{codes}")
         self.expiring = struct.Struct(f"<Bq{nb}s{codes}")
+        self.list0 = struct.Struct(f"<BI{nb}x{codes}")  # a list chunk of one row without nulls
+        self.list_expiring0 = struct.Struct(f"<BqI{nb}x{codes}")
         self.size = self.body.size  # bytes of bitmap + fixed part
 
     # -- writing
@@ -777,18 +798,34 @@ class RowLayout:
 
     def pack_list(self, rows: Sequence[Sequence], expiry_ms: int | None) -> bytes:
         """marker [+ expiry] + count + rows: a ListState chunk."""
-        bodies = []
+        parts = [b""]  # the head, once the count is known
+        check, simple, single, body0 = self.check, self.simple, self.single, self.body0.pack
         for i, row in enumerate(rows):
             try:
-                bodies.append(self.pack_body(row))
+                try:
+                    if check(row):  # the fast paths of pack_body, inline
+                        if simple:
+                            parts.append(body0(*row))
+                            continue
+                        if single is not None:
+                            j, is_str = single
+                            slots = list(row)
+                            body = slots[j].encode("utf-8", "surrogatepass") if is_str else slots[j]
+                            slots[j] = len(body)
+                            parts.append(body0(*slots))
+                            parts.append(body)
+                            continue
+                except struct.error:
+                    pass
+                parts.append(self.pack_body(row))
             except _Unfit as e:
                 e.element = i
                 raise
         if expiry_ms is None:
-            head = _HEAD_LIST.pack(MARK, len(bodies))
+            parts[0] = _HEAD_LIST.pack(MARK, len(rows))
         else:
-            head = _HEAD_LIST_EXPIRY.pack(MARK_EXPIRY, expiry_ms, len(bodies))
-        return _join(head, bodies)
+            parts[0] = _HEAD_LIST_EXPIRY.pack(MARK_EXPIRY, expiry_ms, len(rows))
+        return b"".join(parts)
 
     # -- reading
 
@@ -867,15 +904,37 @@ class RowLayout:
         (count,) = _U32.unpack_from(data, pos)
         pos += 4
         stop = len(data)
-        if count * self.size > stop - pos:
-            raise _Corrupt(f"truncated: {count} list elements need at least {count * self.size} bytes")
+        size, nb, zero, fixed, single = self.size, self.nb, self.zero, self.fixed.unpack_from, self.single
+        if count * size > stop - pos:
+            raise _Corrupt(f"truncated: {count} list elements need at least {count * size} bytes")
         out = []
         for k in range(count):
+            if data[pos : pos + nb] == zero:  # the fast paths of unpack, inline
+                if self.simple:
+                    out.append(fixed(data, pos + nb))
+                    pos += size
+                    continue
+                if single is not None:
+                    j, is_str = single
+                    row = list(fixed(data, pos + nb))
+                    end = pos + size
+                    body_end = end + row[j]
+                    if body_end <= stop:
+                        try:
+                            row[j] = (
+                                data[end:body_end].decode("utf-8", "surrogatepass")
+                                if is_str
+                                else data[end:body_end]
+                            )
+                            out.append(tuple(row))
+                            pos = body_end
+                            continue
+                        except UnicodeDecodeError:
+                            pass  # unpack names the field
             try:
                 row, pos = self.unpack(data, pos, stop)
             except _Corrupt as e:
-                e.path.insert(0, f"[{k}]")
-                raise
+                raise e.at(f"[{k}]") from None
             out.append(row)
         if pos != stop:
             raise _Corrupt(f"{stop - pos} trailing bytes after {count} list elements")
@@ -967,7 +1026,7 @@ class StateCodec:
     layout, one call deep for rows of fixed-width fields.
     """
 
-    __slots__ = ("_row", "decode_live", "encode", "name")
+    __slots__ = ("_row", "decode_live", "decode_live_list", "encode", "encode_list", "name")
 
     def __init__(self, state_name: str, schema: StructType) -> None:
         self.name = state_name
@@ -977,12 +1036,14 @@ class StateCodec:
             raise StateVariableError(f"Cannot declare state variable {state_name!r}: {e}") from None
         self.encode = self._encoder(row)
         self.decode_live = self._live_decoder(row)
+        self.encode_list = self._list_encoder(row)
+        self.decode_live_list = self._live_list_decoder(row)
 
     def _encoder(self, row: RowLayout) -> Callable[..., bytes]:
         check, simple, flat, pack_value, unfit = row.check, row.simple, row.flat, row.pack_value, self._unfit
         value0, expiring0 = row.value0.pack, row.expiring0.pack
         variable = tuple((i, kind == _STR) for i, _, kind in row.variable)
-        single, single_str = variable[0] if row.flat and len(variable) == 1 else (None, False)
+        single, single_str = row.single or (None, False)
 
         def encode(values: Sequence, expiry_ms: int | None, what: str = "value") -> bytes:
             """``values`` (one row of the schema) as stored bytes; ``expiry_ms`` None: no TTL."""
@@ -1022,7 +1083,7 @@ class StateCodec:
         simple, flat, nb, zero, size = row.simple, row.flat, row.nb, row.zero, row.size
         fixed, unpack_whole = row.fixed.unpack_from, row.unpack_whole
         variable = tuple((i, kind == _STR) for i, _, kind in row.variable)
-        single, single_str = variable[0] if flat and len(variable) == 1 else (None, False)
+        single, single_str = row.single or (None, False)
         expiry, start_error, corrupt = _I64.unpack_from, self._start_error, self._corrupt
 
         def decode_live(data: bytes, now_ms: int, key: Any = None) -> Any:
@@ -1071,14 +1132,76 @@ class StateCodec:
 
         return decode_live
 
-    # -- writing
+    def _list_encoder(self, row: RowLayout) -> Callable[..., bytes]:
+        check, simple, pack_list, unfit = row.check, row.simple, row.pack_list, self._unfit
+        list0, list_expiring0 = row.list0.pack, row.list_expiring0.pack
+        single, single_str = row.single or (None, False)
 
-    def encode_list(self, rows: Sequence[Sequence], expiry_ms: int | None) -> bytes:
-        """A ListState chunk of ``rows`` (non-empty)."""
-        try:
-            return self._row.pack_list(rows, expiry_ms)
-        except _Unfit as e:
-            raise self._unfit(e, rows[e.element], "list element") from None
+        def encode_list(rows: Sequence[Sequence], expiry_ms: int | None) -> bytes:
+            """A ListState chunk of ``rows`` (non-empty)."""
+            if len(rows) == 1 and check(rows[0]):  # appendValue: the fast paths of encode
+                try:
+                    if simple:
+                        if expiry_ms is None:
+                            return list0(MARK, 1, *rows[0])
+                        return list_expiring0(MARK_EXPIRY, expiry_ms, 1, *rows[0])
+                    if single is not None:
+                        slots = list(rows[0])
+                        body = slots[single].encode("utf-8", "surrogatepass") if single_str else slots[single]
+                        slots[single] = len(body)
+                        if expiry_ms is None:
+                            return list0(MARK, 1, *slots) + body
+                        return list_expiring0(MARK_EXPIRY, expiry_ms, 1, *slots) + body
+                except struct.error:
+                    pass
+            try:
+                return pack_list(rows, expiry_ms)
+            except _Unfit as e:
+                raise unfit(e, rows[e.element], "list element") from None
+
+        return encode_list
+
+    def _live_list_decoder(self, row: RowLayout) -> Callable[..., Any]:
+        simple, nb, size, unpack_list = row.simple, row.nb, row.size, row.unpack_list
+        fixed, one_row = row.fixed.unpack_from, _U32.pack(1) + row.zero  # count 1, no nulls
+        single, single_str = row.single or (None, False)
+        expiry, start_error, corrupt = _I64.unpack_from, self._start_error, self._corrupt
+
+        def decode_live_list(data: bytes, now_ms: int, key: Any = None) -> Any:
+            """The rows of a ListState chunk, or :data:`EXPIRED` when its TTL has passed."""
+            try:
+                marker = data[0]
+                if marker == MARK:
+                    pos = 1
+                elif marker == MARK_EXPIRY and len(data) >= 9:
+                    if now_ms >= expiry(data, 1)[0]:
+                        return EXPIRED
+                    pos = 9
+                else:
+                    raise start_error(data)
+                end = pos + 4 + size
+                # one row without nulls (appendValue): the fast paths of decode_live
+                if data[pos : pos + 4 + nb] == one_row and len(data) >= end:
+                    if simple:
+                        if len(data) == end:
+                            return [fixed(data, pos + 4 + nb)]
+                    elif single is not None:
+                        out = list(fixed(data, pos + 4 + nb))
+                        if end + out[single] == len(data):
+                            try:
+                                out[single] = (
+                                    data[end:].decode("utf-8", "surrogatepass") if single_str else data[end:]
+                                )
+                                return [tuple(out)]
+                            except UnicodeDecodeError:
+                                pass  # unpack_list names the field
+                return unpack_list(data, pos)
+            except _READ_ERRORS as e:
+                raise corrupt(e, data, key) from None
+
+        return decode_live_list
+
+    # -- writing
 
     def coerce(self, row: Sequence, what: str) -> tuple:
         """``row`` checked against the schema and converted to plain Python values (e.g. a user key)."""
@@ -1118,16 +1241,6 @@ class StateCodec:
         """The rows of a ListState chunk (ignoring its expiry)."""
         try:
             return self._row.unpack_list(data, self._body_start(data))
-        except _READ_ERRORS as e:
-            raise self._corrupt(e, data, key) from None
-
-    def decode_live_list(self, data: bytes, now_ms: int, key: Any = None) -> Any:
-        """Like :meth:`decode_list`, but :data:`EXPIRED` when the chunk's TTL has passed."""
-        try:
-            pos = self._body_start(data)
-            if pos == 9 and now_ms >= _I64.unpack_from(data, 1)[0]:
-                return EXPIRED
-            return self._row.unpack_list(data, pos)
         except _READ_ERRORS as e:
             raise self._corrupt(e, data, key) from None
 
