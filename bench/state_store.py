@@ -1,6 +1,7 @@
-"""Benchmark of RocksStateStore against raw rocksdict in the same run; prints one JSON object.
+"""Benchmark of RocksStateStore against raw rocksdict, and of state value encoding; prints one JSON object.
 
     .venv/bin/python bench/state_store.py [--keys 1000000] [--rounds 2]
+        [--section all|store|values] [--value-keys 50000] [--value-rounds 3]
 
 Puts and gets (16-byte random keys, 32-byte values) through ``RocksStateStore`` and through a raw
 rocksdict column family (raw bytes mode, the store's column family options, WAL off like the store), in
@@ -8,11 +9,22 @@ alternating rounds, each on a fresh database. Rates are reported against wall ti
 calling thread's CPU time (steadier on a shared machine), with store/raw ratios. Then the replay rate of
 ``apply()`` on the changelog of a full round next to a bare loop of rocksdict write batches of the same
 records, and the time of ``checkpoint()`` and of reopening the checkpoint.
+
+The ``values`` section times the processor API's state operations, which encode and decode values with
+the state variable's schema: ValueState ``update``/``get``, MapState ``updateValue``/``getValue`` and
+ListState ``appendValue``/``get`` of ``--value-keys`` grouping keys, for three schemas: ``count BIGINT,
+total BIGINT``, ``name STRING, score DOUBLE`` and a wide one with a date, timestamp, decimal and array.
+Each runs on an in-memory dict store (the API and value encoding alone; ValueState and MapState) and on
+RocksStateStore (all three), best CPU time of ``--value-rounds`` rounds, in nanoseconds per operation.
+It uses only the public processor API, so the same script measures another version of blobstate
+(``PYTHONPATH=<its src>``) for a before/after comparison.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import decimal
 import gc
 import json
 import random
@@ -20,10 +32,13 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
+from blobstate.processor import codec
+from blobstate.processor.api import StatefulProcessorHandle, _Session
 from blobstate.state import store as store_module
 from blobstate.state.store import RocksStateStore
 
@@ -109,11 +124,106 @@ def ratio(store: dict, raw: dict, op: str, clock: str) -> float:
     return round(store[op][clock] / raw[op][clock], 3)
 
 
+VALUE_SCHEMAS = {
+    "count BIGINT, total BIGINT": lambda i: (i, i * 7),
+    "name STRING, score DOUBLE": lambda i: (f"sensor-{i}", i * 0.5),
+    "n INT, day DATE, at TIMESTAMP, price DECIMAL(10,2), tags ARRAY<STRING>": lambda i: (
+        i,
+        datetime.date(2024, 1, 1) + datetime.timedelta(days=i % 365),
+        datetime.datetime(2024, 1, 1) + datetime.timedelta(seconds=i),
+        decimal.Decimal(i) / 100,
+        ["a", f"t{i % 10}"],
+    ),
+}
+
+
+class DictStore:
+    """The store calls ValueState and MapState make, on dicts: the API and value encoding alone."""
+
+    def __init__(self) -> None:
+        self.cfs: dict[str, dict[bytes, bytes]] = {}
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        return self.cfs.get(cf, {}).get(key)
+
+    def put(self, cf: str, key: bytes, value: bytes) -> None:
+        self.cfs.setdefault(cf, {})[key] = value
+
+    def items(self, cf: str, prefix: bytes = b"") -> list:
+        return sorted((k, v) for k, v in self.cfs.get(cf, {}).items() if k.startswith(prefix))
+
+    def column_families(self) -> list[str]:
+        return sorted(self.cfs)
+
+
+def time_ops(session: _Session, keys: list, op: Callable[[int], object]) -> float:
+    """CPU seconds of ``op(i)`` for every key i, with that key set as the implicit grouping key."""
+    with Timer() as t:
+        for i, (key, kb) in enumerate(keys):
+            session.key = key
+            session.key_bytes = kb
+            op(i)
+    return t.cpu
+
+
+def bench_value_ops(store: object, schema: str, rows: list, keys: list, with_list: bool) -> dict[str, int]:
+    """ns per operation of each state operation on ``store``, for one schema."""
+    session = _Session(store, "None", None, None)
+    handle = StatefulProcessorHandle(session)
+    value = handle.getValueState("v", schema)
+    mapped = handle.getMapState("m", "k STRING", schema)
+    user_key = ("k",)
+    ops: dict[str, Callable[[int], object]] = {
+        "value_update": lambda i: value.update(rows[i]),
+        "value_get": lambda i: value.get(),
+        "map_update": lambda i: mapped.updateValue(user_key, rows[i]),
+        "map_get": lambda i: mapped.getValue(user_key),
+    }
+    if with_list:
+        listed = handle.getListState("l", schema)
+        ops["list_append"] = lambda i: listed.appendValue(rows[i])
+        ops["list_get"] = lambda i: next(listed.get())
+    out = {name: round(time_ops(session, keys, op) / len(keys) * 1e9) for name, op in ops.items()}
+    session.key, session.key_bytes = keys[-1]
+    assert value.get() == tuple(rows[-1])
+    return out
+
+
+def bench_values(n: int, rounds: int, root: Path) -> dict:
+    """The ``values`` section: best of ``rounds`` per store, schema and operation."""
+    keys = [((i,), codec.encode_key((i,))) for i in range(n)]
+    out: dict = {"keys": n, "rounds": rounds, "ns_per_op_cpu": {}}
+    for schema, make in VALUE_SCHEMAS.items():
+        rows = [make(i) for i in range(n)]
+        best: dict[str, dict[str, int]] = {"dict_store": {}, "rocks_store": {}}
+        for r in range(rounds):
+            gc.collect()
+            result = bench_value_ops(DictStore(), schema, rows, keys, with_list=False)
+            for k, v in result.items():
+                best["dict_store"][k] = min(v, best["dict_store"].get(k, v))
+            with RocksStateStore.open(root / f"values-{r}-{len(out['ns_per_op_cpu'])}") as store:
+                result = bench_value_ops(store, schema, rows, keys, with_list=True)
+            for k, v in result.items():
+                best["rocks_store"][k] = min(v, best["rocks_store"].get(k, v))
+        out["ns_per_op_cpu"][schema] = best
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--section", choices=("all", "store", "values"), default="all")
+    parser.add_argument("--value-keys", type=int, default=50_000)
+    parser.add_argument("--value-rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.section == "values":
+        root = Path(tempfile.mkdtemp(prefix="bench-state-values-"))
+        try:
+            print(json.dumps({"values": bench_values(args.value_keys, args.value_rounds, root)}, indent=2))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     n = args.keys
     rng = random.Random(42)
     keys = [rng.randbytes(16) for _ in range(n)]
@@ -187,6 +297,8 @@ def main() -> None:
             "checkpoint_s_small_memtable": round(checkpoint_flushed_s, 4),
             "reopen_checkpoint_s": round(reopen_s, 4),
         }
+        if args.section == "all":
+            out["values"] = bench_values(args.value_keys, args.value_rounds, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(out, indent=2))

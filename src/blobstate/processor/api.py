@@ -27,6 +27,7 @@ from blobstate.processor.errors import (
     StateVariableError,
 )
 from blobstate.processor.schema import to_struct_type
+from blobstate.processor.values import EXPIRED, StateCodec, storage_signature
 
 __all__ = [
     "ExpiredTimerInfo",
@@ -115,7 +116,7 @@ def _missing_key(state_name: str, operation: str) -> ImplicitKeyError:
 
 
 def _as_row(value: Any, schema: StructType, state_name: str, what: str) -> tuple:
-    """Validate one value (tuple, list, Row or dict) against ``schema`` and normalize it to a tuple."""
+    """One value (tuple, list, Row or dict) as a tuple of ``schema``'s arity (the codec checks types)."""
     if value is None:
         raise StateVariableError(f"Cannot write a null {what} to state variable {state_name!r}")
     if isinstance(value, dict):
@@ -136,13 +137,13 @@ def _as_row(value: Any, schema: StructType, state_name: str, what: str) -> tuple
             f"{what} {tuple(value)!r} for state variable {state_name!r} has {len(value)} field(s) but the"
             f" schema {schema.simpleString()} has {len(schema.fields)}"
         )
-    return tuple(map(codec.normalize_value, value))
+    return tuple(value)
 
 
 class _StateBase:
     """Shared plumbing of the three state variable kinds."""
 
-    __slots__ = ("_cf", "_name", "_s", "_ttl", "_ttl_cf")
+    __slots__ = ("_cf", "_codec", "_name", "_s", "_ttl", "_ttl_cf")
     kind = ""
 
     def __init__(self, session: _Session, state_name: str, ttl_duration_ms: int | None) -> None:
@@ -193,13 +194,14 @@ class ValueState(_StateBase):
     ) -> None:
         super().__init__(session, state_name, ttl_duration_ms)
         self._schema = schema
+        self._codec = StateCodec(state_name, schema)
 
     def exists(self) -> bool:
         """Whether state exists (and has not expired) for the current grouping key."""
         data = self._s.store.get(self._cf, self._kb("read"))
         if data is None:
             return False
-        expiry = codec.value_expiry(data)
+        expiry = self._codec.expiry(data, self._s.key)
         return expiry is None or self._now() < expiry
 
     def get(self) -> tuple | None:
@@ -207,17 +209,17 @@ class ValueState(_StateBase):
         data = self._s.store.get(self._cf, self._kb("read"))
         if data is None:
             return None
-        value = codec.decode_live_value(data, self._now())
-        if value is codec.EXPIRED:
+        value = self._codec.decode_live(data, self._now(), self._s.key)
+        if value is EXPIRED:
             return None
-        return tuple(value)
+        return value
 
     def update(self, newValue: tuple) -> None:
         """Set the value for the current grouping key (restarting its TTL)."""
         kb = self._kb("update")
         row = _as_row(newValue, self._schema, self._name, "value")
         expiry = self._expiry()
-        self._s.store.put(self._cf, kb, codec.encode_value(row, expiry))
+        self._s.store.put(self._cf, kb, self._codec.encode(row, expiry))
         self._index_ttl(expiry, kb)
 
     def clear(self) -> None:
@@ -229,7 +231,7 @@ class ValueState(_StateBase):
         store = self._s.store
         data = store.get(self._cf, target)
         if data is not None:
-            expiry = codec.value_expiry(data)
+            expiry = self._codec.expiry(data, target)
             if expiry is not None and now >= expiry:
                 store.delete(self._cf, target)
                 return 1
@@ -254,6 +256,7 @@ class ListState(_StateBase):
     ) -> None:
         super().__init__(session, state_name, ttl_duration_ms)
         self._schema = schema
+        self._codec = StateCodec(state_name, schema)
 
     def _rows(self, values: Any, operation: str) -> list[tuple]:
         if values is None:
@@ -289,16 +292,17 @@ class ListState(_StateBase):
         kb = self._kb("read")
         now = self._now()
         out: list[tuple] = []
+        key = self._s.key
         for _, data in self._live_chunks(kb):
-            chunk = codec.decode_live_value(data, now)
-            if chunk is not codec.EXPIRED:
+            chunk = self._codec.decode_live_list(data, now, key)
+            if chunk is not EXPIRED:
                 out.extend(chunk)
         return iter(out)
 
     def _write_chunk(self, kb: bytes, rows: list[tuple], chunk_no: int) -> None:
         expiry = self._expiry()
         store = self._s.store
-        store.put(self._cf, kb + chunk_no.to_bytes(8, "big"), codec.encode_value(rows, expiry))
+        store.put(self._cf, kb + chunk_no.to_bytes(8, "big"), self._codec.encode_list(rows, expiry))
         store.put(self._cf, kb, (chunk_no + 1).to_bytes(8, "big"))
         self._index_ttl(expiry, kb)
 
@@ -333,9 +337,9 @@ class ListState(_StateBase):
         removed = 0
         live = 0
         for k, data in list(self._live_chunks(target)):
-            expiry = codec.value_expiry(data)
+            expiry = self._codec.expiry(data, k)
             if expiry is not None and now >= expiry:
-                removed += len(codec.decode_value(data))
+                removed += self._codec.list_length(data, k)
                 store.delete(self._cf, k)
             else:
                 live += 1
@@ -347,7 +351,7 @@ class ListState(_StateBase):
 class MapState(_StateBase):
     """A map from user keys (tuples) to values (tuples) per grouping key."""
 
-    __slots__ = ("_key_arity", "_key_schema", "_row_type", "_value_schema")
+    __slots__ = ("_key_arity", "_key_codec", "_key_schema", "_row_type", "_value_schema")
     kind = "map"
 
     def __init__(
@@ -363,23 +367,29 @@ class MapState(_StateBase):
         self._value_schema = value_schema
         self._key_arity = len(user_key_schema.fields)
         self._row_type = Row(*value_schema.names)
+        self._codec = StateCodec(state_name, value_schema)
+        self._key_codec = StateCodec(state_name, user_key_schema)
 
     def _ukb(self, key: Any) -> bytes:
-        return codec.encode_key(_as_row(key, self._key_schema, self._name, "user key"))
+        row = _as_row(key, self._key_schema, self._name, "user key")
+        return codec.encode_key(self._key_codec.coerce(row, "user key"))
 
     def _entries(self, kb: bytes) -> Iterator[tuple[bytes, Any]]:
         now = self._now()
         n = len(kb)
+        key = self._s.key
+        decode_live = self._codec.decode_live
         for k, data in list(self._s.store.items(self._cf, kb)):
-            value = codec.decode_live_value(data, now)
-            if value is not codec.EXPIRED:
+            value = decode_live(data, now, key)
+            if value is not EXPIRED:
                 yield k[n:], value
 
     def exists(self) -> bool:
         """Whether the map of the current grouping key has any (unexpired) entry."""
         now = self._now()
+        key = self._s.key
         for _, data in self._s.store.items(self._cf, self._kb("read")):
-            expiry = codec.value_expiry(data)
+            expiry = self._codec.expiry(data, key)
             if expiry is None or now < expiry:
                 return True
         return False
@@ -390,8 +400,8 @@ class MapState(_StateBase):
         data = self._s.store.get(self._cf, kb + self._ukb(key))
         if data is None:
             return None
-        value = codec.decode_live_value(data, self._now())
-        if value is codec.EXPIRED:
+        value = self._codec.decode_live(data, self._now(), self._s.key)
+        if value is EXPIRED:
             return None
         return self._row_type(*value)
 
@@ -401,7 +411,7 @@ class MapState(_StateBase):
         data = self._s.store.get(self._cf, kb + self._ukb(key))
         if data is None:
             return False
-        expiry = codec.value_expiry(data)
+        expiry = self._codec.expiry(data, self._s.key)
         return expiry is None or self._now() < expiry
 
     def updateValue(self, key: tuple, value: tuple) -> None:
@@ -410,7 +420,7 @@ class MapState(_StateBase):
         target = kb + self._ukb(key)
         row = _as_row(value, self._value_schema, self._name, "value")
         expiry = self._expiry()
-        self._s.store.put(self._cf, target, codec.encode_value(row, expiry))
+        self._s.store.put(self._cf, target, self._codec.encode(row, expiry))
         self._index_ttl(expiry, target)
 
     def iterator(self) -> Iterator[tuple[tuple, tuple]]:
@@ -443,7 +453,7 @@ class MapState(_StateBase):
         store = self._s.store
         data = store.get(self._cf, target)
         if data is not None:
-            expiry = codec.value_expiry(data)
+            expiry = self._codec.expiry(data, target)
             if expiry is not None and now >= expiry:
                 store.delete(self._cf, target)
                 return 1
@@ -529,12 +539,24 @@ class StatefulProcessorHandle:
                     f" {state.kind} state between query restarts: declare it as {previous.get('kind')}"
                     " state, delete it with deleteIfExists in init, or start from a new checkpoint"
                 )
+            self._check_schema_unchanged(state, previous.get("schema"), declaration["schema"])
         encoded = json.dumps(declaration, sort_keys=True).encode()
         if old != encoded:
             store.put(layout.META_CF, key, encoded)
         self._s.declared[state._name] = state
         if state._ttl is not None:
             self._s.ttl_vars.append(state)
+
+    def _check_schema_unchanged(self, state: _StateBase, previous: Any, schema: Any) -> None:
+        """Stored values are encoded for the schema they were written with: refuse another layout."""
+        before, now = storage_signature(previous), storage_signature(schema)
+        if before == now or next(iter(self._s.store.items(state._cf)), None) is None:
+            return
+        raise StateVariableError(
+            f"Cannot change the schema of state variable {state._name!r} from {before} to {now} between"
+            " query restarts: its stored values are encoded for the old schema. Declare it with the old"
+            " schema, delete it with deleteIfExists in init, or start from a new checkpoint"
+        )
 
     def getValueState(
         self, stateName: str, schema: StructType | str, ttlDurationMs: int | None = None

@@ -1,4 +1,4 @@
-"""Byte encodings of grouping keys, map user keys, state values and timestamps.
+"""Byte encodings of grouping keys, MapState user keys and timestamps (RocksDB keys).
 
 Keys (grouping keys and MapState user keys) use a small typed, self-delimiting encoding: every
 component is a tag byte plus a body: fixed width for numbers (order-preserving: offset binary for
@@ -10,18 +10,14 @@ key are never a prefix of another's. That makes "all entries of grouping key k" 
 scan: ``key_bytes(k) + suffix``. Keys of one type sort in value order, so MapState iterates its
 user keys in order and timers with equal expiry fire in key order.
 
-Values are ``header + pickle(tuple, protocol 5)``. The header is ``b"\\x00"`` (no expiry) or
-``b"\\x01" + be64(expiry_ms)`` (TTL), so a value is self-describing whether or not its state
-variable has a TTL. Pickle of a small tuple measured about 3x slower than a ``struct`` codec, but
-both are around a microsecond, it handles every Python value a schema allows, and it keeps working
-when a state schema gains or loses fields.
+Decoding only reads tags, fixed-width numbers and delimited text: nothing is unpickled or evaluated.
+State *values* use the schema-driven encoding of :mod:`blobstate.processor.values`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
-import pickle
 import struct
 from decimal import Decimal
 from typing import Any
@@ -31,7 +27,6 @@ import pandas as pd
 
 from blobstate.errors import BlobstateError
 
-_PICKLE_PROTOCOL = 5
 _OFFSET = 1 << 63
 _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
@@ -41,9 +36,6 @@ _SIGN = 1 << 63
 _ALL = (1 << 64) - 1
 _TERM = b"\x00\x00"
 _EPOCH_DATE = _dt.date(1970, 1, 1)
-
-NO_EXPIRY = b"\x00"
-_WITH_EXPIRY = 1
 
 # Tags of key components. Never renumber: the bytes are persisted in checkpoints.
 _T_NONE = 0x00
@@ -263,68 +255,3 @@ def decode_key(data: bytes, arity: int, pos: int = 0) -> tuple[tuple, int]:
         item, pos = _decode_component(data, pos)
         items.append(item)
     return tuple(items), pos
-
-
-_SCALARS = frozenset((bool, int, float, str, bytes, _dt.datetime, _dt.date, Decimal, type(None)))
-
-
-def normalize_value(v: Any) -> Any:
-    """Turn numpy/pandas scalars into plain Python values, recursively (as PySpark does before storing)."""
-    t = type(v)
-    if t in _SCALARS:
-        return v
-    if isinstance(v, np.generic):
-        return v.tolist()
-    if isinstance(v, tuple) and hasattr(v, "_fields"):  # namedtuple
-        return t(*map(normalize_value, v))
-    if isinstance(v, (list, tuple)):
-        return t(map(normalize_value, v))
-    if isinstance(v, dict):
-        return {normalize_value(k): normalize_value(x) for k, x in v.items()}
-    if hasattr(v, "to_pytimedelta"):
-        return v.to_pytimedelta()
-    if hasattr(v, "to_pydatetime"):
-        return v.to_pydatetime()
-    return v
-
-
-def encode_value(value: tuple, expiry_ms: int | None) -> bytes:
-    """``header + pickle(value)``; ``expiry_ms`` None means the value never expires."""
-    body = pickle.dumps(value, _PICKLE_PROTOCOL)
-    if expiry_ms is None:
-        return NO_EXPIRY + body
-    return b"\x01" + encode_ts(expiry_ms) + body
-
-
-def value_expiry(data: bytes) -> int | None:
-    """The expiry time stored in an encoded value, or None."""
-    if data[0] == _WITH_EXPIRY:
-        return decode_ts(data, 1)
-    return None
-
-
-def decode_value(data: bytes) -> Any:
-    """The Python object stored in an encoded value (ignores the expiry)."""
-    if data[0] == _WITH_EXPIRY:
-        return pickle.loads(memoryview(data)[9:])
-    return pickle.loads(memoryview(data)[1:])
-
-
-def decode_live_value(data: bytes, now_ms: int) -> Any:
-    """Like :func:`decode_value` but returns the sentinel :data:`EXPIRED` when ``now_ms >= expiry``."""
-    if data[0] == _WITH_EXPIRY:
-        if now_ms >= int.from_bytes(data[1:9], "big") - _OFFSET:
-            return EXPIRED
-        return pickle.loads(memoryview(data)[9:])
-    return pickle.loads(memoryview(data)[1:])
-
-
-class _Expired:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "EXPIRED"
-
-
-EXPIRED: Any = _Expired()
-"""Returned by :func:`decode_live_value` for a value whose TTL has passed."""

@@ -2,13 +2,16 @@
 
 ``kb`` is the encoded grouping key (:func:`blobstate.processor.codec.encode_key`, prefix-free),
 ``ukb`` an encoded MapState user key, ``ts8`` a timestamp from :func:`codec.encode_ts` (sorts
-numerically), ``v`` an encoded value (expiry header + pickle).
+numerically), ``v`` a value in the typed encoding of :mod:`blobstate.processor.values` (format marker,
+optional expiry, then the row(s) laid out by the state variable's schema; docs/FORMATS.md). Nothing
+in these families is ever unpickled: keys are tagged, values schema-driven, ``$meta`` is JSON (read
+as plain data, never turned into classes).
 
 | column family        | key              | value                                   |
 |----------------------|------------------|-----------------------------------------|
 | ``<stateName>``      | ``kb``           | ValueState: ``v``                        |
 |                      | ``kb``           | ListState head: ``be64(next chunk no.)`` |
-|                      | ``kb + be64(n)`` | ListState chunk n: ``v`` of a list       |
+|                      | ``kb + be64(n)`` | ListState chunk n: ``v`` of rows         |
 |                      | ``kb + ukb``     | MapState entry: ``v``                    |
 | ``$ttl:<stateName>`` | ``ts8 + kb[+ukb]`` | ``b""``: TTL index, swept at batch end |
 | ``$timers``          | ``ts8 + kb``     | ``b""``: due timers are a range scan     |
