@@ -65,6 +65,11 @@ class RestoreStats:
 class RestoreTargetError(SnapshotError):
     """A restore target that restore refuses to touch: nothing in it was changed."""
 
+    def __init__(self, message: str, *, extras: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.extras = extras
+        """With ``delete_extra=False``: the entries the target holds that the snapshot does not."""
+
 
 RESTORED_MODE_BITS = 0o755
 """The only permission bits a restore sets: owner rwx, group and others r-x (never set-uid, set-gid,
@@ -261,7 +266,8 @@ def restore_directory(
         raise RestoreTargetError(
             f"restore target {target!r} holds {len(plan.extras)} entries that {where} does not: "
             f"{_describe(plan.extras)}; restoring makes the directory identical to the snapshot and would "
-            "delete them: restore into an empty directory, or allow deleting them"
+            "delete them: restore into an empty directory, or allow deleting them",
+            extras=tuple(plan.extras),
         )
     files_deleted = dirs_deleted = 0
     for path, is_dir in plan.doomed:

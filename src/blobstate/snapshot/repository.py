@@ -1,0 +1,575 @@
+"""Standalone backup repositories: fenced backups, verified reads, gc and verify.
+
+A repository (made by ``blobstate backup``) holds, at its root::
+
+    heads/<n>.json          the head log: backup n committed this index (create-only, never deleted)
+    <n>_<uid>.snapshot      snapshot indexes (seed 000)
+    blobs/<hex>             file contents the indexes reference
+
+A backup uploads its blobs and its index pending (with a TTL), then commits by creating ``heads/<n>.json``
+(:class:`~blobstate.snapshot.heads.HeadLog`): of two backups racing for version n one wins, the other
+fails with :class:`BackupConflictError` and its objects expire. Only the winner then runs the post-commit
+cleanup, which makes its snapshot permanent and deletes what the previous one had and it does not. The
+newest snapshot is always the one the highest head names, and its index is checked against the size and
+CRC-32 the head records before it is parsed; the index in turn records every blob's CRC-32 and length.
+
+Repositories written before the head log existed (indexes but no ``heads/``) are read by restore and
+inspect when their newest index is unambiguous, unverified; backup and gc refuse them
+(:class:`LegacyRepositoryError`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blobstate.blobstore.base import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, BlobStore
+from blobstate.ids import CheckpointId, new_uid
+from blobstate.layout import COMMITS_PREFIX, METADATA
+from blobstate.snapshot.backup import DEFAULT_CHUNK_SIZE, BackupResult, Progress, backup_directory
+from blobstate.snapshot.checksum import DEFAULT_CHECKSUM_CACHE, ChecksumCache, crc32
+from blobstate.snapshot.cleanup import CleanupStats, post_commit_cleanup
+from blobstate.snapshot.heads import (
+    HEADS_PREFIX,
+    HeadLog,
+    HeadLogError,
+    HeadRecord,
+    head_name,
+    index_name,
+    parse_index_name,
+)
+from blobstate.snapshot.index import (
+    FileBlob,
+    SnapshotBlobMissingError,
+    SnapshotError,
+    SnapshotFormatError,
+    SnapshotIndex,
+)
+from blobstate.snapshot.restore import read_snapshot_index
+
+BLOB_PREFIX = "blobs/"
+"""Where a repository's blobs live."""
+
+_CLEANUP_RACE_RETRIES = 5
+
+
+class RepositoryError(SnapshotError):
+    """A backup repository that cannot be used as asked; the message names it and says what to do."""
+
+
+class NoSnapshotError(RepositoryError):
+    """The repository has no committed snapshot (or not the one asked for)."""
+
+
+class LegacyRepositoryError(RepositoryError):
+    """A repository written before the head log existed: readable, but not safely writable or sweepable."""
+
+
+class BackupConflictError(RepositoryError):
+    """Another backup committed the version this backup meant to commit; nothing of this one committed."""
+
+    def __init__(self, message: str, *, version: int, winner: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.winner = winner
+
+
+@dataclass(frozen=True)
+class CommittedSnapshot:
+    """A snapshot read from a repository: its index object's name, the index, and the head naming it."""
+
+    name: str
+    index: SnapshotIndex
+    head: HeadRecord | None
+    """None only for a repository without a head log (read unverified)."""
+
+    @property
+    def version(self) -> int:
+        """The backup number (``n`` of ``<n>_<uid>.snapshot``)."""
+        cid = parse_index_name(self.name)
+        return cid.version if cid is not None else 0
+
+
+# ---------------------------------------------------------------------------------------------- layout
+def root_indexes(store: BlobStore) -> list[str]:
+    """Every ``<n>_<uid>.snapshot`` object at the repository's root, committed or not."""
+    names: list[str] = []
+    for digit in "0123456789":  # one listing per leading digit: never lists blobs/ on S3
+        names.extend(n for n in store.list(digit) if parse_index_name(n) is not None)
+    return sorted(names)
+
+
+def is_backup_repository(store: BlobStore) -> bool:
+    """Whether ``store`` holds a backup repository (a head log, or snapshot indexes at its root).
+
+    A query checkpoint (``metadata.json``) without a head log is not one; an empty location is not one.
+    """
+    if store.list(HEADS_PREFIX):
+        return True
+    if store.exists(METADATA):
+        return False
+    return bool(root_indexes(store))
+
+
+def _refuse_query_checkpoint(store: BlobStore, action: str) -> None:
+    if store.exists(METADATA) or store.list(COMMITS_PREFIX):
+        raise RepositoryError(
+            f"{store.url} holds a query checkpoint ({METADATA}, {COMMITS_PREFIX}); refusing to {action} a "
+            "backup repository there: use a location of its own for backups"
+        )
+
+
+def _refuse_overlap(store: BlobStore, path: str | os.PathLike[str], what: str) -> None:
+    from blobstate.blobstore.local import LocalBlobStore
+
+    if not isinstance(store, LocalBlobStore):
+        return
+    root = Path(os.path.realpath(store.root))
+    resolved = Path(os.path.realpath(os.fspath(path)))
+    if root.is_relative_to(resolved) or resolved.is_relative_to(root):
+        relation = "contains" if root.is_relative_to(resolved) else "lies inside"
+        raise RepositoryError(
+            f"{what} {os.fspath(path)!r} {relation} the repository {store.url} ({str(root)!r}); "
+            "keep the repository outside the directories it backs up or restores"
+        )
+
+
+def _permanent_indexes(store: BlobStore) -> list[str]:
+    out = []
+    for name in root_indexes(store):
+        try:
+            if not store.has_ttl(name):
+                out.append(name)
+        except BlobNotFoundError:
+            continue
+    return out
+
+
+def _legacy_error(store: BlobStore, indexes: list[str], action: str) -> LegacyRepositoryError:
+    shown = ", ".join(repr(n) for n in indexes[-3:])
+    return LegacyRepositoryError(
+        f"{store.url} has snapshot indexes ({shown}) but no head log ({HEADS_PREFIX}): it was written by "
+        f"an older blobstate, whose backups were not fenced; refusing to {action} it. Restore it "
+        "(blobstate restore URL DIR) and back up into a new repository"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def _read_committed(store: BlobStore, head: HeadRecord) -> CommittedSnapshot:
+    """The index ``head`` names, checked against the head's size and checksum before it is parsed."""
+    try:
+        index = read_snapshot_index(store, head.index, size=head.index_size, checksum=head.index_checksum)
+    except BlobNotFoundError:
+        raise SnapshotBlobMissingError(
+            f"snapshot index {head.index!r}, committed by {head_name(head.version)}, is missing from "
+            f"{store.url}: the repository was damaged",
+            blob_id=head.index,
+        ) from None
+    _check_names(store, head.index, index, head.previous)
+    return CommittedSnapshot(head.index, index, head)
+
+
+def _check_names(store: BlobStore, name: str, index: SnapshotIndex, previous: str | None) -> None:
+    stem = name.removesuffix(".snapshot")
+    if index.checkpoint_id != stem:
+        raise SnapshotFormatError(
+            f"snapshot index {name!r} in {store.url} says it is checkpoint {index.checkpoint_id!r}"
+        )
+    if previous is not None and index.prev_snapshot_index != previous:
+        raise SnapshotFormatError(
+            f"snapshot index {name!r} in {store.url} was made against {index.prev_snapshot_index!r}, "
+            f"but its head record says {previous!r}"
+        )
+
+
+def _read_legacy(store: BlobStore, name: str | None) -> CommittedSnapshot:
+    indexes = root_indexes(store)
+    if name is None:
+        if not indexes:
+            raise NoSnapshotError(f"no snapshot in {store.url}")
+        top = max(parse_index_name(n).version for n in indexes)  # type: ignore[union-attr]
+        newest = [n for n in indexes if parse_index_name(n).version == top]  # type: ignore[union-attr]
+        if len(newest) > 1:
+            raise NoSnapshotError(
+                f"{store.url} has no head log ({HEADS_PREFIX}) and several snapshot indexes at version "
+                f"{top} ({', '.join(map(repr, newest))}); choose one with --snapshot NAME"
+            )
+        name = newest[0]
+    if name not in indexes or store.has_ttl(name):
+        raise NoSnapshotError(
+            f"no committed snapshot {name!r} in {store.url}: it is missing or still pending (its backup "
+            "never finished)"
+        )
+    index = read_snapshot_index(store, name)
+    _check_names(store, name, index, None)
+    return CommittedSnapshot(name, index, None)
+
+
+def read_snapshot(store: BlobStore, name: str | None = None) -> CommittedSnapshot:
+    """The newest committed snapshot of the repository, or the committed snapshot ``name``.
+
+    Found from the head log, never by guessing among indexes; the index is checked against its head's
+    size and checksum before it is parsed. A name no head commits raises :class:`NoSnapshotError` (an
+    attempt that lost a race or never finished). Repositories without a head log are read when their
+    newest index is unambiguous and permanent (see the module docstring).
+    """
+    log = HeadLog(store)
+    versions = log.versions()
+    if not versions:
+        return _read_legacy(store, name)
+    if name is None:
+        return _read_committed(store, log.read(versions[-1]))
+    cid = parse_index_name(name)
+    if cid is None or cid.version not in versions:
+        raise NoSnapshotError(
+            f"{name!r} is not a committed snapshot of {store.url} (committed: versions 1 to "
+            f"{versions[-1]}, named by {HEADS_PREFIX}<n>.json)"
+        )
+    head = log.read(cid.version)
+    if head.index != name:
+        raise NoSnapshotError(
+            f"{name!r} is not a committed snapshot of {store.url}: version {cid.version} committed "
+            f"{head.index!r} ({head_name(cid.version)}); {name!r} lost the race or never finished"
+        )
+    return _read_committed(store, head)
+
+
+def _newest_for_writing(store: BlobStore, log: HeadLog, action: str) -> CommittedSnapshot | None:
+    versions = log.versions()
+    if versions:
+        return _read_committed(store, log.read(versions[-1]))
+    permanent = _permanent_indexes(store)
+    if permanent:
+        raise _legacy_error(store, permanent, action)
+    return None  # nothing committed; pending indexes of attempts that never committed expire
+
+
+def _finish_cleanup(
+    store: BlobStore, log: HeadLog, action: str
+) -> tuple[CommittedSnapshot | None, CleanupStats | None]:
+    """Finish the post-commit cleanup of the newest committed backup; returns it and what was done.
+
+    A backup committing meanwhile may delete what the older snapshot referenced; then the head log has
+    moved on and the newer snapshot's cleanup is finished instead.
+    """
+    for _ in range(_CLEANUP_RACE_RETRIES):
+        newest = _newest_for_writing(store, log, action)
+        if newest is None:
+            return None, None
+        try:
+            return newest, post_commit_cleanup(store, newest.name, newest.index)
+        except SnapshotBlobMissingError:
+            if log.versions()[-1] == newest.version:
+                raise  # nothing newer committed: the newest snapshot really lost an object
+    raise RepositoryError(f"backups kept committing to {store.url} while its cleanup was finished; try again")
+
+
+# ---------------------------------------------------------------------------------------------- backup
+@dataclass(frozen=True)
+class RepositoryBackup:
+    """What :func:`backup_to_repository` committed."""
+
+    version: int
+    head: HeadRecord
+    result: BackupResult
+    cleanup: CleanupStats
+
+
+def backup_to_repository(
+    store: BlobStore,
+    source_dir: str | os.PathLike[str],
+    *,
+    metadata: dict[str, str] | None = None,
+    progress: Progress | None = None,
+    ttl: float = DEFAULT_PENDING_TTL_SECONDS,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    checksum_cache: ChecksumCache | None = DEFAULT_CHECKSUM_CACHE,
+) -> RepositoryBackup:
+    """Back up ``source_dir`` as the next version of the repository, fenced by the head log.
+
+    Finishes the newest backup's cleanup, uploads what changed against it (pending), writes the index
+    (pending), then creates ``heads/<n+1>.json``. If another backup created it first this raises
+    :class:`BackupConflictError` naming the version: nothing of this backup was committed, its objects
+    expire, and the winner's snapshot is untouched. Otherwise the post-commit cleanup runs. A source
+    that contains the repository, or lies inside it, is refused.
+    """
+    _refuse_overlap(store, source_dir, "backup source")
+    _refuse_query_checkpoint(store, "back up into")
+    log = HeadLog(store)
+    previous, _ = _finish_cleanup(store, log, "back up into")
+    version = previous.version + 1 if previous is not None else 1
+    cid = CheckpointId(version, new_uid())
+    result = backup_directory(
+        store,
+        source_dir,
+        index_name=index_name(cid),
+        blob_prefix=BLOB_PREFIX,
+        previous=previous.index if previous is not None else None,
+        previous_name=previous.name if previous is not None else None,
+        checkpoint_id=cid.name,
+        metadata=metadata,
+        ttl=ttl,
+        chunk_size=chunk_size,
+        progress=progress,
+        checksum_cache=checksum_cache,
+    )
+    head = HeadRecord(
+        version=version,
+        index=result.index_name,
+        index_size=result.index_size,
+        index_checksum=result.index_checksum,
+        previous=previous.name if previous is not None else None,
+        writer=cid.uid,
+    )
+    standing = log.write(head)
+    if standing.index != head.index:
+        raise BackupConflictError(
+            f"another backup committed version {version} of {store.url} first ({head_name(version)} "
+            f"names {standing.index!r}): this backup of {os.fspath(source_dir)!r} was not committed and "
+            "its uploaded objects stay pending until they expire; run it again to back up on top of the "
+            "new snapshot",
+            version=version,
+            winner=standing.index,
+        )
+    cleanup = post_commit_cleanup(store, result.index_name, result.index)
+    return RepositoryBackup(version, head, result, cleanup)
+
+
+# ---------------------------------------------------------------------------------------------- gc
+@dataclass
+class RepositoryGcStats:
+    """What :func:`gc_repository` did (or, with ``dry_run``, would delete)."""
+
+    newest: str | None = None
+    """The newest committed snapshot's index (None: nothing committed)."""
+    version: int = 0
+    cleanup: CleanupStats | None = None
+    """The newest backup's post-commit cleanup, finished first (None with ``dry_run`` or no snapshot)."""
+    expired: list[str] = field(default_factory=list)
+    listed: int = 0
+    """Blobs and root indexes listed by the sweep (``full`` only)."""
+    referenced: int = 0
+    deleted: list[str] = field(default_factory=list)
+    pending_kept: int = 0
+    """Unreferenced objects left alone because they are pending (they expire)."""
+    dry_run: bool = False
+
+
+def _mark(store: BlobStore, log: HeadLog, present: list[str]) -> tuple[int, set[str]]:
+    """The newest version and everything committed snapshots still present reference.
+
+    Reads the whole head log (every record, checked as one chain): an unreadable log is an error, never
+    an empty mark. The newest snapshot must be readable; older committed indexes still present (a
+    cleanup not finished yet) are retained too.
+    """
+    heads = log.read_all()
+    if not heads:
+        return 0, set()
+    by_index = {h.index: h for h in heads}
+    retained = [heads[-1]] + [by_index[n] for n in present if n in by_index and n != heads[-1].index]
+    referenced: set[str] = set()
+    for head in retained:
+        try:
+            snapshot = _read_committed(store, head)
+        except SnapshotBlobMissingError:
+            if head is heads[-1]:
+                raise
+            continue  # an older index deleted meanwhile by a cleanup
+        referenced |= {snapshot.name} | snapshot.index.present_blob_ids()
+    return heads[-1].version, referenced
+
+
+def _unreferenced(names: list[str], referenced: set[str], newest: int) -> list[str]:
+    out = []
+    for name in names:
+        if name in referenced:
+            continue
+        cid = parse_index_name(name)
+        if cid is not None and cid.version > newest:
+            continue  # a backup in flight
+        out.append(name)
+    return out
+
+
+def gc_repository(
+    store: BlobStore, *, full: bool, now: float | None = None, dry_run: bool = False
+) -> RepositoryGcStats:
+    """Garbage-collect a backup repository without ever deleting what a committed snapshot references.
+
+    1. Finish the newest committed backup's post-commit cleanup, so nothing it references stays pending.
+    2. Expire pending objects past their TTL (``store.expire(now)``): attempts that never committed.
+    3. With ``full``: list ``blobs/`` and the root indexes, mark what every committed snapshot still
+       present references (from a complete, chain-checked read of the head log; an incomplete or
+       unreadable log, or a missing or altered newest index, raises instead), and delete the unmarked
+       objects that are not pending. If a backup commits meanwhile, the mark is taken again and only
+       objects unmarked by both go. Indexes newer than the newest head (backups in flight), heads and
+       anything else in the repository are never touched.
+
+    ``dry_run`` changes nothing and reports in ``deleted`` what a full sweep would delete. Refuses a
+    repository without a head log that holds committed-looking snapshots, and a query checkpoint.
+    """
+    _refuse_query_checkpoint(store, "garbage-collect")
+    stats = RepositoryGcStats(dry_run=dry_run)
+    log = HeadLog(store)
+    if dry_run:
+        newest = _newest_for_writing(store, log, "garbage-collect")
+    else:
+        newest, stats.cleanup = _finish_cleanup(store, log, "garbage-collect")
+        stats.expired = sorted(store.expire(now))
+    if newest is not None:
+        stats.newest, stats.version = newest.name, newest.version
+    if not full:
+        return stats
+
+    present = root_indexes(store)
+    listed = store.list(BLOB_PREFIX) + present
+    stats.listed = len(listed)
+    newest_version, referenced = _mark(store, log, present)
+    candidates = _unreferenced(listed, referenced, newest_version)
+    kept = []
+    for name in candidates:
+        try:
+            if store.has_ttl(name):
+                stats.pending_kept += 1
+                continue
+        except BlobNotFoundError:
+            continue  # gone already
+        kept.append(name)
+    # After the pending checks: a backup that committed and made its objects permanent since the first
+    # mark is in this one.
+    again, referenced_again = _mark(store, log, present)
+    if again != newest_version:
+        kept = _unreferenced(kept, referenced_again, again)
+        referenced |= referenced_again
+    stats.referenced = len(referenced)
+    if dry_run:
+        stats.deleted = sorted(kept)
+    else:
+        done = store.run_parallel(store.delete_if_exists, sorted(kept))
+        stats.deleted = [n for n, d in zip(sorted(kept), done, strict=True) if d]
+    return stats
+
+
+# ---------------------------------------------------------------------------------------------- verify
+@dataclass(frozen=True)
+class RepositoryProblem:
+    """One thing wrong with a backup repository: the object at fault and what is wrong with it."""
+
+    object: str
+    message: str
+    version: int | None = None
+
+    def __str__(self) -> str:
+        where = f" (backup {self.version})" if self.version is not None else ""
+        return f"{self.object}: {self.message}{where}"
+
+
+@dataclass
+class RepositoryVerifyResult:
+    """What :func:`verify_repository` checked and found."""
+
+    problems: list[RepositoryProblem] = field(default_factory=list)
+    snapshot: str | None = None
+    version: int = 0
+    heads: int = 0
+    blobs: int = 0
+    bytes_read: int = 0
+    checksums: bool = False
+    """Whether blob contents were read and checked (otherwise only presence and sizes)."""
+
+
+def verify_repository(store: BlobStore, *, checksums: bool = False) -> RepositoryVerifyResult:
+    """Check that the newest committed snapshot is restorable, without restoring it.
+
+    Reads every head record (complete, one chain), reads the newest index and checks its bytes against
+    its head's size and CRC-32, checks that it is permanent, and checks that every blob it references
+    exists with the recorded length (one listing of ``blobs/``). With ``checksums`` every blob is also
+    downloaded and its CRC-32 compared with the index's. Each problem names the object at fault.
+    """
+    result = RepositoryVerifyResult(checksums=checksums)
+    problems = result.problems
+    try:
+        heads = HeadLog(store).read_all()
+    except (HeadLogError, BlobNotFoundError) as error:
+        problems.append(RepositoryProblem(HEADS_PREFIX, str(error)))
+        return result
+    result.heads = len(heads)
+    if not heads:
+        indexes = _permanent_indexes(store)
+        if indexes:
+            problems.append(RepositoryProblem(HEADS_PREFIX, str(_legacy_error(store, indexes, "verify"))))
+        else:
+            problems.append(
+                RepositoryProblem(store.url, "no committed backup here (no head log and no snapshot index)")
+            )
+        return result
+    head = heads[-1]
+    result.snapshot, result.version = head.index, head.version
+    try:
+        snapshot = _read_committed(store, head)
+    except (SnapshotError, BlobNotFoundError) as error:
+        problems.append(RepositoryProblem(head.index, str(error), head.version))
+        return result
+    if store.has_ttl(head.index):
+        problems.append(
+            RepositoryProblem(
+                head.index,
+                "still pending: its backup's cleanup did not finish, so it would expire; run "
+                f"`blobstate gc {store.url}` (or the next backup) to finish it",
+                head.version,
+            )
+        )
+    chunks = [
+        (path, blob, length) for path, f in snapshot.index.iter_present_files() for blob, length in f.chunks()
+    ]
+    result.blobs = len(chunks)
+    sizes = store.list_sizes(BLOB_PREFIX)
+    for path, blob, length in chunks:
+        if blob.blob_id not in sizes and not blob.blob_id.startswith(BLOB_PREFIX):
+            sizes.update(store.list_sizes(blob.blob_id))
+        size = sizes.get(blob.blob_id)
+        if size is None:
+            problems.append(
+                RepositoryProblem(blob.blob_id, f"missing (file {path!r} of {head.index})", head.version)
+            )
+        elif size != length:
+            problems.append(
+                RepositoryProblem(
+                    blob.blob_id, f"{size} bytes, the index records {length} (file {path!r})", head.version
+                )
+            )
+    if checksums and not problems:
+
+        def check(item: tuple[str, FileBlob, int]) -> RepositoryProblem | None:
+            path, blob, _ = item
+            actual = crc32(store.get(blob.blob_id))
+            if actual == blob.checksum:
+                return None
+            message = f"checksum {actual}, the index records {blob.checksum} (file {path!r})"
+            return RepositoryProblem(blob.blob_id, message, head.version)
+
+        found = store.run_parallel(check, chunks)
+        problems.extend(p for p in found if p is not None)
+        result.bytes_read = sum(length for _, _, length in chunks)
+    return result
+
+
+__all__ = [
+    "BLOB_PREFIX",
+    "BackupConflictError",
+    "CommittedSnapshot",
+    "LegacyRepositoryError",
+    "NoSnapshotError",
+    "RepositoryBackup",
+    "RepositoryError",
+    "RepositoryGcStats",
+    "RepositoryProblem",
+    "RepositoryVerifyResult",
+    "backup_to_repository",
+    "gc_repository",
+    "is_backup_repository",
+    "read_snapshot",
+    "root_indexes",
+    "verify_repository",
+]
