@@ -501,3 +501,44 @@ def test_gc_and_backup_refuse_a_query_checkpoint(mem_store: BlobStore, tmp_path:
         gc_repository(mem_store, full=True)
     with pytest.raises(RepositoryError, match="query checkpoint"):
         backup(mem_store, write_tree(tmp_path / "src", {"a": b"a"}))
+
+
+# ------------------------------------------------------------------------------ readers racing a backup
+def test_a_reader_racing_a_backups_cleanup_reads_the_new_snapshot(tmp_path: Path) -> None:
+    repo = str(tmp_path / "repo")
+    src = write_tree(tmp_path / "src", {"1.sst": os.urandom(500)})
+    with open_blob_store(repo) as store:
+        first = backup(store, src).result.index_name
+    (src / "2.sst").write_bytes(os.urandom(500))
+
+    def commit_before_the_index_is_read(op: str, name: str) -> None:
+        # Between reading head 1 and its index, another backup commits and its cleanup deletes index 1.
+        if op == "get" and name == first:
+            with open_blob_store(repo) as other:
+                backup(other, src)
+
+    with open_blob_store(repo) as store:
+        snapshot = read_snapshot(HookedStore(store, commit_before_the_index_is_read))
+        assert snapshot.version == 2 and not store.exists(first)
+
+
+def test_a_restore_racing_a_backups_cleanup_says_to_run_it_again(tmp_path: Path) -> None:
+    from blobstate.snapshot.repository import restore_repository
+
+    repo = str(tmp_path / "repo")
+    src = write_tree(tmp_path / "src", {"1.sst": os.urandom(500)})
+    with open_blob_store(repo) as store:
+        backup(store, src)
+    (src / "1.sst").unlink()
+    (src / "2.sst").write_bytes(os.urandom(500))
+
+    def commit_during_the_download(op: str, name: str) -> None:
+        if op == "get" and name.startswith("blobs/") and not store.list("heads/2"):
+            with open_blob_store(repo) as other:
+                backup(other, src)  # its cleanup deletes the blob of 1.sst
+
+    with open_blob_store(repo) as store:
+        with pytest.raises(RepositoryError, match=r"backup 2 committed .* run the restore again"):
+            restore_repository(HookedStore(store, commit_during_the_download), tmp_path / "out")
+        restore_repository(store, tmp_path / "out", delete_extra=True)
+        assert read_tree(tmp_path / "out") == read_tree(src)

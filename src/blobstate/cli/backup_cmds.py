@@ -105,21 +105,16 @@ def restore(
 ) -> None:
     """Restore the newest snapshot (or --snapshot NAME) at URL into DIRECTORY."""
     from blobstate.blobstore import open_blob_store
-    from blobstate.snapshot.repository import read_snapshot
-    from blobstate.snapshot.restore import RestoreTargetError, check_restore_target, restore_directory
+    from blobstate.snapshot.repository import read_snapshot, restore_repository
+    from blobstate.snapshot.restore import RestoreTargetError, check_restore_target
 
     with open_blob_store(url) as store:
         check_restore_target(store, directory)
         chosen = read_snapshot(store, snapshot)
         try:
             with _progress("restore", chosen.index.total_size, not as_json) as progress:
-                stats = restore_directory(
-                    store,
-                    chosen.index,
-                    directory,
-                    progress=progress,
-                    delete_extra=delete_extra,
-                    index_name=chosen.name,
+                chosen, stats = restore_repository(
+                    store, directory, chosen, delete_extra=delete_extra, progress=progress
                 )
         except RestoreTargetError as error:
             if not error.extras:

@@ -21,8 +21,10 @@ inspect when their newest index is unambiguous, unverified; backup and gc refuse
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from blobstate.blobstore.base import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, BlobStore
 from blobstate.ids import CheckpointId, new_uid
@@ -46,12 +48,19 @@ from blobstate.snapshot.index import (
     SnapshotFormatError,
     SnapshotIndex,
 )
-from blobstate.snapshot.restore import read_snapshot_index
+from blobstate.snapshot.restore import (
+    RestoreStats,
+    check_restore_target,
+    read_snapshot_index,
+    restore_directory,
+)
 
 BLOB_PREFIX = "blobs/"
 """Where a repository's blobs live."""
 
-_CLEANUP_RACE_RETRIES = 5
+_RACE_RETRIES = 5
+
+T = TypeVar("T")
 
 
 class RepositoryError(SnapshotError):
@@ -89,6 +98,23 @@ class CommittedSnapshot:
         """The backup number (``n`` of ``<n>_<uid>.snapshot``)."""
         cid = parse_index_name(self.name)
         return cid.version if cid is not None else 0
+
+
+def _while_the_log_moves(store: BlobStore, log: HeadLog, read: Callable[[], T]) -> T:
+    """``read()``, again while it fails because a backup committed meanwhile and cleaned up behind it.
+
+    A committing backup's cleanup deletes the previous index and what only it referenced; a reader that
+    started from the previous head then finds an object missing. That is a race, not damage, when the
+    head log has moved on: the read is repeated from the new newest head.
+    """
+    for _ in range(_RACE_RETRIES):
+        before = log.versions()
+        try:
+            return read()
+        except SnapshotBlobMissingError:
+            if log.versions() == before:
+                raise  # nothing committed meanwhile: the object really is missing
+    raise RepositoryError(f"backups kept committing to {store.url} while it was read; try again")
 
 
 # ---------------------------------------------------------------------------------------------- layout
@@ -219,7 +245,7 @@ def read_snapshot(store: BlobStore, name: str | None = None) -> CommittedSnapsho
     if not versions:
         return _read_legacy(store, name)
     if name is None:
-        return _read_committed(store, log.read(versions[-1]))
+        return _while_the_log_moves(store, log, lambda: _read_committed(store, log.read(log.versions()[-1])))
     cid = parse_index_name(name)
     if cid is None or cid.version not in versions:
         raise NoSnapshotError(
@@ -248,21 +274,15 @@ def _newest_for_writing(store: BlobStore, log: HeadLog, action: str) -> Committe
 def _finish_cleanup(
     store: BlobStore, log: HeadLog, action: str
 ) -> tuple[CommittedSnapshot | None, CleanupStats | None]:
-    """Finish the post-commit cleanup of the newest committed backup; returns it and what was done.
+    """Finish the post-commit cleanup of the newest committed backup; returns it and what was done."""
 
-    A backup committing meanwhile may delete what the older snapshot referenced; then the head log has
-    moved on and the newer snapshot's cleanup is finished instead.
-    """
-    for _ in range(_CLEANUP_RACE_RETRIES):
+    def finish() -> tuple[CommittedSnapshot | None, CleanupStats | None]:
         newest = _newest_for_writing(store, log, action)
         if newest is None:
             return None, None
-        try:
-            return newest, post_commit_cleanup(store, newest.name, newest.index)
-        except SnapshotBlobMissingError:
-            if log.versions()[-1] == newest.version:
-                raise  # nothing newer committed: the newest snapshot really lost an object
-    raise RepositoryError(f"backups kept committing to {store.url} while its cleanup was finished; try again")
+        return newest, post_commit_cleanup(store, newest.name, newest.index)
+
+    return _while_the_log_moves(store, log, finish)
 
 
 # ---------------------------------------------------------------------------------------------- backup
@@ -336,6 +356,46 @@ def backup_to_repository(
     return RepositoryBackup(version, head, result, cleanup)
 
 
+def restore_repository(
+    store: BlobStore,
+    target_dir: str | os.PathLike[str],
+    snapshot: str | CommittedSnapshot | None = None,
+    *,
+    delete_extra: bool = False,
+    progress: Progress | None = None,
+    checksum_cache: ChecksumCache | None = DEFAULT_CHECKSUM_CACHE,
+) -> tuple[CommittedSnapshot, RestoreStats]:
+    """Restore the newest committed snapshot (or the one named, or one already read) into ``target_dir``.
+
+    See :func:`read_snapshot` and :func:`~blobstate.snapshot.restore.restore_directory` (which refuses a
+    target holding the repository and, unless ``delete_extra``, a target holding other files). A blob
+    that went missing because a backup committed meanwhile (its cleanup deletes what the older snapshot
+    alone referenced) is reported as that race: run the restore again.
+    """
+    check_restore_target(store, target_dir)
+    chosen = snapshot if isinstance(snapshot, CommittedSnapshot) else read_snapshot(store, snapshot)
+    try:
+        stats = restore_directory(
+            store,
+            chosen.index,
+            target_dir,
+            progress=progress,
+            checksum_cache=checksum_cache,
+            delete_extra=delete_extra,
+            index_name=chosen.name,
+        )
+    except SnapshotBlobMissingError as error:
+        versions = HeadLog(store).versions() if chosen.head is not None else []
+        if not versions or versions[-1] == chosen.version:
+            raise
+        raise RepositoryError(
+            f"backup {versions[-1]} committed to {store.url} while {chosen.name!r} was being restored, and "
+            f"its cleanup deleted {error.blob_id!r}, which the restore still needed; run the restore "
+            "again to restore the new snapshot"
+        ) from error
+    return chosen, stats
+
+
 # ---------------------------------------------------------------------------------------------- gc
 @dataclass
 class RepositoryGcStats:
@@ -363,21 +423,27 @@ def _mark(store: BlobStore, log: HeadLog, present: list[str]) -> tuple[int, set[
     an empty mark. The newest snapshot must be readable; older committed indexes still present (a
     cleanup not finished yet) are retained too.
     """
-    heads = log.read_all()
-    if not heads:
-        return 0, set()
-    by_index = {h.index: h for h in heads}
-    retained = [heads[-1]] + [by_index[n] for n in present if n in by_index and n != heads[-1].index]
-    referenced: set[str] = set()
-    for head in retained:
-        try:
-            snapshot = _read_committed(store, head)
-        except SnapshotBlobMissingError:
-            if head is heads[-1]:
-                raise
-            continue  # an older index deleted meanwhile by a cleanup
-        referenced |= {snapshot.name} | snapshot.index.present_blob_ids()
-    return heads[-1].version, referenced
+
+    def mark() -> tuple[int, set[str]]:
+        heads = log.read_all()
+        if not heads:
+            return 0, set()
+        by_index = {h.index: h for h in heads}
+        retained = [by_index[n] for n in present if n in by_index and n != heads[-1].index]
+        referenced = _referenced(store, heads[-1])
+        for head in retained:
+            try:
+                referenced |= _referenced(store, head)
+            except SnapshotBlobMissingError:
+                continue  # an older index deleted meanwhile by a cleanup
+        return heads[-1].version, referenced
+
+    return _while_the_log_moves(store, log, mark)
+
+
+def _referenced(store: BlobStore, head: HeadRecord) -> set[str]:
+    snapshot = _read_committed(store, head)
+    return {snapshot.name} | snapshot.index.present_blob_ids()
 
 
 def _unreferenced(names: list[str], referenced: set[str], newest: int) -> list[str]:
@@ -570,6 +636,7 @@ __all__ = [
     "gc_repository",
     "is_backup_repository",
     "read_snapshot",
+    "restore_repository",
     "root_indexes",
     "verify_repository",
 ]
