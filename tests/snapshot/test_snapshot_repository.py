@@ -29,7 +29,7 @@ from blobstate.snapshot import (
     verify_repository,
 )
 from blobstate.snapshot.heads import HeadLog, HeadLogError, head_name
-from blobstate.snapshot.repository import RepositoryBackup, root_indexes
+from blobstate.snapshot.repository import REPOSITORY_MARKER, RepositoryBackup, root_indexes
 
 LATER = time.time() + 365 * 24 * 3600  # every pending TTL has passed
 
@@ -93,6 +93,17 @@ def test_each_backup_commits_one_head_naming_its_index_size_and_checksum(
     assert not blob_store.has_ttl(heads[-1].index)
     assert read_snapshot(blob_store).name == heads[-1].index
     assert restored(blob_store, tmp_path) == read_tree(src)
+
+
+def test_a_repository_of_an_unknown_format_is_not_written(mem_store: BlobStore, tmp_path: Path) -> None:
+    src = write_tree(tmp_path / "src", {"a.sst": b"a"})
+    backup(mem_store, src)
+    assert json.loads(mem_store.get(REPOSITORY_MARKER))["format_version"] == 1
+    mem_store.put(REPOSITORY_MARKER, b'{"format_version": 2}')
+    before = mem_store.list()
+    with pytest.raises(RepositoryError, match="repository format 2"):
+        backup(mem_store, src)
+    assert mem_store.list() == before
 
 
 def test_is_backup_repository(tmp_path: Path) -> None:
@@ -353,6 +364,40 @@ def test_gc_full_while_a_backup_commits_deletes_nothing_the_new_snapshot_needs(t
         assert restored(store, tmp_path) == read_tree(src)
 
 
+def test_gc_full_running_all_along_never_touches_what_backups_commit(shared_url: str, tmp_path: Path) -> None:
+    src = write_tree(tmp_path / "src", {"1.sst": os.urandom(3000)})
+    done = threading.Event()
+    sweeps: list[int] = []
+    errors: list[BaseException] = []
+
+    def sweep() -> None:
+        with open_blob_store(shared_url) as store:
+            while not done.is_set():
+                try:
+                    gc_repository(store, full=True)
+                    sweeps.append(1)
+                except BaseException as error:
+                    errors.append(error)
+                    return
+
+    sweeper = threading.Thread(target=sweep)
+    sweeper.start()
+    try:
+        with open_blob_store(shared_url) as store:
+            for n in range(6):
+                (src / f"{n + 2}.sst").write_bytes(os.urandom(2000))
+                if n % 2:
+                    (src / f"{n + 1}.sst").unlink()
+                backup(store, src)
+                assert restored(store, tmp_path) == read_tree(src)
+    finally:
+        done.set()
+        sweeper.join()
+    assert errors == [] and sweeps
+    with open_blob_store(shared_url) as store:
+        assert verify_repository(store, checksums=True).problems == []
+
+
 # ---------------------------------------------------------------------------------------------- finding 8
 @pytest.mark.parametrize("alteration", ["emptied file list", "one digit of an SST name"])
 def test_an_altered_but_valid_index_is_detected_and_named(
@@ -478,7 +523,7 @@ def test_an_empty_repository_and_one_whose_only_backup_never_committed(
     src = write_tree(tmp_path / "src", {"a.sst": b"a"})
     with pytest.raises(BlobStoreError):
         backup(HookedStore(mem_store, crash), src)
-    with pytest.raises(NoSnapshotError, match="still pending"):
+    with pytest.raises(NoSnapshotError, match=r"1 backup\(s\) never committed"):
         read_snapshot(mem_store)
     assert backup(mem_store, src).version == 1
     gc_repository(mem_store, full=True, now=LATER)

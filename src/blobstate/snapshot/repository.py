@@ -2,9 +2,10 @@
 
 A repository (made by ``blobstate backup``) holds, at its root::
 
-    heads/<n>.json          the head log: backup n committed this index (create-only, never deleted)
-    <n>_<uid>.snapshot      snapshot indexes (seed 000)
-    blobs/<hex>             file contents the indexes reference
+    blobstate-repository.json   the repository marker, written before anything else
+    heads/<n>.json              the head log: backup n committed this index (create-only, kept forever)
+    <n>_<uid>.snapshot          snapshot indexes (seed 000)
+    blobs/<hex>                 file contents the indexes reference
 
 A backup uploads its blobs and its index pending (with a TTL), then commits by creating ``heads/<n>.json``
 (:class:`~blobstate.snapshot.heads.HeadLog`): of two backups racing for version n one wins, the other
@@ -13,13 +14,14 @@ cleanup, which makes its snapshot permanent and deletes what the previous one ha
 newest snapshot is always the one the highest head names, and its index is checked against the size and
 CRC-32 the head records before it is parsed; the index in turn records every blob's CRC-32 and length.
 
-Repositories written before the head log existed (indexes but no ``heads/``) are read by restore and
-inspect when their newest index is unambiguous, unverified; backup and gc refuse them
-(:class:`LegacyRepositoryError`).
+Repositories written before the head log existed (indexes, but neither ``heads/`` nor the marker) are
+read by restore and inspect when their newest index is unambiguous and permanent, unverified; backup and
+gc refuse them (:class:`LegacyRepositoryError`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +59,11 @@ from blobstate.snapshot.restore import (
 
 BLOB_PREFIX = "blobs/"
 """Where a repository's blobs live."""
+
+REPOSITORY_MARKER = "blobstate-repository.json"
+"""Created by the first backup before anything else: tells a repository with a head log from an older one."""
+
+REPOSITORY_FORMAT_VERSION = 1
 
 _RACE_RETRIES = 5
 
@@ -127,15 +134,42 @@ def root_indexes(store: BlobStore) -> list[str]:
 
 
 def is_backup_repository(store: BlobStore) -> bool:
-    """Whether ``store`` holds a backup repository (a head log, or snapshot indexes at its root).
+    """Whether ``store`` holds a backup repository (its marker, a head log, or root snapshot indexes).
 
     A query checkpoint (``metadata.json``) without a head log is not one; an empty location is not one.
     """
-    if store.list(HEADS_PREFIX):
+    if store.exists(REPOSITORY_MARKER) or store.list(HEADS_PREFIX):
         return True
     if store.exists(METADATA):
         return False
     return bool(root_indexes(store))
+
+
+def _read_marker(store: BlobStore) -> bool:
+    """Whether the repository marker exists; one of another format version is refused."""
+    try:
+        data = store.get(REPOSITORY_MARKER)
+    except BlobNotFoundError:
+        return False
+    try:
+        version = json.loads(data).get("format_version")
+    except (ValueError, AttributeError):
+        version = None
+    if version != REPOSITORY_FORMAT_VERSION:
+        raise RepositoryError(
+            f"{REPOSITORY_MARKER} in {store.url} declares repository format {version!r}; this blobstate "
+            f"writes and reads format {REPOSITORY_FORMAT_VERSION}: use the blobstate that wrote it"
+        )
+    return True
+
+
+def _ensure_marker(store: BlobStore) -> None:
+    """Create the repository marker (before anything else of a first backup), or check the one there."""
+    data = json.dumps(
+        {"format_version": REPOSITORY_FORMAT_VERSION, "kind": "blobstate backup repository"}, indent=1
+    ).encode("utf-8")
+    if not store.put_if_absent(REPOSITORY_MARKER, data):
+        _read_marker(store)
 
 
 def _refuse_query_checkpoint(store: BlobStore, action: str) -> None:
@@ -161,15 +195,17 @@ def _refuse_overlap(store: BlobStore, path: str | os.PathLike[str], what: str) -
         )
 
 
-def _permanent_indexes(store: BlobStore) -> list[str]:
-    out = []
-    for name in root_indexes(store):
-        try:
-            if not store.has_ttl(name):
-                out.append(name)
-        except BlobNotFoundError:
-            continue
-    return out
+def _legacy_indexes(store: BlobStore) -> list[str]:
+    """The root indexes of a repository written before the head log existed; [] for any other.
+
+    Such a repository has no marker: every backup since creates the marker before it writes anything,
+    so the marker is checked after the indexes are listed, and an index of a current repository always
+    finds it.
+    """
+    indexes = root_indexes(store)
+    if not indexes or _read_marker(store):
+        return []
+    return indexes
 
 
 def _legacy_error(store: BlobStore, indexes: list[str], action: str) -> LegacyRepositoryError:
@@ -209,11 +245,8 @@ def _check_names(store: BlobStore, name: str, index: SnapshotIndex, previous: st
         )
 
 
-def _read_legacy(store: BlobStore, name: str | None) -> CommittedSnapshot:
-    indexes = root_indexes(store)
+def _read_legacy(store: BlobStore, name: str | None, indexes: list[str]) -> CommittedSnapshot:
     if name is None:
-        if not indexes:
-            raise NoSnapshotError(f"no snapshot in {store.url}")
         top = max(parse_index_name(n).version for n in indexes)  # type: ignore[union-attr]
         newest = [n for n in indexes if parse_index_name(n).version == top]  # type: ignore[union-attr]
         if len(newest) > 1:
@@ -224,8 +257,7 @@ def _read_legacy(store: BlobStore, name: str | None) -> CommittedSnapshot:
         name = newest[0]
     if name not in indexes or store.has_ttl(name):
         raise NoSnapshotError(
-            f"no committed snapshot {name!r} in {store.url}: it is missing or still pending (its backup "
-            "never finished)"
+            f"no snapshot {name!r} in {store.url} that finished: it is missing or still pending"
         )
     index = read_snapshot_index(store, name)
     _check_names(store, name, index, None)
@@ -243,7 +275,16 @@ def read_snapshot(store: BlobStore, name: str | None = None) -> CommittedSnapsho
     log = HeadLog(store)
     versions = log.versions()
     if not versions:
-        return _read_legacy(store, name)
+        legacy = _legacy_indexes(store)
+        if legacy:
+            return _read_legacy(store, name, legacy)
+        versions = log.versions()  # a first backup may have committed meanwhile
+        if not versions:
+            attempts = len(root_indexes(store))
+            raise NoSnapshotError(
+                f"no snapshot in {store.url}"
+                + (f": {attempts} backup(s) never committed (their objects expire)" if attempts else "")
+            )
     if name is None:
         return _while_the_log_moves(store, log, lambda: _read_committed(store, log.read(log.versions()[-1])))
     cid = parse_index_name(name)
@@ -263,12 +304,14 @@ def read_snapshot(store: BlobStore, name: str | None = None) -> CommittedSnapsho
 
 def _newest_for_writing(store: BlobStore, log: HeadLog, action: str) -> CommittedSnapshot | None:
     versions = log.versions()
-    if versions:
-        return _read_committed(store, log.read(versions[-1]))
-    permanent = _permanent_indexes(store)
-    if permanent:
-        raise _legacy_error(store, permanent, action)
-    return None  # nothing committed; pending indexes of attempts that never committed expire
+    if not versions:
+        legacy = _legacy_indexes(store)
+        if legacy:
+            raise _legacy_error(store, legacy, action)
+        versions = log.versions()  # a first backup may have committed meanwhile
+        if not versions:
+            return None  # nothing committed; indexes of attempts that never committed expire
+    return _read_committed(store, log.read(versions[-1]))
 
 
 def _finish_cleanup(
@@ -318,6 +361,7 @@ def backup_to_repository(
     _refuse_query_checkpoint(store, "back up into")
     log = HeadLog(store)
     previous, _ = _finish_cleanup(store, log, "back up into")
+    _ensure_marker(store)
     version = previous.version + 1 if previous is not None else 1
     cid = CheckpointId(version, new_uid())
     result = backup_directory(
@@ -504,8 +548,8 @@ def gc_repository(
         kept.append(name)
     # After the pending checks: a backup that committed and made its objects permanent since the first
     # mark is in this one.
-    again, referenced_again = _mark(store, log, present)
-    if again != newest_version:
+    if (log.versions() or [0])[-1] != newest_version:
+        again, referenced_again = _mark(store, log, present)
         kept = _unreferenced(kept, referenced_again, again)
         referenced |= referenced_again
     stats.referenced = len(referenced)
@@ -562,9 +606,13 @@ def verify_repository(store: BlobStore, *, checksums: bool = False) -> Repositor
         return result
     result.heads = len(heads)
     if not heads:
-        indexes = _permanent_indexes(store)
-        if indexes:
-            problems.append(RepositoryProblem(HEADS_PREFIX, str(_legacy_error(store, indexes, "verify"))))
+        legacy = _legacy_indexes(store)
+        if legacy:
+            problems.append(RepositoryProblem(HEADS_PREFIX, str(_legacy_error(store, legacy, "verify"))))
+        elif HeadLog(store).versions():  # a first backup committed meanwhile
+            return verify_repository(store, checksums=checksums)
+        elif _read_marker(store):
+            problems.append(RepositoryProblem(store.url, "no backup has committed here yet"))
         else:
             problems.append(
                 RepositoryProblem(store.url, "no committed backup here (no head log and no snapshot index)")
