@@ -150,3 +150,44 @@ def test_an_empty_snapshot_restored_with_delete_extra_empties_only_the_target(
     assert (stats.files_deleted, stats.dirs_deleted) == (3, 1)
     assert os.listdir(target) == []
     assert (tmp_path / "src" / "a").read_bytes() == b"a"
+
+
+MOUNTED_RESTORE = """
+import sys, uuid
+from pathlib import Path
+from blobstate.blobstore import open_blob_store
+from blobstate.snapshot import backup_directory, restore_directory
+from blobstate.snapshot.restore import RestoreTargetError
+
+tmp = Path(sys.argv[1])
+store = open_blob_store(f"memory://{uuid.uuid4().hex}")
+index = backup_directory(store, tmp / "src", index_name="1_00000001.snapshot", blob_prefix="blobs/",
+                         previous=None, previous_name=None, checkpoint_id="1_00000001").index
+try:
+    restore_directory(store, index, tmp / "target")
+except RestoreTargetError as error:
+    print("refused:", error)
+"""
+
+
+def test_restore_never_deletes_across_a_mount_point(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    write_tree(tmp_path / "src", {"a.sst": b"a"})
+    mounted = tmp_path / "target" / "mounted"
+    mounted.mkdir(parents=True)
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a tmpfs in a private mount namespace")
+    script = (
+        f"mount -t tmpfs none {mounted} && echo precious > {mounted}/file && "
+        f"{sys.executable} -c '{MOUNTED_RESTORE}' {tmp_path} && cat {mounted}/file"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    run = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env)
+    if "mount" in run.stderr and run.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {run.stderr.strip()}")
+    assert run.returncode == 0, run.stderr
+    assert "refused:" in run.stdout and "another filesystem" in run.stdout and "mounted" in run.stdout
+    assert run.stdout.strip().endswith("precious")  # the mounted filesystem's file is still there
