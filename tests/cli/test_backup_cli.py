@@ -202,3 +202,23 @@ def test_concurrent_backup_processes_one_wins_each_version_and_the_newest_restor
         assert restored["version"] == versions[-1]
         assert _tree(tmp_path / f"out-{round_}") == committed[versions[-1]]
     print(f"{conflicts} of 6 backups lost a race")  # shown with -s: how often the processes overlapped
+
+
+def test_a_changed_blob_byte_fails_the_restore_naming_the_blob_and_the_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "000009.sst").write_bytes(os.urandom(5000))
+    repo = tmp_path / "repo"
+    name = _run("backup", str(source), str(repo))["snapshot"]
+    (blob,) = json.loads(runner.invoke(app, ["inspect", str(repo), "--json"]).stdout)["index"]["dirIndex"][
+        "filesPresent"
+    ][0]["blobs"]
+    path = repo / blob["blobId"]
+    data = bytearray(path.read_bytes())
+    data[1234] ^= 0x01
+    path.write_bytes(bytes(data))
+    line = _error(capsys, "restore", str(repo), str(tmp_path / "out"))
+    assert blob["blobId"] in line and name in line and "000009.sst" in line and "checksum" in line
+    assert str(tmp_path / "out") not in line  # the remote object is named, not a local path
