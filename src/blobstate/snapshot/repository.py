@@ -595,8 +595,21 @@ def verify_repository(store: BlobStore, *, checksums: bool = False) -> Repositor
     Reads every head record (complete, one chain), reads the newest index and checks its bytes against
     its head's size and CRC-32, checks that it is permanent, and checks that every blob it references
     exists with the recorded length (one listing of ``blobs/``). With ``checksums`` every blob is also
-    downloaded and its CRC-32 compared with the index's. Each problem names the object at fault.
+    downloaded and its CRC-32 compared with the index's. Each problem names the object at fault. If a
+    backup commits meanwhile (its cleanup may delete what the older snapshot alone needed) and problems
+    were found, the newer snapshot is verified instead.
     """
+    for _ in range(_RACE_RETRIES):
+        result = _verify(store, checksums)
+        if not result.problems or result.version == 0:
+            return result
+        versions = HeadLog(store).versions()
+        if not versions or versions[-1] == result.version:
+            return result
+    return result
+
+
+def _verify(store: BlobStore, checksums: bool) -> RepositoryVerifyResult:
     result = RepositoryVerifyResult(checksums=checksums)
     problems = result.problems
     try:
@@ -610,7 +623,7 @@ def verify_repository(store: BlobStore, *, checksums: bool = False) -> Repositor
         if legacy:
             problems.append(RepositoryProblem(HEADS_PREFIX, str(_legacy_error(store, legacy, "verify"))))
         elif HeadLog(store).versions():  # a first backup committed meanwhile
-            return verify_repository(store, checksums=checksums)
+            return _verify(store, checksums)
         elif _read_marker(store):
             problems.append(RepositoryProblem(store.url, "no backup has committed here yet"))
         else:
