@@ -143,3 +143,67 @@ class FaultyStore(BlobStore):
 
     def _list_sizes(self, prefix):  # type: ignore[no-untyped-def]
         return self.inner.list_sizes(prefix)
+
+
+class HookedStore(BlobStore):
+    """Wraps a real store and calls ``hook(op, name)`` before every operation (to inject a crash or a pause).
+
+    ``op`` is one of put, put_if_absent, get, delete, remove_ttl, has_ttl, exists, list; the hook may
+    raise (a crash at that point) or block (to line up two writers).
+    """
+
+    def __init__(self, inner: BlobStore, hook):  # type: ignore[no-untyped-def]
+        super().__init__(inner.url, io_threads=4)
+        self.inner = inner
+        self.hook = hook
+
+    def _put_bytes(self, name, data, ttl):  # type: ignore[no-untyped-def]
+        self.hook("put", name)
+        self.inner.put(name, data, ttl=ttl)
+
+    def _put_file(self, name, path, ttl):  # type: ignore[no-untyped-def]
+        self.hook("put", name)
+        self.inner.put(name, path, ttl=ttl)
+
+    def _put_if_absent(self, name, data, ttl):  # type: ignore[no-untyped-def]
+        self.hook("put_if_absent", name)
+        return self.inner.put_if_absent(name, data, ttl=ttl)
+
+    def _get_bytes(self, name):  # type: ignore[no-untyped-def]
+        self.hook("get", name)
+        return self.inner.get(name)
+
+    def _get_file(self, name, path):  # type: ignore[no-untyped-def]
+        self.hook("get", name)
+        return self.inner.get_file(name, path)
+
+    def _delete(self, name):  # type: ignore[no-untyped-def]
+        self.hook("delete", name)
+        self.inner.delete(name)
+
+    def _remove_ttl(self, name):  # type: ignore[no-untyped-def]
+        self.hook("remove_ttl", name)
+        self.inner.remove_ttl(name)
+
+    def _has_ttl(self, name):  # type: ignore[no-untyped-def]
+        self.hook("has_ttl", name)
+        return self.inner.has_ttl(name)
+
+    def _exists(self, name):  # type: ignore[no-untyped-def]
+        self.hook("exists", name)
+        return self.inner.exists(name)
+
+    def _list(self, prefix):  # type: ignore[no-untyped-def]
+        self.hook("list", prefix)
+        return self.inner.list(prefix)
+
+    def _list_sizes(self, prefix):  # type: ignore[no-untyped-def]
+        self.hook("list", prefix)
+        return self.inner.list_sizes(prefix)
+
+    def expire(self, now=None):  # type: ignore[no-untyped-def]
+        return self.inner.expire(now)
+
+    def close(self) -> None:
+        super().close()
+        self.inner.close()

@@ -1,22 +1,18 @@
-"""Post-commit cleanup (idempotent, crash-safe, never deleting what a snapshot needs) and latest_snapshot."""
+"""Post-commit cleanup: idempotent, crash-safe, never deleting what a snapshot needs."""
 
 from __future__ import annotations
 
 import os
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from snapshot_helpers import FaultyStore, read_tree, write_tree
 
 from blobstate.blobstore import BlobStore, BlobStoreError
-from blobstate.ids import CheckpointId
 from blobstate.snapshot import (
     SnapshotBlobMissingError,
-    SnapshotError,
     backup_directory,
-    latest_snapshot,
     post_commit_cleanup,
     referenced_objects,
     restore_directory,
@@ -166,44 +162,6 @@ def test_uncommitted_attempt_expires_while_committed_snapshot_survives(
     # s3 never commits: its own new objects expire, s2 stays complete.
     mem_store.expire(time.time() + 31 * 24 * 3600)
     assert set(mem_store.list()) == referenced_objects(s2.index_name, s2.index)
-
-
-def repo_backup(store: BlobStore, src: Path, version: int, prefix: str = "") -> str:
-    name = f"{prefix}{CheckpointId(version, uuid.uuid4().hex).name}.snapshot"
-    backup_directory(
-        store,
-        src,
-        index_name=name,
-        blob_prefix=f"{prefix}blobs/",
-        previous=None,
-        previous_name=None,
-        checkpoint_id=name[len(prefix) : -len(".snapshot")],
-    )
-    return name
-
-
-@pytest.mark.parametrize("prefix", ["", "repo/"])
-def test_latest_snapshot_picks_the_highest_version(mem_store: BlobStore, tmp_path: Path, prefix: str) -> None:
-    assert latest_snapshot(mem_store, prefix) is None
-    src = write_tree(tmp_path / "s", {"a": b"a"})
-    names = [repo_backup(mem_store, src, v, prefix) for v in (1, 2, 10, 9)]
-    mem_store.put(f"{prefix}notes.txt", b"x")
-    mem_store.put(f"{prefix}other/99_{'a' * 32}.snapshot", b"not at the root")
-    mem_store.put(f"{prefix}x_y.snapshot", b"not a checkpoint id")
-    found = latest_snapshot(mem_store, prefix)
-    assert found is not None
-    assert found[0] == names[2]
-    assert found[1].checkpoint_id == names[2][len(prefix) : -len(".snapshot")]
-
-
-def test_latest_snapshot_refuses_two_at_the_same_version(mem_store: BlobStore, tmp_path: Path) -> None:
-    src = write_tree(tmp_path / "s", {"a": b"a"})
-    repo_backup(mem_store, src, 1)
-    a = repo_backup(mem_store, src, 4)
-    b = repo_backup(mem_store, src, 4)
-    with pytest.raises(SnapshotError, match="ambiguous") as info:
-        latest_snapshot(mem_store)
-    assert a in str(info.value) and b in str(info.value)
 
 
 def test_cleanup_leaves_pending_objects_of_other_attempts_alone(mem_store: BlobStore, tmp_path: Path) -> None:

@@ -166,10 +166,29 @@ def test_wrong_types_are_rejected(path: tuple, value: object, fragment: str) -> 
     expect_error(raw, fragment)
 
 
-def test_unknown_field_is_rejected() -> None:
-    raw = raw_sample()
-    raw["dirIndex"]["filesPresent"][0]["owner"] = "root"
-    expect_error(raw, "unknown field", "owner", "000009.sst")
+def with_unknown_fields(raw: dict) -> dict:
+    """``raw`` with a field this reader does not know added at every level of the index."""
+    raw["encryption"] = {"scheme": "none"}
+    raw["metadata"]["hostname"] = "h1"
+    raw["dirIndex"]["xattrs"] = []
+    file = raw["dirIndex"]["filesPresent"][0]
+    file["owner"] = "root"
+    file["blobs"][0]["storageClass"] = "STANDARD"
+    file["metadata"]["atimeMs"] = 1
+    file["checksum"]["seed"] = 0
+    raw["dirIndex"]["subDirsPresent"][0]["owner"] = "root"
+    return raw
+
+
+def test_unknown_fields_are_ignored_within_a_schema_version() -> None:
+    # Forward compatibility: a newer writer of schema version 1 may add optional fields.
+    assert parse(with_unknown_fields(raw_sample())) == sample_index()
+
+
+def test_unknown_schema_version_is_rejected_even_when_the_fields_look_familiar() -> None:
+    raw = with_unknown_fields(raw_sample())
+    raw["schemaVersion"] = SCHEMA_VERSION + 1
+    expect_error(raw, "unsupported schema version 2")
 
 
 HOSTILE = ["..", ".", "", "/etc/passwd", "a/b", "..\\..\\x", "a\\b", "nul\x00byte", "lone\ud800surrogate"]

@@ -1,8 +1,10 @@
 """``blobstate backup | restore | inspect``: a standalone backup repository of one directory.
 
-A standalone repository uses the layout of one partition: ``<n>_<uid>.snapshot`` index objects at its
-root plus ``blobs/``. Each backup is incremental against the newest snapshot and, once its index is
-written, runs the post-commit cleanup (the previous index and the blobs only it referenced go).
+The repository (:mod:`blobstate.snapshot.repository`) holds ``heads/<n>.json`` (the head log that fences
+concurrent backups), ``<n>_<uid>.snapshot`` indexes and ``blobs/``. Each backup is incremental against
+the newest committed snapshot and commits by creating its head; only then does it run the post-commit
+cleanup. Restore never deletes anything it was not asked to (``--delete-extra``) and refuses a target
+that contains the repository or lies inside it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -62,76 +64,70 @@ def backup(
 ) -> None:
     """Back up DIRECTORY to URL, uploading only what changed since the newest snapshot there."""
     from blobstate.blobstore import open_blob_store
-    from blobstate.ids import CheckpointId, new_uid
-    from blobstate.snapshot import backup_directory, latest_snapshot, post_commit_cleanup
+    from blobstate.snapshot.repository import backup_to_repository
 
     if not directory.is_dir():
         raise _fail(f"{directory} is not a directory")
-    with open_blob_store(url) as store:
-        newest = latest_snapshot(store)
-        previous_name, previous = newest if newest else (None, None)
-        if newest:
-            post_commit_cleanup(store, previous_name, previous)  # finish a backup cut off part-way
-        number = CheckpointId.parse(previous_name.removesuffix(".snapshot")).version + 1 if newest else 1
-        cid = CheckpointId(number, new_uid())
-        with _progress("backup", _tree_size(directory), not as_json) as progress:
-            result = backup_directory(
-                store,
-                directory,
-                index_name=f"{cid.name}.snapshot",
-                blob_prefix="blobs/",
-                previous=previous,
-                previous_name=previous_name,
-                checkpoint_id=cid.name,
-                metadata={"source": str(directory.resolve())},
-                progress=progress,
-            )
-        post_commit_cleanup(store, result.index_name, result.index)
+    with (
+        open_blob_store(url) as store,
+        _progress("backup", _tree_size(directory), not as_json) as progress,
+    ):
+        done = backup_to_repository(
+            store, directory, metadata={"source": str(directory.resolve())}, progress=progress
+        )
+    result = done.result
     stats = asdict(result.stats)
     stats["snapshot"] = result.index_name
+    stats["version"] = done.version
     if as_json:
         typer.echo(json.dumps(stats, indent=2))
     else:
         typer.echo(
-            f"snapshot {result.index_name}: uploaded {stats['files_uploaded']} files"
+            f"snapshot {result.index_name} (backup {done.version}): uploaded {stats['files_uploaded']} files"
             f" ({stats['bytes_uploaded']:,} bytes), reused {stats['files_retained']} files"
             f" ({stats['bytes_retained']:,} bytes)"
         )
-
-
-def _chosen_snapshot(store: Any, url: str, snapshot: str | None) -> tuple[str, Any]:
-    """The named snapshot, or the newest one; a clear error when the repository has none."""
-    from blobstate.snapshot import latest_snapshot, read_snapshot_index
-
-    if snapshot is not None:
-        return snapshot, read_snapshot_index(store, snapshot)
-    newest = latest_snapshot(store)
-    if newest is None:
-        raise _fail(f"no snapshot in {url}")
-    return newest
 
 
 def restore(
     url: Annotated[str, typer.Argument(help="Backup repository URL.")],
     directory: Annotated[Path, typer.Argument(help="Target directory (made identical to the snapshot).")],
     snapshot: Annotated[str | None, typer.Option(help="Snapshot name (default: the newest).")] = None,
+    delete_extra: Annotated[
+        bool,
+        typer.Option(
+            "--delete-extra",
+            help="Delete files and directories in DIRECTORY that the snapshot does not hold "
+            "(without it, such a target is refused and left untouched).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Restore the newest snapshot (or --snapshot NAME) at URL into DIRECTORY."""
     from blobstate.blobstore import open_blob_store
-    from blobstate.snapshot import restore_directory
+    from blobstate.snapshot.repository import read_snapshot, restore_repository
+    from blobstate.snapshot.restore import RestoreTargetError, check_restore_target
 
     with open_blob_store(url) as store:
-        name, index = _chosen_snapshot(store, url, snapshot)
-        with _progress("restore", index.total_size, not as_json) as progress:
-            stats = restore_directory(store, index, directory, progress=progress)
+        check_restore_target(store, directory)
+        chosen = read_snapshot(store, snapshot)
+        try:
+            with _progress("restore", chosen.index.total_size, not as_json) as progress:
+                chosen, stats = restore_repository(
+                    store, directory, chosen, delete_extra=delete_extra, progress=progress
+                )
+        except RestoreTargetError as error:
+            if not error.extras:
+                raise
+            raise RestoreTargetError(f"{error} (--delete-extra)", extras=error.extras) from None
     result = asdict(stats)
-    result["snapshot"] = name
+    result["snapshot"] = chosen.name
+    result["version"] = chosen.version
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
         typer.echo(
-            f"restored {name}: downloaded {result['files_downloaded']} files"
+            f"restored {chosen.name}: downloaded {result['files_downloaded']} files"
             f" ({result['bytes_downloaded']:,} bytes), kept {result['files_reused']} matching files"
             f" ({result['bytes_reused']:,} bytes), deleted {result['files_deleted']} extra files"
         )
@@ -144,13 +140,30 @@ def inspect(
 ) -> None:
     """Show a snapshot index: its files, sizes, checksums and blobs."""
     from blobstate.blobstore import open_blob_store
+    from blobstate.snapshot.repository import read_snapshot
 
     with open_blob_store(url) as store:
-        name, index = _chosen_snapshot(store, url, snapshot)
+        chosen = read_snapshot(store, snapshot)
+    name, index = chosen.name, chosen.index
     if as_json:
-        typer.echo(json.dumps({"snapshot": name, "index": json.loads(index.to_json())}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "snapshot": name,
+                    "version": chosen.version,
+                    "verified_by_head": chosen.head is not None,
+                    "index": json.loads(index.to_json()),
+                },
+                indent=2,
+            )
+        )
         return
-    typer.echo(f"snapshot {name}  checkpoint {index.checkpoint_id}  created {index.created_time_ms} ms")
+    typer.echo(
+        f"snapshot {name}  backup {chosen.version}  checkpoint {index.checkpoint_id}"
+        f"  created {index.created_time_ms} ms"
+    )
+    if chosen.head is None:
+        typer.echo("(no head log: a repository written by an older blobstate; index not verified)")
     if index.prev_snapshot_index:
         typer.echo(f"previous {index.prev_snapshot_index}")
     for path, file in index.iter_present_files():

@@ -4,8 +4,10 @@
 - :mod:`~blobstate.snapshot.checksum`: CRC-32 of files and chunks, and a cache for immutable files.
 - :mod:`~blobstate.snapshot.backup`: :func:`backup_directory` (DirDiff against the previous index + upload).
 - :mod:`~blobstate.snapshot.restore`: :func:`restore_directory`, :func:`read_snapshot_index`.
-- :mod:`~blobstate.snapshot.cleanup`: :func:`post_commit_cleanup`, :func:`referenced_objects`,
-  :func:`latest_snapshot`.
+- :mod:`~blobstate.snapshot.cleanup`: :func:`post_commit_cleanup`, :func:`referenced_objects`.
+- :mod:`~blobstate.snapshot.heads`: the head log (``heads/<n>.json``) that fences a backup repository.
+- :mod:`~blobstate.snapshot.repository`: standalone backup repositories (``blobstate backup``):
+  :func:`backup_to_repository`, :func:`read_snapshot`, :func:`gc_repository`, :func:`verify_repository`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from blobstate.snapshot.backup import (
 from blobstate.snapshot.checksum import CHECKSUM_ALGORITHM, DEFAULT_CHECKSUM_CACHE, ChecksumCache
 from blobstate.snapshot.cleanup import (
     CleanupStats,
-    latest_snapshot,
     make_permanent,
     post_commit_cleanup,
     referenced_objects,
@@ -39,23 +40,46 @@ from blobstate.snapshot.index import (
     SnapshotIndex,
     SnapshotMetadata,
 )
-from blobstate.snapshot.restore import RestoreStats, read_snapshot_index, restore_directory
+from blobstate.snapshot.repository import (
+    BackupConflictError,
+    CommittedSnapshot,
+    LegacyRepositoryError,
+    NoSnapshotError,
+    RepositoryError,
+    backup_to_repository,
+    gc_repository,
+    is_backup_repository,
+    read_snapshot,
+    verify_repository,
+)
+from blobstate.snapshot.restore import (
+    RestoreStats,
+    RestoreTargetError,
+    read_snapshot_index,
+    restore_directory,
+)
 
 __all__ = [
     "CHECKSUM_ALGORITHM",
     "DEFAULT_CHECKSUM_CACHE",
     "DEFAULT_CHUNK_SIZE",
     "SCHEMA_VERSION",
+    "BackupConflictError",
     "BackupResult",
     "BackupStats",
     "ChecksumCache",
     "CleanupStats",
+    "CommittedSnapshot",
     "DirDiff",
     "DirIndex",
     "FileBlob",
     "FileIndex",
     "FileMetadata",
+    "LegacyRepositoryError",
+    "NoSnapshotError",
+    "RepositoryError",
     "RestoreStats",
+    "RestoreTargetError",
     "SnapshotBlobMissingError",
     "SnapshotCorruptError",
     "SnapshotError",
@@ -63,11 +87,15 @@ __all__ = [
     "SnapshotIndex",
     "SnapshotMetadata",
     "backup_directory",
+    "backup_to_repository",
     "compute_dir_diff",
-    "latest_snapshot",
+    "gc_repository",
+    "is_backup_repository",
     "make_permanent",
     "post_commit_cleanup",
+    "read_snapshot",
     "read_snapshot_index",
     "referenced_objects",
     "restore_directory",
+    "verify_repository",
 ]

@@ -117,11 +117,15 @@ class BackupStats:
 
 @dataclass(frozen=True)
 class BackupResult:
-    """The index written, its object name, and statistics."""
+    """The index written, its object name, the size and CRC-32 of its bytes, and statistics."""
 
     index: SnapshotIndex
     index_name: str
     stats: BackupStats
+    index_size: int
+    """Bytes of the index object as written (a commit or head record holds them to check it later)."""
+    index_checksum: int
+    """CRC-32 of the index object's bytes."""
 
 
 # ---------------------------------------------------------------------------------------------- scanning
@@ -432,4 +436,10 @@ def backup_directory(
         skipped=tuple(sorted(skipped)),
         seconds=time.monotonic() - started,
     )
-    return BackupResult(index=index, index_name=index_name, stats=stats)
+    return BackupResult(
+        index=index,
+        index_name=index_name,
+        stats=stats,
+        index_size=len(payload),
+        index_checksum=crc32(payload),
+    )

@@ -1,4 +1,4 @@
-"""Post-commit cleanup of snapshots (seed 000) and finding the newest snapshot of a backup repository.
+"""Post-commit cleanup of snapshots (seed 000).
 
 After the version a snapshot belongs to has committed, :func:`post_commit_cleanup` makes everything the
 snapshot references permanent (removes its TTL), deletes the blobs the snapshot lists as removed, and
@@ -14,18 +14,10 @@ import logging
 from dataclasses import dataclass
 
 from blobstate.blobstore.base import BlobNotFoundError, BlobStore
-from blobstate.ids import CheckpointId, InvalidIdError
-from blobstate.snapshot.index import (
-    SnapshotBlobMissingError,
-    SnapshotError,
-    SnapshotFormatError,
-    SnapshotIndex,
-)
+from blobstate.snapshot.index import SnapshotBlobMissingError, SnapshotFormatError, SnapshotIndex
 from blobstate.snapshot.restore import read_snapshot_index
 
 log = logging.getLogger(__name__)
-
-SNAPSHOT_SUFFIX = ".snapshot"
 
 
 @dataclass(frozen=True)
@@ -108,35 +100,3 @@ def post_commit_cleanup(store: BlobStore, index_name: str, index: SnapshotIndex)
         else:
             gone += 1
     return CleanupStats(ttls_removed=ttls, blobs_deleted=deleted, already_gone=gone)
-
-
-def latest_snapshot(store: BlobStore, prefix: str = "") -> tuple[str, SnapshotIndex] | None:
-    """The newest snapshot of a standalone backup repository, or None if it has none.
-
-    The repository has one partition's layout: ``<prefix><n>_<uid>.snapshot`` indexes plus
-    ``<prefix>blobs/``. The highest ``n`` wins; two indexes with the same highest ``n`` are ambiguous
-    (two writers) and raise :class:`SnapshotError` naming both.
-    """
-    best: list[tuple[CheckpointId, str]] = []
-    for name in store.list(prefix):
-        rest = name[len(prefix) :]
-        if "/" in rest or not rest.endswith(SNAPSHOT_SUFFIX):
-            continue
-        try:
-            cid = CheckpointId.parse(rest[: -len(SNAPSHOT_SUFFIX)])
-        except InvalidIdError:
-            continue
-        if not best or cid.version > best[0][0].version:
-            best = [(cid, name)]
-        elif cid.version == best[0][0].version:
-            best.append((cid, name))
-    if not best:
-        return None
-    if len(best) > 1:
-        names = ", ".join(repr(n) for _, n in sorted(best))
-        raise SnapshotError(
-            f"ambiguous latest snapshot in {store.url}: several indexes at version "
-            f"{best[0][0].version}: {names}"
-        )
-    name = best[0][1]
-    return name, read_snapshot_index(store, name)

@@ -19,6 +19,10 @@ JSON layout (schema version 1)::
             "checksum": {"algorithm": "crc32", "value": 123}}
 
 Blob checksums use the file's algorithm; the file checksum is the checksum of the concatenated chunks.
+
+Forward compatibility: within one schema version a reader ignores fields it does not know (a newer writer
+may add optional ones, as Samza's indexes allow); a change that older readers must not ignore needs a new
+schema version, and unknown schema versions are refused.
 """
 
 from __future__ import annotations
@@ -313,15 +317,14 @@ class _Parser:
     def fail(self, where: str, message: str) -> SnapshotFormatError:
         return SnapshotFormatError(f"snapshot index {self.index_name!r}: {where}: {message}")
 
-    def obj(self, raw: object, where: str, required: set[str], optional: set[str] = frozenset()) -> dict:
+    def obj(self, raw: object, where: str, required: set[str]) -> dict:
+        # Fields this reader does not know are ignored (forward compatibility within a schema version: a
+        # writer may add optional fields; anything that changes the meaning needs a new schema version).
         if not isinstance(raw, dict):
             raise self.fail(where, f"expected an object, got {type(raw).__name__}")
         missing = required - raw.keys()
         if missing:
             raise self.fail(where, f"missing required field(s) {sorted(missing)}")
-        unknown = raw.keys() - required - optional
-        if unknown:
-            raise self.fail(where, f"unknown field(s) {sorted(unknown)}")
         return raw
 
     def int_(self, raw: dict, key: str, where: str) -> int:
@@ -361,7 +364,6 @@ class _Parser:
             raw,
             where,
             {"schemaVersion", "checkpointId", "createdTimeMs", "metadata", "dirIndex"},
-            {"prevSnapshotIndex", "lineage"},
         )
         prev = raw.get("prevSnapshotIndex")
         if prev is not None and not isinstance(prev, str):
@@ -381,7 +383,7 @@ class _Parser:
 
     def metadata(self, raw: object) -> SnapshotMetadata:
         where = "metadata"
-        raw = self.obj(raw, where, set(), {"store", "operator", "partition", "properties"})
+        raw = self.obj(raw, where, set())
         store = raw.get("store", "")
         operator = raw.get("operator", "")
         partition = raw.get("partition")
@@ -397,9 +399,7 @@ class _Parser:
         return SnapshotMetadata(store, operator, partition, properties)
 
     def dir(self, raw: object, where: str, path: str) -> DirIndex:
-        raw = self.obj(
-            raw, where, {"name"}, {"filesPresent", "filesRemoved", "subDirsPresent", "subDirsRemoved"}
-        )
+        raw = self.obj(raw, where, {"name"})
         name = self.str_(raw, "name", where)
 
         def files(key: str) -> tuple[FileIndex, ...]:

@@ -1,8 +1,10 @@
 """Restore a snapshot into a local directory, downloading only what differs.
 
 The target ends up holding exactly the snapshot: local files whose name, size and checksum match are kept,
-other files are downloaded, extra files and directories are deleted, empty files and (nested, empty)
-directories are created and permission bits restored. Every download goes to a temporary name in the
+other files are downloaded, extra files and directories are deleted (never following a symlink, never
+across filesystems, never the store's own directory), empty files and (nested, empty) directories are
+created and permission bits restored (at most ``0o755``). The plan is made before anything changes, so a
+refused target is left untouched. Every download goes to a temporary name in the
 file's directory and is renamed into place only after its length and checksum are verified, so a
 truncated or corrupt blob never appears under a real file name. Downloads run in parallel on the store's
 I/O pool; a single-blob file is streamed to disk with ``store.get_file`` (the local-directory backend
@@ -18,7 +20,7 @@ import stat
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from blobstate.blobstore.base import BlobNotFoundError, BlobStore
@@ -60,9 +62,72 @@ class RestoreStats:
     seconds: float
 
 
-def read_snapshot_index(store: BlobStore, index_name: str) -> SnapshotIndex:
-    """Read and validate the snapshot index ``index_name``; a missing one raises ``BlobNotFoundError``."""
-    return SnapshotIndex.from_json(store.get(index_name), name=index_name)
+class RestoreTargetError(SnapshotError):
+    """A restore target that restore refuses to touch: nothing in it was changed."""
+
+    def __init__(self, message: str, *, extras: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.extras = extras
+        """With ``delete_extra=False``: the entries the target holds that the snapshot does not."""
+
+
+RESTORED_MODE_BITS = 0o755
+"""The only permission bits a restore sets: owner rwx, group and others r-x (never set-uid, set-gid,
+sticky, or write for group and others), whatever the index asks for."""
+
+
+def restored_mode(mode: int) -> int:
+    """The permission bits restore gives a file the index records with ``mode`` (``mode & 0o755``)."""
+    return mode & RESTORED_MODE_BITS
+
+
+def read_snapshot_index(
+    store: BlobStore, index_name: str, *, size: int | None = None, checksum: int | None = None
+) -> SnapshotIndex:
+    """Read and validate the snapshot index ``index_name``; a missing one raises ``BlobNotFoundError``.
+
+    With ``size`` and ``checksum`` (the CRC-32 of its bytes, as a head or commit record holds them), the
+    bytes are checked before they are parsed: an index changed after it was committed, even into other
+    valid JSON, raises :class:`SnapshotCorruptError` naming it.
+    """
+    data = store.get(index_name)
+    problem = None
+    if size is not None and len(data) != size:
+        problem = f"has {len(data)} bytes, but {size} were committed"
+    elif checksum is not None and crc32(data) != checksum:
+        problem = f"has checksum {crc32(data)}, but {checksum} was committed"
+    if problem is not None:
+        raise SnapshotCorruptError(
+            f"snapshot index {index_name!r} in {store.url} {problem}: it was changed or damaged after its "
+            "backup committed; it cannot be trusted",
+            blob_id=index_name,
+        )
+    return SnapshotIndex.from_json(data, name=index_name)
+
+
+def check_restore_target(store: BlobStore, target_dir: str | os.PathLike[str]) -> None:
+    """Refuse a target directory that contains the store's root or lies inside it.
+
+    Only a local-directory store has a root on this machine; paths are compared after resolving symlinks,
+    so neither ``restore repo .`` from inside ``data/`` holding ``repo/`` nor a target inside the
+    repository can reach the repository's files.
+    """
+    from blobstate.blobstore.local import LocalBlobStore
+
+    if not isinstance(store, LocalBlobStore):
+        return
+    root = Path(os.path.realpath(store.root))
+    target = Path(os.path.realpath(os.fspath(target_dir)))
+    if root == target or root.is_relative_to(target):
+        raise RestoreTargetError(
+            f"restore target {os.fspath(target_dir)!r} contains the repository {store.url} "
+            f"({str(root)!r}) that it would be restored from; restore into a directory outside it"
+        )
+    if target.is_relative_to(root):
+        raise RestoreTargetError(
+            f"restore target {os.fspath(target_dir)!r} lies inside the repository {store.url} "
+            f"({str(root)!r}); restore into a directory outside it"
+        )
 
 
 @dataclass
@@ -76,36 +141,59 @@ class _Download:
 
 @dataclass
 class _Plan:
-    candidates: list[tuple[str, str, FileIndex]]
-    downloads: list[_Download]
-    files_deleted: int = 0
-    dirs_deleted: int = 0
+    """What a restore will do, worked out before anything in the target changes."""
+
+    device: int
+    candidates: list[tuple[str, str, FileIndex]] = field(default_factory=list)
+    downloads: list[_Download] = field(default_factory=list)
+    doomed: list[tuple[str, bool]] = field(default_factory=list)
+    """``(path, is_dir)`` to delete, children before their directory."""
+    extras: list[str] = field(default_factory=list)
+    """Relative paths of the entries deleted that are not leftovers of an earlier restore."""
+    mkdirs: list[str] = field(default_factory=list)
+    """Directories to create, parents first."""
 
 
-def _remove(path: str, st: os.stat_result, plan: _Plan) -> None:
+def _doom(path: str, relpath: str, st: os.stat_result, plan: _Plan) -> None:
+    """Plan the deletion of ``path``: symlinks are removed, never followed; never across filesystems."""
     if stat.S_ISDIR(st.st_mode):
-        with os.scandir(path) as entries:
-            for entry in list(entries):
-                _remove(entry.path, entry.stat(follow_symlinks=False), plan)
-        os.rmdir(path)
-        plan.dirs_deleted += 1
-    else:
-        os.unlink(path)
-        plan.files_deleted += 1
+        if st.st_dev != plan.device:
+            raise RestoreTargetError(
+                f"restore would delete {path!r}, which is on another filesystem (a mount point); "
+                "refusing to delete across filesystems: unmount it or restore into another directory"
+            )
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            _doom(entry.path, f"{relpath}/{entry.name}", entry.stat(follow_symlinks=False), plan)
+    plan.doomed.append((path, stat.S_ISDIR(st.st_mode)))
 
 
-def _sync_dir(d: DirIndex, path: str, relpath: str, plan: _Plan) -> None:
-    wanted_files = {f.name: f for f in d.files_present}
+def _plan_dir(d: DirIndex, path: str, relpath: str, plan: _Plan, *, exists: bool) -> None:
+    if not exists:
+        for f in d.files_present:
+            plan.downloads.append(_new_download(relpath + f.name, path, os.path.join(path, f.name), f))
+        for s in d.subdirs_present:
+            sub = os.path.join(path, s.name)
+            plan.mkdirs.append(sub)
+            _plan_dir(s, sub, f"{relpath}{s.name}/", plan, exists=False)
+        return
+    wanted_files = {f.name for f in d.files_present}
     wanted_dirs = {s.name for s in d.subdirs_present}
     local_files: dict[str, os.stat_result] = {}
+    local_dirs: set[str] = set()
     with os.scandir(path) as it:
-        entries = list(it)
+        entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
         st = entry.stat(follow_symlinks=False)
         if entry.name in wanted_files and stat.S_ISREG(st.st_mode):
             local_files[entry.name] = st
-        elif not (entry.name in wanted_dirs and stat.S_ISDIR(st.st_mode)):
-            _remove(entry.path, st, plan)
+        elif entry.name in wanted_dirs and stat.S_ISDIR(st.st_mode) and st.st_dev == plan.device:
+            local_dirs.add(entry.name)
+        else:
+            _doom(entry.path, relpath + entry.name, st, plan)
+            if TEMP_MARKER not in entry.name:
+                plan.extras.append(relpath + entry.name)
     for f in d.files_present:
         final = os.path.join(path, f.name)
         local = local_files.get(f.name)
@@ -115,14 +203,19 @@ def _sync_dir(d: DirIndex, path: str, relpath: str, plan: _Plan) -> None:
             plan.downloads.append(_new_download(relpath + f.name, path, final, f))
     for s in d.subdirs_present:
         sub = os.path.join(path, s.name)
-        if not os.path.isdir(sub):
-            os.mkdir(sub)
-        _sync_dir(s, sub, f"{relpath}{s.name}/", plan)
+        if s.name not in local_dirs:
+            plan.mkdirs.append(sub)
+        _plan_dir(s, sub, f"{relpath}{s.name}/", plan, exists=s.name in local_dirs)
 
 
 def _new_download(relpath: str, dirpath: str, final: str, f: FileIndex) -> _Download:
     temp = os.path.join(dirpath, f".{f.name[:64]}{TEMP_MARKER}{uuid.uuid4().hex}")
     return _Download(relpath, final, temp, f)
+
+
+def _describe(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def restore_directory(
@@ -134,31 +227,59 @@ def restore_directory(
     progress: Progress | None = None,
     checksum_cache: ChecksumCache | None = DEFAULT_CHECKSUM_CACHE,
     workers: int | None = None,
+    delete_extra: bool = True,
+    index_name: str | None = None,
 ) -> RestoreStats:
     """Make ``target_dir`` (created if missing) hold exactly the snapshot ``index``.
 
     Local files matching the index's name, size and checksum are kept (their permission bits fixed);
     everything else is downloaded, verified (length always, checksum unless ``verify_checksums`` is
-    False) and renamed into place. Extra files and directories are deleted; symlinks are removed, never
-    followed. A missing blob raises :class:`SnapshotBlobMissingError`, a truncated or corrupt one
-    :class:`SnapshotCorruptError`, both naming the blob and the file; no partial file is left behind
-    under a real name; the target may then hold a mix of old and new files, and running the restore
-    again completes it. ``progress(nbytes)`` is called from I/O threads as blobs are downloaded.
-    Must not be called from the store's own I/O pool. ``workers`` bounds the blobs in flight (default:
-    :func:`~blobstate.snapshot.parallel.default_workers`).
+    False) and renamed into place. Only the permission bits :func:`restored_mode` allows are set.
+    Extra files and directories are deleted; symlinks are removed, never followed, and nothing on another
+    filesystem (a mount point) is deleted. With ``delete_extra=False`` a target holding anything the
+    snapshot does not (besides leftovers of an interrupted restore) raises :class:`RestoreTargetError`
+    naming them, before anything is changed. A target that contains the store's root, or lies inside it,
+    is refused (:func:`check_restore_target`).
+
+    A missing blob raises :class:`SnapshotBlobMissingError`, a truncated or corrupt one
+    :class:`SnapshotCorruptError`, both naming the blob, the file and the snapshot (``index_name`` when
+    given); no partial file is left behind under a real name; the target may then hold a mix of old and
+    new files, and running the restore again completes it. ``progress(nbytes)`` is called from I/O
+    threads as blobs are downloaded. Must not be called from the store's own I/O pool. ``workers``
+    bounds the blobs in flight (default: :func:`~blobstate.snapshot.parallel.default_workers`).
     """
     started = time.monotonic()
-    where = f"snapshot {index.checkpoint_id!r}"
-    index.validate(where)  # never trust names or offsets of an index built elsewhere
+    where = f"snapshot {index.checkpoint_id!r}" if index_name is None else f"snapshot {index_name!r}"
+    # Never trust names or offsets of an index built elsewhere.
+    index.validate(where if index_name is None else index_name)
     target = os.fspath(target_dir)
     if os.path.islink(target):
-        raise SnapshotError(f"restore target {target!r} is a symlink; refusing to restore through it")
+        raise RestoreTargetError(f"restore target {target!r} is a symlink; refusing to restore through it")
     if os.path.exists(target) and not os.path.isdir(target):
-        raise SnapshotError(f"restore target {target!r} exists and is not a directory")
+        raise RestoreTargetError(f"restore target {target!r} exists and is not a directory")
+    check_restore_target(store, target)
     Path(target).mkdir(parents=True, exist_ok=True)
 
-    plan = _Plan([], [])
-    _sync_dir(index.dir_index, target, "", plan)
+    plan = _Plan(device=os.stat(target).st_dev)
+    _plan_dir(index.dir_index, target, "", plan, exists=True)
+    if plan.extras and not delete_extra:
+        raise RestoreTargetError(
+            f"restore target {target!r} holds {len(plan.extras)} entries that {where} does not: "
+            f"{_describe(plan.extras)}; restoring makes the directory identical to the snapshot and would "
+            "delete them: restore into an empty directory, or allow deleting them",
+            extras=tuple(plan.extras),
+        )
+    files_deleted = dirs_deleted = 0
+    for path, is_dir in plan.doomed:
+        with contextlib.suppress(FileNotFoundError):
+            if is_dir:
+                os.rmdir(path)
+                dirs_deleted += 1
+            else:
+                os.unlink(path)
+                files_deleted += 1
+    for path in plan.mkdirs:
+        os.makedirs(path, exist_ok=True)
 
     # Same-size local files: keep those whose checksum matches.
     def check(candidate: tuple[str, str, FileIndex]) -> bool:
@@ -166,8 +287,8 @@ def restore_directory(
         crc, st = cached_file_crc32(path, checksum_cache)
         if crc != f.checksum:
             return False
-        if stat.S_IMODE(st.st_mode) != f.metadata.mode:
-            os.chmod(path, f.metadata.mode)
+        if stat.S_IMODE(st.st_mode) != restored_mode(f.metadata.mode):
+            os.chmod(path, restored_mode(f.metadata.mode))
         return True
 
     workers = workers or default_workers(store)
@@ -196,7 +317,7 @@ def restore_directory(
 
     def finish(d: _Download, verified_crc: int | None) -> None:
         # mtime is left as written: the checksum cache keys on it, so it must reflect this local write.
-        os.chmod(d.temp, d.file.metadata.mode)
+        os.chmod(d.temp, restored_mode(d.file.metadata.mode))
         os.replace(d.temp, d.final)
         d.done = True
         if checksum_cache is not None and verified_crc is not None:
@@ -278,7 +399,7 @@ def restore_directory(
         bytes_downloaded=sum(d.file.size for d in downloaded),
         files_reused=files_reused,
         bytes_reused=bytes_reused,
-        files_deleted=plan.files_deleted,
-        dirs_deleted=plan.dirs_deleted,
+        files_deleted=files_deleted,
+        dirs_deleted=dirs_deleted,
         seconds=time.monotonic() - started,
     )

@@ -1,0 +1,703 @@
+"""Standalone backup repositories: fenced backups, verified reads, gc and verify.
+
+A repository (made by ``blobstate backup``) holds, at its root::
+
+    blobstate-repository.json   the repository marker, written before anything else
+    heads/<n>.json              the head log: backup n committed this index (create-only, kept forever)
+    <n>_<uid>.snapshot          snapshot indexes (seed 000)
+    blobs/<hex>                 file contents the indexes reference
+
+A backup uploads its blobs and its index pending (with a TTL), then commits by creating ``heads/<n>.json``
+(:class:`~blobstate.snapshot.heads.HeadLog`): of two backups racing for version n one wins, the other
+fails with :class:`BackupConflictError` and its objects expire. Only the winner then runs the post-commit
+cleanup, which makes its snapshot permanent and deletes what the previous one had and it does not. The
+newest snapshot is always the one the highest head names, and its index is checked against the size and
+CRC-32 the head records before it is parsed; the index in turn records every blob's CRC-32 and length.
+
+Repositories written before the head log existed (indexes, but neither ``heads/`` nor the marker) are
+read by restore and inspect when their newest index is unambiguous and permanent, unverified; backup and
+gc refuse them (:class:`LegacyRepositoryError`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from blobstate.blobstore.base import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, BlobStore
+from blobstate.ids import CheckpointId, new_uid
+from blobstate.layout import COMMITS_PREFIX, METADATA
+from blobstate.snapshot.backup import DEFAULT_CHUNK_SIZE, BackupResult, Progress, backup_directory
+from blobstate.snapshot.checksum import DEFAULT_CHECKSUM_CACHE, ChecksumCache, crc32
+from blobstate.snapshot.cleanup import CleanupStats, post_commit_cleanup
+from blobstate.snapshot.heads import (
+    HEADS_PREFIX,
+    HeadLog,
+    HeadLogError,
+    HeadRecord,
+    head_name,
+    index_name,
+    parse_index_name,
+)
+from blobstate.snapshot.index import (
+    FileBlob,
+    SnapshotBlobMissingError,
+    SnapshotError,
+    SnapshotFormatError,
+    SnapshotIndex,
+)
+from blobstate.snapshot.restore import (
+    RestoreStats,
+    check_restore_target,
+    read_snapshot_index,
+    restore_directory,
+)
+
+BLOB_PREFIX = "blobs/"
+"""Where a repository's blobs live."""
+
+REPOSITORY_MARKER = "blobstate-repository.json"
+"""Created by the first backup before anything else: tells a repository with a head log from an older one."""
+
+REPOSITORY_FORMAT_VERSION = 1
+
+_RACE_RETRIES = 5
+
+T = TypeVar("T")
+
+
+class RepositoryError(SnapshotError):
+    """A backup repository that cannot be used as asked; the message names it and says what to do."""
+
+
+class NoSnapshotError(RepositoryError):
+    """The repository has no committed snapshot (or not the one asked for)."""
+
+
+class LegacyRepositoryError(RepositoryError):
+    """A repository written before the head log existed: readable, but not safely writable or sweepable."""
+
+
+class BackupConflictError(RepositoryError):
+    """Another backup committed the version this backup meant to commit; nothing of this one committed."""
+
+    def __init__(self, message: str, *, version: int, winner: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.winner = winner
+
+
+@dataclass(frozen=True)
+class CommittedSnapshot:
+    """A snapshot read from a repository: its index object's name, the index, and the head naming it."""
+
+    name: str
+    index: SnapshotIndex
+    head: HeadRecord | None
+    """None only for a repository without a head log (read unverified)."""
+
+    @property
+    def version(self) -> int:
+        """The backup number (``n`` of ``<n>_<uid>.snapshot``)."""
+        cid = parse_index_name(self.name)
+        return cid.version if cid is not None else 0
+
+
+def _while_the_log_moves(store: BlobStore, log: HeadLog, read: Callable[[], T]) -> T:
+    """``read()``, again while it fails because a backup committed meanwhile and cleaned up behind it.
+
+    A committing backup's cleanup deletes the previous index and what only it referenced; a reader that
+    started from the previous head then finds an object missing. That is a race, not damage, when the
+    head log has moved on: the read is repeated from the new newest head.
+    """
+    for _ in range(_RACE_RETRIES):
+        before = log.versions()
+        try:
+            return read()
+        except SnapshotBlobMissingError:
+            if log.versions() == before:
+                raise  # nothing committed meanwhile: the object really is missing
+    raise RepositoryError(f"backups kept committing to {store.url} while it was read; try again")
+
+
+# ---------------------------------------------------------------------------------------------- layout
+def root_indexes(store: BlobStore) -> list[str]:
+    """Every ``<n>_<uid>.snapshot`` object at the repository's root, committed or not."""
+    names: list[str] = []
+    for digit in "0123456789":  # one listing per leading digit: never lists blobs/ on S3
+        names.extend(n for n in store.list(digit) if parse_index_name(n) is not None)
+    return sorted(names)
+
+
+def is_backup_repository(store: BlobStore) -> bool:
+    """Whether ``store`` holds a backup repository (its marker, a head log, or root snapshot indexes).
+
+    A query checkpoint (``metadata.json``) without a head log is not one; an empty location is not one.
+    """
+    if store.exists(REPOSITORY_MARKER) or store.list(HEADS_PREFIX):
+        return True
+    if store.exists(METADATA):
+        return False
+    return bool(root_indexes(store))
+
+
+def _read_marker(store: BlobStore) -> bool:
+    """Whether the repository marker exists; one of another format version is refused."""
+    try:
+        data = store.get(REPOSITORY_MARKER)
+    except BlobNotFoundError:
+        return False
+    try:
+        version = json.loads(data).get("format_version")
+    except (ValueError, AttributeError):
+        version = None
+    if version != REPOSITORY_FORMAT_VERSION:
+        raise RepositoryError(
+            f"{REPOSITORY_MARKER} in {store.url} declares repository format {version!r}; this blobstate "
+            f"writes and reads format {REPOSITORY_FORMAT_VERSION}: use the blobstate that wrote it"
+        )
+    return True
+
+
+def _ensure_marker(store: BlobStore) -> None:
+    """Create the repository marker (before anything else of a first backup), or check the one there."""
+    data = json.dumps(
+        {"format_version": REPOSITORY_FORMAT_VERSION, "kind": "blobstate backup repository"}, indent=1
+    ).encode("utf-8")
+    if not store.put_if_absent(REPOSITORY_MARKER, data):
+        _read_marker(store)
+
+
+def _refuse_query_checkpoint(store: BlobStore, action: str) -> None:
+    if store.exists(METADATA) or store.list(COMMITS_PREFIX):
+        raise RepositoryError(
+            f"{store.url} holds a query checkpoint ({METADATA}, {COMMITS_PREFIX}); refusing to {action} a "
+            "backup repository there: use a location of its own for backups"
+        )
+
+
+def _refuse_overlap(store: BlobStore, path: str | os.PathLike[str], what: str) -> None:
+    from blobstate.blobstore.local import LocalBlobStore
+
+    if not isinstance(store, LocalBlobStore):
+        return
+    root = Path(os.path.realpath(store.root))
+    resolved = Path(os.path.realpath(os.fspath(path)))
+    if root.is_relative_to(resolved) or resolved.is_relative_to(root):
+        relation = "contains" if root.is_relative_to(resolved) else "lies inside"
+        raise RepositoryError(
+            f"{what} {os.fspath(path)!r} {relation} the repository {store.url} ({str(root)!r}); "
+            "keep the repository outside the directories it backs up or restores"
+        )
+
+
+def _legacy_indexes(store: BlobStore) -> list[str]:
+    """The root indexes of a repository written before the head log existed; [] for any other.
+
+    Such a repository has no marker: every backup since creates the marker before it writes anything,
+    so the marker is checked after the indexes are listed, and an index of a current repository always
+    finds it.
+    """
+    indexes = root_indexes(store)
+    if not indexes or _read_marker(store):
+        return []
+    return indexes
+
+
+def _legacy_error(store: BlobStore, indexes: list[str], action: str) -> LegacyRepositoryError:
+    shown = ", ".join(repr(n) for n in indexes[-3:])
+    return LegacyRepositoryError(
+        f"{store.url} has snapshot indexes ({shown}) but no head log ({HEADS_PREFIX}): it was written by "
+        f"an older blobstate, whose backups were not fenced; refusing to {action} it. Restore it "
+        "(blobstate restore URL DIR) and back up into a new repository"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def _read_committed(store: BlobStore, head: HeadRecord) -> CommittedSnapshot:
+    """The index ``head`` names, checked against the head's size and checksum before it is parsed."""
+    try:
+        index = read_snapshot_index(store, head.index, size=head.index_size, checksum=head.index_checksum)
+    except BlobNotFoundError:
+        raise SnapshotBlobMissingError(
+            f"snapshot index {head.index!r}, committed by {head_name(head.version)}, is missing from "
+            f"{store.url}: the repository was damaged",
+            blob_id=head.index,
+        ) from None
+    _check_names(store, head.index, index, head.previous)
+    return CommittedSnapshot(head.index, index, head)
+
+
+def _check_names(store: BlobStore, name: str, index: SnapshotIndex, previous: str | None) -> None:
+    stem = name.removesuffix(".snapshot")
+    if index.checkpoint_id != stem:
+        raise SnapshotFormatError(
+            f"snapshot index {name!r} in {store.url} says it is checkpoint {index.checkpoint_id!r}"
+        )
+    if previous is not None and index.prev_snapshot_index != previous:
+        raise SnapshotFormatError(
+            f"snapshot index {name!r} in {store.url} was made against {index.prev_snapshot_index!r}, "
+            f"but its head record says {previous!r}"
+        )
+
+
+def _read_legacy(store: BlobStore, name: str | None, indexes: list[str]) -> CommittedSnapshot:
+    if name is None:
+        top = max(parse_index_name(n).version for n in indexes)  # type: ignore[union-attr]
+        newest = [n for n in indexes if parse_index_name(n).version == top]  # type: ignore[union-attr]
+        if len(newest) > 1:
+            raise NoSnapshotError(
+                f"{store.url} has no head log ({HEADS_PREFIX}) and several snapshot indexes at version "
+                f"{top} ({', '.join(map(repr, newest))}); choose one with --snapshot NAME"
+            )
+        name = newest[0]
+    if name not in indexes or store.has_ttl(name):
+        raise NoSnapshotError(
+            f"no snapshot {name!r} in {store.url} that finished: it is missing or still pending"
+        )
+    index = read_snapshot_index(store, name)
+    _check_names(store, name, index, None)
+    return CommittedSnapshot(name, index, None)
+
+
+def read_snapshot(store: BlobStore, name: str | None = None) -> CommittedSnapshot:
+    """The newest committed snapshot of the repository, or the committed snapshot ``name``.
+
+    Found from the head log, never by guessing among indexes; the index is checked against its head's
+    size and checksum before it is parsed. A name no head commits raises :class:`NoSnapshotError` (an
+    attempt that lost a race or never finished). Repositories without a head log are read when their
+    newest index is unambiguous and permanent (see the module docstring).
+    """
+    log = HeadLog(store)
+    versions = log.versions()
+    if not versions:
+        legacy = _legacy_indexes(store)
+        if legacy:
+            return _read_legacy(store, name, legacy)
+        versions = log.versions()  # a first backup may have committed meanwhile
+        if not versions:
+            attempts = len(root_indexes(store))
+            raise NoSnapshotError(
+                f"no snapshot in {store.url}"
+                + (f": {attempts} backup(s) never committed (their objects expire)" if attempts else "")
+            )
+    if name is None:
+        return _while_the_log_moves(store, log, lambda: _read_committed(store, log.read(log.versions()[-1])))
+    cid = parse_index_name(name)
+    if cid is None or cid.version not in versions:
+        raise NoSnapshotError(
+            f"{name!r} is not a committed snapshot of {store.url} (committed: versions 1 to "
+            f"{versions[-1]}, named by {HEADS_PREFIX}<n>.json)"
+        )
+    head = log.read(cid.version)
+    if head.index != name:
+        raise NoSnapshotError(
+            f"{name!r} is not a committed snapshot of {store.url}: version {cid.version} committed "
+            f"{head.index!r} ({head_name(cid.version)}); {name!r} lost the race or never finished"
+        )
+    return _read_committed(store, head)
+
+
+def _newest_for_writing(store: BlobStore, log: HeadLog, action: str) -> CommittedSnapshot | None:
+    versions = log.versions()
+    if not versions:
+        legacy = _legacy_indexes(store)
+        if legacy:
+            raise _legacy_error(store, legacy, action)
+        versions = log.versions()  # a first backup may have committed meanwhile
+        if not versions:
+            return None  # nothing committed; indexes of attempts that never committed expire
+    return _read_committed(store, log.read(versions[-1]))
+
+
+def _finish_cleanup(
+    store: BlobStore, log: HeadLog, action: str
+) -> tuple[CommittedSnapshot | None, CleanupStats | None]:
+    """Finish the post-commit cleanup of the newest committed backup; returns it and what was done."""
+
+    def finish() -> tuple[CommittedSnapshot | None, CleanupStats | None]:
+        newest = _newest_for_writing(store, log, action)
+        if newest is None:
+            return None, None
+        return newest, post_commit_cleanup(store, newest.name, newest.index)
+
+    return _while_the_log_moves(store, log, finish)
+
+
+# ---------------------------------------------------------------------------------------------- backup
+@dataclass(frozen=True)
+class RepositoryBackup:
+    """What :func:`backup_to_repository` committed."""
+
+    version: int
+    head: HeadRecord
+    result: BackupResult
+    cleanup: CleanupStats
+
+
+def backup_to_repository(
+    store: BlobStore,
+    source_dir: str | os.PathLike[str],
+    *,
+    metadata: dict[str, str] | None = None,
+    progress: Progress | None = None,
+    ttl: float = DEFAULT_PENDING_TTL_SECONDS,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    checksum_cache: ChecksumCache | None = DEFAULT_CHECKSUM_CACHE,
+) -> RepositoryBackup:
+    """Back up ``source_dir`` as the next version of the repository, fenced by the head log.
+
+    Finishes the newest backup's cleanup, uploads what changed against it (pending), writes the index
+    (pending), then creates ``heads/<n+1>.json``. If another backup created it first this raises
+    :class:`BackupConflictError` naming the version: nothing of this backup was committed, its objects
+    expire, and the winner's snapshot is untouched. Otherwise the post-commit cleanup runs. A source
+    that contains the repository, or lies inside it, is refused.
+    """
+    _refuse_overlap(store, source_dir, "backup source")
+    _refuse_query_checkpoint(store, "back up into")
+    log = HeadLog(store)
+    previous, _ = _finish_cleanup(store, log, "back up into")
+    _ensure_marker(store)
+    version = previous.version + 1 if previous is not None else 1
+    cid = CheckpointId(version, new_uid())
+    result = backup_directory(
+        store,
+        source_dir,
+        index_name=index_name(cid),
+        blob_prefix=BLOB_PREFIX,
+        previous=previous.index if previous is not None else None,
+        previous_name=previous.name if previous is not None else None,
+        checkpoint_id=cid.name,
+        metadata=metadata,
+        ttl=ttl,
+        chunk_size=chunk_size,
+        progress=progress,
+        checksum_cache=checksum_cache,
+    )
+    head = HeadRecord(
+        version=version,
+        index=result.index_name,
+        index_size=result.index_size,
+        index_checksum=result.index_checksum,
+        previous=previous.name if previous is not None else None,
+        writer=cid.uid,
+    )
+    standing = log.write(head)
+    if standing.index != head.index:
+        raise BackupConflictError(
+            f"another backup committed version {version} of {store.url} first ({head_name(version)} "
+            f"names {standing.index!r}): this backup of {os.fspath(source_dir)!r} was not committed and "
+            "its uploaded objects stay pending until they expire; run it again to back up on top of the "
+            "new snapshot",
+            version=version,
+            winner=standing.index,
+        )
+    cleanup = post_commit_cleanup(store, result.index_name, result.index)
+    return RepositoryBackup(version, head, result, cleanup)
+
+
+def restore_repository(
+    store: BlobStore,
+    target_dir: str | os.PathLike[str],
+    snapshot: str | CommittedSnapshot | None = None,
+    *,
+    delete_extra: bool = False,
+    progress: Progress | None = None,
+    checksum_cache: ChecksumCache | None = DEFAULT_CHECKSUM_CACHE,
+) -> tuple[CommittedSnapshot, RestoreStats]:
+    """Restore the newest committed snapshot (or the one named, or one already read) into ``target_dir``.
+
+    See :func:`read_snapshot` and :func:`~blobstate.snapshot.restore.restore_directory` (which refuses a
+    target holding the repository and, unless ``delete_extra``, a target holding other files). A blob
+    that went missing because a backup committed meanwhile (its cleanup deletes what the older snapshot
+    alone referenced) is reported as that race: run the restore again.
+    """
+    check_restore_target(store, target_dir)
+    chosen = snapshot if isinstance(snapshot, CommittedSnapshot) else read_snapshot(store, snapshot)
+    try:
+        stats = restore_directory(
+            store,
+            chosen.index,
+            target_dir,
+            progress=progress,
+            checksum_cache=checksum_cache,
+            delete_extra=delete_extra,
+            index_name=chosen.name,
+        )
+    except SnapshotBlobMissingError as error:
+        versions = HeadLog(store).versions() if chosen.head is not None else []
+        if not versions or versions[-1] == chosen.version:
+            raise
+        raise RepositoryError(
+            f"backup {versions[-1]} committed to {store.url} while {chosen.name!r} was being restored, and "
+            f"its cleanup deleted {error.blob_id!r}, which the restore still needed; run the restore "
+            "again to restore the new snapshot"
+        ) from error
+    return chosen, stats
+
+
+# ---------------------------------------------------------------------------------------------- gc
+@dataclass
+class RepositoryGcStats:
+    """What :func:`gc_repository` did (or, with ``dry_run``, would delete)."""
+
+    newest: str | None = None
+    """The newest committed snapshot's index (None: nothing committed)."""
+    version: int = 0
+    cleanup: CleanupStats | None = None
+    """The newest backup's post-commit cleanup, finished first (None with ``dry_run`` or no snapshot)."""
+    expired: list[str] = field(default_factory=list)
+    listed: int = 0
+    """Blobs and root indexes listed by the sweep (``full`` only)."""
+    referenced: int = 0
+    deleted: list[str] = field(default_factory=list)
+    pending_kept: int = 0
+    """Unreferenced objects left alone because they are pending (they expire)."""
+    dry_run: bool = False
+
+
+def _mark(store: BlobStore, log: HeadLog, present: list[str]) -> tuple[int, set[str]]:
+    """The newest version and everything committed snapshots still present reference.
+
+    Reads the whole head log (every record, checked as one chain): an unreadable log is an error, never
+    an empty mark. The newest snapshot must be readable; older committed indexes still present (a
+    cleanup not finished yet) are retained too.
+    """
+
+    def mark() -> tuple[int, set[str]]:
+        heads = log.read_all()
+        if not heads:
+            return 0, set()
+        by_index = {h.index: h for h in heads}
+        retained = [by_index[n] for n in present if n in by_index and n != heads[-1].index]
+        referenced = _referenced(store, heads[-1])
+        for head in retained:
+            try:
+                referenced |= _referenced(store, head)
+            except SnapshotBlobMissingError:
+                continue  # an older index deleted meanwhile by a cleanup
+        return heads[-1].version, referenced
+
+    return _while_the_log_moves(store, log, mark)
+
+
+def _referenced(store: BlobStore, head: HeadRecord) -> set[str]:
+    snapshot = _read_committed(store, head)
+    return {snapshot.name} | snapshot.index.present_blob_ids()
+
+
+def _unreferenced(names: list[str], referenced: set[str], newest: int) -> list[str]:
+    out = []
+    for name in names:
+        if name in referenced:
+            continue
+        cid = parse_index_name(name)
+        if cid is not None and cid.version > newest:
+            continue  # a backup in flight
+        out.append(name)
+    return out
+
+
+def gc_repository(
+    store: BlobStore, *, full: bool, now: float | None = None, dry_run: bool = False
+) -> RepositoryGcStats:
+    """Garbage-collect a backup repository without ever deleting what a committed snapshot references.
+
+    1. Finish the newest committed backup's post-commit cleanup, so nothing it references stays pending.
+    2. Expire pending objects past their TTL (``store.expire(now)``): attempts that never committed.
+    3. With ``full``: list ``blobs/`` and the root indexes, mark what every committed snapshot still
+       present references (from a complete, chain-checked read of the head log; an incomplete or
+       unreadable log, or a missing or altered newest index, raises instead), and delete the unmarked
+       objects that are not pending. If a backup commits meanwhile, the mark is taken again and only
+       objects unmarked by both go. Indexes newer than the newest head (backups in flight), heads and
+       anything else in the repository are never touched.
+
+    ``dry_run`` changes nothing and reports in ``deleted`` what a full sweep would delete. Refuses a
+    repository without a head log that holds committed-looking snapshots, and a query checkpoint.
+    """
+    _refuse_query_checkpoint(store, "garbage-collect")
+    stats = RepositoryGcStats(dry_run=dry_run)
+    log = HeadLog(store)
+    if dry_run:
+        newest = _newest_for_writing(store, log, "garbage-collect")
+    else:
+        newest, stats.cleanup = _finish_cleanup(store, log, "garbage-collect")
+        stats.expired = sorted(store.expire(now))
+    if newest is not None:
+        stats.newest, stats.version = newest.name, newest.version
+    if not full:
+        return stats
+
+    present = root_indexes(store)
+    listed = store.list(BLOB_PREFIX) + present
+    stats.listed = len(listed)
+    newest_version, referenced = _mark(store, log, present)
+    candidates = _unreferenced(listed, referenced, newest_version)
+    kept = []
+    for name in candidates:
+        try:
+            if store.has_ttl(name):
+                stats.pending_kept += 1
+                continue
+        except BlobNotFoundError:
+            continue  # gone already
+        kept.append(name)
+    # After the pending checks: a backup that committed and made its objects permanent since the first
+    # mark is in this one.
+    if (log.versions() or [0])[-1] != newest_version:
+        again, referenced_again = _mark(store, log, present)
+        kept = _unreferenced(kept, referenced_again, again)
+        referenced |= referenced_again
+    stats.referenced = len(referenced)
+    if dry_run:
+        stats.deleted = sorted(kept)
+    else:
+        done = store.run_parallel(store.delete_if_exists, sorted(kept))
+        stats.deleted = [n for n, d in zip(sorted(kept), done, strict=True) if d]
+    return stats
+
+
+# ---------------------------------------------------------------------------------------------- verify
+@dataclass(frozen=True)
+class RepositoryProblem:
+    """One thing wrong with a backup repository: the object at fault and what is wrong with it."""
+
+    object: str
+    message: str
+    version: int | None = None
+
+    def __str__(self) -> str:
+        where = f" (backup {self.version})" if self.version is not None else ""
+        return f"{self.object}: {self.message}{where}"
+
+
+@dataclass
+class RepositoryVerifyResult:
+    """What :func:`verify_repository` checked and found."""
+
+    problems: list[RepositoryProblem] = field(default_factory=list)
+    snapshot: str | None = None
+    version: int = 0
+    heads: int = 0
+    blobs: int = 0
+    bytes_read: int = 0
+    checksums: bool = False
+    """Whether blob contents were read and checked (otherwise only presence and sizes)."""
+
+
+def verify_repository(store: BlobStore, *, checksums: bool = False) -> RepositoryVerifyResult:
+    """Check that the newest committed snapshot is restorable, without restoring it.
+
+    Reads every head record (complete, one chain), reads the newest index and checks its bytes against
+    its head's size and CRC-32, checks that it is permanent, and checks that every blob it references
+    exists with the recorded length (one listing of ``blobs/``). With ``checksums`` every blob is also
+    downloaded and its CRC-32 compared with the index's. Each problem names the object at fault. If a
+    backup commits meanwhile (its cleanup may delete what the older snapshot alone needed) and problems
+    were found, the newer snapshot is verified instead.
+    """
+    for _ in range(_RACE_RETRIES):
+        result = _verify(store, checksums)
+        if not result.problems or result.version == 0:
+            return result
+        versions = HeadLog(store).versions()
+        if not versions or versions[-1] == result.version:
+            return result
+    return result
+
+
+def _verify(store: BlobStore, checksums: bool) -> RepositoryVerifyResult:
+    result = RepositoryVerifyResult(checksums=checksums)
+    problems = result.problems
+    try:
+        heads = HeadLog(store).read_all()
+    except (HeadLogError, BlobNotFoundError) as error:
+        problems.append(RepositoryProblem(HEADS_PREFIX, str(error)))
+        return result
+    result.heads = len(heads)
+    if not heads:
+        legacy = _legacy_indexes(store)
+        if legacy:
+            problems.append(RepositoryProblem(HEADS_PREFIX, str(_legacy_error(store, legacy, "verify"))))
+        elif HeadLog(store).versions():  # a first backup committed meanwhile
+            return _verify(store, checksums)
+        elif _read_marker(store):
+            problems.append(RepositoryProblem(store.url, "no backup has committed here yet"))
+        else:
+            problems.append(
+                RepositoryProblem(store.url, "no committed backup here (no head log and no snapshot index)")
+            )
+        return result
+    head = heads[-1]
+    result.snapshot, result.version = head.index, head.version
+    try:
+        snapshot = _read_committed(store, head)
+    except (SnapshotError, BlobNotFoundError) as error:
+        problems.append(RepositoryProblem(head.index, str(error), head.version))
+        return result
+    if store.has_ttl(head.index):
+        problems.append(
+            RepositoryProblem(
+                head.index,
+                "still pending: its backup's cleanup did not finish, so it would expire; run "
+                f"`blobstate gc {store.url}` (or the next backup) to finish it",
+                head.version,
+            )
+        )
+    chunks = [
+        (path, blob, length) for path, f in snapshot.index.iter_present_files() for blob, length in f.chunks()
+    ]
+    result.blobs = len(chunks)
+    sizes = store.list_sizes(BLOB_PREFIX)
+    for path, blob, length in chunks:
+        if blob.blob_id not in sizes and not blob.blob_id.startswith(BLOB_PREFIX):
+            sizes.update(store.list_sizes(blob.blob_id))
+        size = sizes.get(blob.blob_id)
+        if size is None:
+            problems.append(
+                RepositoryProblem(blob.blob_id, f"missing (file {path!r} of {head.index})", head.version)
+            )
+        elif size != length:
+            problems.append(
+                RepositoryProblem(
+                    blob.blob_id, f"{size} bytes, the index records {length} (file {path!r})", head.version
+                )
+            )
+    if checksums and not problems:
+
+        def check(item: tuple[str, FileBlob, int]) -> RepositoryProblem | None:
+            path, blob, _ = item
+            actual = crc32(store.get(blob.blob_id))
+            if actual == blob.checksum:
+                return None
+            message = f"checksum {actual}, the index records {blob.checksum} (file {path!r})"
+            return RepositoryProblem(blob.blob_id, message, head.version)
+
+        found = store.run_parallel(check, chunks)
+        problems.extend(p for p in found if p is not None)
+        result.bytes_read = sum(length for _, _, length in chunks)
+    return result
+
+
+__all__ = [
+    "BLOB_PREFIX",
+    "BackupConflictError",
+    "CommittedSnapshot",
+    "LegacyRepositoryError",
+    "NoSnapshotError",
+    "RepositoryBackup",
+    "RepositoryError",
+    "RepositoryGcStats",
+    "RepositoryProblem",
+    "RepositoryVerifyResult",
+    "backup_to_repository",
+    "gc_repository",
+    "is_backup_repository",
+    "read_snapshot",
+    "restore_repository",
+    "root_indexes",
+    "verify_repository",
+]
