@@ -35,3 +35,26 @@ def test_gc_on_a_location_that_is_neither_checkpoint_nor_repository_deletes_noth
     result = runner.invoke(app, ["gc", str(tmp_path), "--full"])
     assert result.exit_code != 0
     assert (tmp_path / "blobs" / "precious").exists()
+
+
+def test_gc_full_on_a_backup_repository_keeps_the_newest_snapshot_restorable(tmp_path: Path) -> None:
+    """Finding 1: ``gc --full`` on a repository made by ``blobstate backup``."""
+    import os
+
+    source = tmp_path / "source"
+    source.mkdir()
+    repo = str(tmp_path / "repo")
+    for round_ in range(2):
+        for i in range(3):
+            (source / f"file-{i}").write_bytes(os.urandom(2000 + round_))
+        assert runner.invoke(app, ["backup", str(source), repo]).exit_code == 0
+    result = runner.invoke(app, ["gc", repo, "--full", "--json"])
+    assert result.exit_code == 0, result.output
+    verified = runner.invoke(app, ["verify", repo, "--checksums"])
+    assert verified.exit_code == 0 and "ok" in verified.output, verified.output
+    target = tmp_path / "restored"
+    restored = runner.invoke(app, ["restore", repo, str(target)])
+    assert restored.exit_code == 0, restored.output
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == {
+        p.name: p.read_bytes() for p in source.iterdir()
+    }

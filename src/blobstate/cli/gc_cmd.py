@@ -28,18 +28,27 @@ def gc(
 ) -> None:
     """Finish post-commit cleanup, then expire pending objects past their TTL; --full also sweeps.
 
-    Refuses (deleting nothing) a location that is not a checkpoint or whose commit log has holes. On a
+    Works on query checkpoints and backup repositories. Refuses (deleting nothing) a location that is
+    neither, or whose commit or head log it cannot read completely. On a
     backend that expires pending objects itself (S3's lifecycle rule) it checks that the expiry is set
     up, and fails saying how to fix it when it is not.
     """
     from blobstate.blobstore import open_blob_store
+    from blobstate.snapshot.repository import gc_repository, is_backup_repository
     from blobstate.state.retention import gc_checkpoint
 
     with open_blob_store(url) as store:
-        stats = gc_checkpoint(store, full=full, dry_run=dry_run)
+        if is_backup_repository(store):
+            repo_stats = gc_repository(store, full=full, dry_run=dry_run)
+            stats = None
+        else:
+            stats = gc_checkpoint(store, full=full, dry_run=dry_run)
         if install_lifecycle and not dry_run:
             store.install_expiry_rule()
         expiry_problem = store.expiry_problem()
+    if stats is None:
+        _report_repository(url, repo_stats, full, dry_run, as_json, expiry_problem)
+        return
     result: dict[str, Any] = asdict(stats)
     result["expiry_problem"] = expiry_problem
     if as_json:
@@ -60,6 +69,30 @@ def gc(
         )
     if expiry_problem:
         typer.echo(f"error: {expiry_problem}", err=True)
+        raise typer.Exit(1)
+
+
+def _report_repository(
+    url: str, stats: Any, full: bool, dry_run: bool, as_json: bool, expiry_problem: str | None
+) -> None:
+    if as_json:
+        result = asdict(stats)
+        result["expiry_problem"] = expiry_problem
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        verb = "would delete" if dry_run else "deleted"
+        typer.echo(
+            f"backup repository {url}: newest snapshot {stats.newest or '-'}; "
+            f"expired {len(stats.expired)} pending objects past their TTL"
+        )
+        if full:
+            typer.echo(
+                f"swept: listed {stats.listed} objects, {stats.referenced} referenced by committed "
+                f"snapshots; {verb} {len(stats.deleted)} unreferenced"
+            )
+        if expiry_problem:
+            typer.echo(f"error: {expiry_problem}", err=True)
+    if expiry_problem:
         raise typer.Exit(1)
 
 

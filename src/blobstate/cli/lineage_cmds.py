@@ -147,9 +147,13 @@ def verify(
     presence and size (read and checksummed with --checksums). The output says what was not read.
     """
     from blobstate.blobstore import open_blob_store
+    from blobstate.snapshot.repository import is_backup_repository
     from blobstate.state.verify import verify as run_verify
 
     with open_blob_store(url) as store:
+        if is_backup_repository(store):
+            _verify_repository(store, url, checksums, as_json)
+            return
         report = run_verify(store, checksums=checksums)
     if as_json:
         typer.echo(
@@ -172,6 +176,43 @@ def verify(
         if report.latest_version:
             typer.echo("ok: every retained version is restorable")
     if report.problems:
+        raise typer.Exit(1)
+
+
+def _verify_repository(store: Any, url: str, checksums: bool, as_json: bool) -> None:
+    from blobstate.snapshot.repository import verify_repository
+
+    result = verify_repository(store, checksums=checksums)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "ok": not result.problems,
+                    "problems": [{**p.__dict__, "text": str(p)} for p in result.problems],
+                    "snapshot": result.snapshot,
+                    "heads": result.heads,
+                    "blobs": result.blobs,
+                    "checksums": result.checksums,
+                },
+                indent=2,
+            )
+        )
+    elif result.problems:
+        for problem in result.problems:
+            typer.echo(f"problem: {problem}", err=True)
+        typer.echo(f"{len(result.problems)} problem(s) found in {url}", err=True)
+    else:
+        how = (
+            "read and checked their CRC-32"
+            if result.checksums
+            else ("checked presence and size without reading them (--checksums reads them)")
+        )
+        typer.echo(
+            f"backup repository: read {result.heads} head records and the newest index "
+            f"{result.snapshot}; {result.blobs} blobs: {how}"
+        )
+        typer.echo("ok: the newest snapshot is restorable")
+    if result.problems:
         raise typer.Exit(1)
 
 
