@@ -21,6 +21,7 @@ from engine_helpers import (
     SESSION_OUTPUT,
     SESSION_WATERMARK_DELAY_MS,
     T0,
+    BatchRecorder,
     EventTimeSessions,
     RunningCount,
     event_table,
@@ -99,6 +100,36 @@ def test_restart_resumes_from_commit_log_and_skips_a_replayed_batch(spark: Any, 
     for name, data in committed.items():
         assert store.get(name) == data, f"{name} changed"
     assert store.list("commits/") == ["commits/1.json", "commits/2.json", "commits/3.json", "commits/4.json"]
+
+
+def test_a_lost_spark_checkpoint_stops_the_query_not_the_input(spark: Any, tmp_path: Path) -> None:
+    """Finding 7: Spark's offsets checkpoint lost while blobstate's commit log holds versions."""
+    import shutil
+
+    from pyspark.errors import StreamingQueryException
+
+    batches = kv_batches(3, seed=5)
+    ckpt = tmp_path / "ckpt"
+    write_batch_files(tmp_path / "in", [kv_table(b) for b in batches[:2]])
+    run_blobstate(
+        spark, tmp_path / "in", ckpt, RunningCount(), output_schema=RUNNING_COUNT_OUTPUT,
+        local_dir=tmp_path / "local",
+    )  # fmt: skip
+    log = CommitLog(open_blob_store(str(ckpt)))
+    assert log.read_commit(2).source is not None, "the commit records where its batch came from"
+    shutil.rmtree(ckpt / "_spark")  # Spark starts again at batch 0, now with three files of input
+    write_batch_files(tmp_path / "in", [kv_table(batches[2])], first=2)
+    recorder = BatchRecorder()
+    with pytest.raises(StreamingQueryException) as raised:
+        run_blobstate(
+            spark, tmp_path / "in", ckpt, RunningCount(), output_schema=RUNNING_COUNT_OUTPUT,
+            local_dir=tmp_path / "local", sink=recorder,
+        )  # fmt: skip
+    message = str(raised.value)
+    assert "SparkCheckpointMismatchError" in message and "was lost or replaced" in message
+    assert "restore Spark's checkpoint directory" in message
+    assert not recorder.calls, "no batch may be skipped or run on a checkpoint that does not belong"
+    assert log.latest_version() == 2
 
 
 def test_restart_with_other_partitions_or_key_is_refused(spark: Any, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from blobstate.blobstore import BlobStore
 from blobstate.engine.assignment import assign_partitions
 from blobstate.engine.config import QueryConfig
+from blobstate.engine.replay import SourceProgress, check_batch
 from blobstate.engine.task import META_COLUMN, PARTITION_COLUMN, TaskSpec, run_task
 from blobstate.errors import BlobstateError
 from blobstate.state.retention import retained_from
@@ -82,6 +83,8 @@ class BatchDriver:
     sink: Sink
     writer_id: str
     placement_helper: Any = None
+    spark_checkpoint: str = ""
+    """Spark's own checkpoint location (offsets, commits): read to tell replays from a reset."""
     on_batch: Callable[[BatchReport], None] | None = None
     reports: list[BatchReport] = field(default_factory=list)
     _cleanup_thread: threading.Thread | None = None
@@ -95,7 +98,10 @@ class BatchDriver:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         """The ``foreachBatch`` function."""
         version = batch_id + 1
+        source = self._source(batch_id)
         if self.commit_log.commit_exists(version):
+            if source is not None:
+                self._check_source(batch_id, self.commit_log.read_commit(version), None, source)
             log.info("batch %d is already committed as version %d: skipping its replay", batch_id, version)
             self._report(BatchReport(batch_id, version, 0, 0, 0.0, 0.0, 0, 0, 0, skipped=True))
             return
@@ -107,6 +113,8 @@ class BatchDriver:
                 f" in {self.checkpoint_url}: the blobstate checkpoint does not match Spark's checkpoint"
             )
         previous = self.commit_log.read_commit(batch_id) if batch_id > 0 else None
+        if source is not None:
+            self._check_source(batch_id, None, previous, source)
         uids = previous.checkpoints[self.config.operator] if previous else {}
         watermark, late_watermark = self._watermarks(previous)
         spec = TaskSpec(
@@ -140,7 +148,7 @@ class BatchDriver:
         sink_started = time.monotonic()
         self._hand_to_sink(outputs, batch_id)
         commit_started = time.monotonic()
-        commit = self._commit(version, metas, watermark, started, previous)
+        commit = self._commit(version, metas, watermark, started, previous, source)
         finished = time.monotonic()
         report = BatchReport(
             batch_id=batch_id,
@@ -162,6 +170,41 @@ class BatchDriver:
         self._start_cleanup(commit)
 
     # ------------------------------------------------------------------ steps
+    def _source(self, batch_id: int) -> SourceProgress | None:
+        """What Spark's checkpoint says about this batch (None: no Spark checkpoint to read)."""
+        if not self.spark_checkpoint:
+            return None
+        return SourceProgress.read(
+            self._read_spark_file("metadata"), self._read_spark_file(f"offsets/{batch_id}")
+        )
+
+    def _read_spark_file(self, relative: str) -> bytes:
+        """A file of Spark's checkpoint, through Hadoop's FileSystem (any filesystem Spark can use)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(f"{self.spark_checkpoint.rstrip('/')}/{relative}")
+        try:
+            fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            stream = fs.open(path)
+            try:
+                return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+            finally:
+                stream.close()
+        except Exception as error:
+            raise BatchError(
+                f"cannot read {relative} of Spark's checkpoint {self.spark_checkpoint}: {error}"
+            ) from error
+
+    def _check_source(self, batch_id: int, committed: Any, latest: Any, source: SourceProgress) -> None:
+        check_batch(
+            batch_id,
+            committed,
+            latest,
+            source,
+            checkpoint=self.checkpoint_url,
+            spark_checkpoint=self.spark_checkpoint,
+        )
+
     def _watermarks(self, previous: Any) -> tuple[int | None, int | None]:
         """The event-time watermarks of this batch: for timers and eviction, and for late rows.
 
@@ -228,6 +271,7 @@ class BatchDriver:
         watermark: int | None,
         started: float,
         previous: Any,
+        source: SourceProgress | None,
     ) -> Any:
         from blobstate.lineage.commitlog import Commit
         from blobstate.lineage.refs import PartitionObjects
@@ -256,6 +300,7 @@ class BatchDriver:
                 "partitions": {p: {k: m[k] for k in PARTITION_METRICS} for p, m in metas.items()},
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
             },
+            source=None if source is None else source.to_json(),
             writer=self.writer_id,
         )
         self.commit_log.write_commit(commit)

@@ -126,10 +126,9 @@ def transform_with_state(
         writer_id=uuid.uuid4().hex,
         placement_helper=placement_helper,
         on_batch=on_batch,
+        spark_checkpoint=spark_checkpoint_location(checkpoint_url, config),
     )
-    writer = df.writeStream.foreachBatch(driver).option(
-        "checkpointLocation", spark_checkpoint_location(checkpoint_url, config)
-    )
+    writer = df.writeStream.foreachBatch(driver).option("checkpointLocation", driver.spark_checkpoint)
     if config.trigger_interval:
         writer = writer.trigger(processingTime=config.trigger_interval)
     if config.query_name:

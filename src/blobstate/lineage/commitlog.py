@@ -133,7 +133,8 @@ class Commit:
     ``retained_from`` is the oldest version that stays restorable once this commit's post-commit
     cleanup ran (never lower than the previous commit's). ``placement`` maps partition to an executor
     id, or to a JSON object with an ``executor_id`` (and free-form entries such as ``host``).
-    ``adjunct_offsets`` and ``metrics`` are free-form JSON objects.
+    ``adjunct_offsets`` and ``metrics`` are free-form JSON objects; ``source`` says where the batch's
+    input came from (Spark's query id and offset log digest, see :mod:`blobstate.engine.replay`).
     """
 
     version: int
@@ -145,6 +146,7 @@ class Commit:
     watermark_ms: int | None = None
     adjunct_offsets: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None
     created_time_ms: int = field(default_factory=now_ms)
     format_version: int = COMMIT_FORMAT_VERSION
     batch_id: int = None  # type: ignore[assignment]  # derived: version - 1
@@ -189,6 +191,7 @@ class Commit:
             "watermark_ms": self.watermark_ms,
             "adjunct_offsets": self.adjunct_offsets,
             "metrics": self.metrics,
+            "source": self.source,
             "writer": self.writer,
             "created_time_ms": self.created_time_ms,
         }
@@ -393,6 +396,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     watermark_ms = f.integer("watermark_ms", optional=True)
     adjunct_offsets = f.mapping("adjunct_offsets", optional=True)
     metrics = f.mapping("metrics", optional=True)
+    source = f.mapping("source", optional=True)
     writer = f.text("writer")
     created = f.integer("created_time_ms", minimum=0)
     assert created is not None
@@ -407,6 +411,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
         watermark_ms=watermark_ms,
         adjunct_offsets=adjunct_offsets,
         metrics=metrics,
+        source=source,
         created_time_ms=created,
         format_version=format_version,
     )
