@@ -1,0 +1,206 @@
+"""Model-based randomized test of backup repositories: seeded histories of backups, a second backup
+racing for the same version, ``gc`` and ``gc --full`` with every pending TTL long expired, and crashes at
+every step of a backup (blob and index uploads, the head write, TTL removals, deletions) and of gc.
+
+After every step the newest committed snapshot must verify and restore to exactly the directory that
+was backed up (the model), and ``gc --full`` at the end leaves only what it references.
+``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from snapshot_helpers import HookedStore
+
+from blobstate.blobstore import BlobStore, open_blob_store
+from blobstate.snapshot.repository import (
+    BackupConflictError,
+    backup_to_repository,
+    gc_repository,
+    read_snapshot,
+    restore_repository,
+    root_indexes,
+    verify_repository,
+)
+
+SEEDS = int(os.environ.get("BLOBSTATE_CRASH_SEEDS", "100"))
+FAR_FUTURE = 2**40
+
+CRASH_STEPS: dict[str, Callable[[str, str], bool]] = {
+    "blob upload": lambda op, name: op == "put" and name.startswith("blobs/"),
+    "index upload": lambda op, name: op in ("put", "put_if_absent") and name.endswith(".snapshot"),
+    "head write": lambda op, name: op == "put_if_absent" and name.startswith("heads/"),
+    "TTL removal": lambda op, name: op == "remove_ttl",
+    "deletion": lambda op, name: op == "delete",
+}
+
+
+class Crash(BaseException):
+    """A simulated process crash (a BaseException: no ``except Exception`` swallows it)."""
+
+
+class Counters:
+    histories = crashes = races_lost = gc_runs = restores_checked = 0
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("repository-crash")
+
+
+def read_dir(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+class History:
+    def __init__(self, seed: int, root: Path) -> None:
+        self.rng = random.Random(seed)
+        self.root = root
+        self.inner: BlobStore = (
+            open_blob_store(str(root / "repo"))
+            if seed % 4 == 0
+            else open_blob_store(f"memory://crash-{seed}")
+        )
+        self.armed: Callable[[str, str], bool] | None = None
+        self.on_head: Callable[[], None] | None = None
+        self.store = HookedStore(self.inner, self.hook)
+        self.source = root / "source"
+        self.source.mkdir(parents=True)
+        self.model: dict[str, bytes] | None = None  # the newest committed snapshot's content
+        self.cleanup_owed = False  # a crash may have cut off a committed backup's cleanup
+        Counters.histories += 1
+
+    def hook(self, op: str, name: str) -> None:
+        if self.on_head is not None and op == "put_if_absent" and name.startswith("heads/"):
+            race, self.on_head = self.on_head, None
+            race()
+        if self.armed is not None and self.armed(op, name):
+            self.armed = None
+            raise Crash(f"crash at {op} {name}")
+
+    def arm(self, chance: float) -> None:
+        if self.rng.random() >= chance:
+            self.armed = None
+            return
+        matches, k, seen = CRASH_STEPS[self.rng.choice(list(CRASH_STEPS))], self.rng.randint(1, 3), [0]
+
+        def crash_when(op: str, name: str) -> bool:
+            if matches(op, name):
+                seen[0] += 1
+                return seen[0] == k
+            return False
+
+        self.armed = crash_when
+
+    def change_source(self, directory: Path) -> None:
+        rng = self.rng
+        for _ in range(rng.randint(1, 4)):
+            path = directory / f"file-{rng.randrange(6)}"
+            if path.exists() and rng.random() < 0.25:
+                path.unlink()
+            else:
+                path.write_bytes(rng.randbytes(rng.randint(0, 3000)))
+
+    def backup(self) -> None:
+        self.change_source(self.source)
+        wanted = read_dir(self.source)
+        if self.rng.random() < 0.2:
+            # Another backup of another directory commits the same version first.
+            rival = self.root / f"rival-{self.rng.random()}"
+            shutil.copytree(self.source, rival)
+            self.change_source(rival)
+            rival_content = read_dir(rival)
+
+            def race() -> None:
+                backup_to_repository(self.inner, rival)
+                self.model = rival_content
+                self.cleanup_owed = False
+
+            self.on_head = race
+            with pytest.raises(BackupConflictError):
+                backup_to_repository(self.store, self.source)
+            Counters.races_lost += 1
+            return
+        self.arm(0.5)
+        try:
+            backup_to_repository(self.store, self.source)
+            self.model = wanted
+            self.cleanup_owed = False
+        except Crash:
+            Counters.crashes += 1
+            self.cleanup_owed = True
+            # The head may or may not have been written before the crash: what is committed decides.
+            if self.armed is None and self.committed_content() == wanted:
+                self.model = wanted
+        finally:
+            self.armed = None
+
+    def committed_content(self) -> dict[str, bytes] | None:
+        try:
+            read_snapshot(self.inner)
+        except Exception:
+            return None
+        target = self.root / f"probe-{self.rng.random()}"
+        restore_repository(self.inner, target)
+        return read_dir(target)
+
+    def gc(self) -> None:
+        Counters.gc_runs += 1
+        self.arm(0.3)
+        try:
+            gc_repository(self.store, full=self.rng.random() < 0.5, now=FAR_FUTURE)
+            self.cleanup_owed = False
+        except Crash:
+            Counters.crashes += 1
+            self.cleanup_owed = True
+        finally:
+            self.armed = None
+
+    def check(self) -> None:
+        if self.model is None:
+            return
+        result = verify_repository(self.inner, checksums=True)
+        problems = [p for p in result.problems if not (self.cleanup_owed and "still pending" in p.message)]
+        assert problems == [], [str(p) for p in problems]
+        target = self.root / f"restored-{self.rng.random()}"
+        restore_repository(self.inner, target)
+        Counters.restores_checked += 1
+        assert read_dir(target) == self.model, "the newest committed snapshot does not restore exactly"
+
+
+@pytest.mark.parametrize("seed", range(SEEDS))
+def test_random_repository_history(seed: int, scratch: Path) -> None:
+    root = scratch / f"seed-{seed}"
+    history = History(seed, root)
+    try:
+        for _ in range(history.rng.randint(3, 8)):
+            if history.rng.random() < 0.3:
+                history.gc()
+            else:
+                history.backup()
+            history.check()
+        gc_repository(history.inner, full=True, now=FAR_FUTURE)
+        history.cleanup_owed = False
+        history.check()
+        if history.model is not None:
+            newest = read_snapshot(history.inner)
+            left = set(history.inner.list("blobs/")) | set(root_indexes(history.inner))
+            assert left == {newest.name, *newest.index.present_blob_ids()}, "gc --full left garbage"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_repository_histories_exercised_every_fault() -> None:
+    """Runs after the histories (same module): their crashes and races really fired."""
+    if Counters.histories < SEEDS:
+        pytest.skip("run together with test_random_repository_history")
+    counts = {k: v for k, v in vars(Counters).items() if not k.startswith("_")}
+    print(f"repository crash model: {counts}")
+    assert Counters.crashes > SEEDS // 10 and Counters.races_lost > 0 and Counters.gc_runs > 0
+    assert Counters.restores_checked > SEEDS
