@@ -13,7 +13,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -27,6 +27,7 @@ from blobstate.ids import (
     validate_uid,
     validate_version,
 )
+from blobstate.jsonfields import Fail, JsonFields, load_strict_json
 from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name
 from blobstate.lineage.refs import PartitionObjects
 
@@ -208,69 +209,19 @@ class Commit:
 
 
 # ---------------------------------------------------------------------------------------------- parsing
-class _Fields:
-    """Typed access to one JSON object's fields; every failure names the object and the field."""
+def _failer(name: str) -> Fail:
+    def fail(field: str, problem: str) -> NoReturn:
+        raise CommitLogFormatError(name, field, problem)
 
-    def __init__(self, name: str, obj: object, prefix: str = "") -> None:
-        self.name, self.prefix = name, prefix
-        if not isinstance(obj, dict):
-            self.fail("", f"expected a JSON object, found {type(obj).__name__}")
-        self.obj: dict[str, Any] = obj
-
-    def fail(self, key: str, problem: str) -> NoReturn:
-        raise CommitLogFormatError(self.name, f"{self.prefix}{key}", problem)
-
-    def get(self, key: str, check: Callable[[Any], bool], expected: str, *, optional: bool = False) -> Any:
-        if key not in self.obj:
-            if optional:
-                return None
-            self.fail(key, "missing")
-        value = self.obj[key]
-        if value is None and optional:
-            return None
-        if not check(value):
-            self.fail(key, f"expected {expected}, found {value!r}")
-        return value
-
-    def integer(self, key: str, *, minimum: int | None = None, optional: bool = False) -> int | None:
-        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
-        return self.get(
-            key,
-            lambda v: _is_int(v) and (minimum is None or v >= minimum),
-            expected,
-            optional=optional,
-        )
-
-    def text(self, key: str) -> str:
-        return self.get(key, lambda v: isinstance(v, str) and v != "", "a non-empty string")
-
-    def mapping(self, key: str, *, optional: bool = False) -> dict[str, Any] | None:
-        return self.get(key, lambda v: isinstance(v, dict), "a JSON object", optional=optional)
+    return fail
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _fields(name: str, data: bytes) -> JsonFields:
+    fail = _failer(name)
+    return JsonFields(load_strict_json(data, fail), fail)
 
 
-def _load_json(data: bytes, name: str) -> object:
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise CommitLogFormatError(name, repr(key), "duplicate key")
-            out[key] = value
-        return out
-
-    def no_constants(token: str) -> NoReturn:
-        raise CommitLogFormatError(name, "", f"{token} is not valid JSON")
-
-    try:
-        return json.loads(data, object_pairs_hook=no_duplicates, parse_constant=no_constants)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CommitLogFormatError(name, "", f"not valid JSON: {error}") from error
-
-
-def _format_version(f: _Fields, supported: int) -> int:
+def _format_version(f: JsonFields, supported: int) -> int:
     version = f.integer("format_version", minimum=1)
     assert version is not None
     if version == 1 and supported == 2:
@@ -287,7 +238,7 @@ def _format_version(f: _Fields, supported: int) -> int:
 
 def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
     """Parse and validate ``metadata.json``; raises :class:`CommitLogFormatError` naming the field."""
-    f = _Fields(name, _load_json(data, name))
+    f = _fields(name, data)
     version = _format_version(f, METADATA_FORMAT_VERSION)
     query_id = f.text("query_id")
     try:
@@ -308,7 +259,7 @@ def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
             validate_operator(op)
         except InvalidIdError as error:
             f.fail(where, str(error))
-        _Fields(name, spec, f"{where}.").get(
+        f.nested(spec, f"{where}.").get(
             "key_columns",
             lambda v: isinstance(v, list) and all(isinstance(c, str) and c for c in v),
             "a list of column names",
@@ -320,7 +271,7 @@ def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
     return QueryMetadata(query_id, num_partitions, operators, version, created)
 
 
-def _partition_key(f: _Fields, where: str, key: object, num_partitions: int) -> int:
+def _partition_key(f: JsonFields, where: str, key: object, num_partitions: int) -> int:
     if not isinstance(key, str) or not _PARTITION_RE.fullmatch(key):
         f.fail(where, f"bad partition {key!r}: expected a decimal integer")
     try:
@@ -336,7 +287,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     partition ``0..N-1`` of every operator in ``metadata`` is present and no other. Raises
     :class:`CommitLogFormatError` naming the object and the offending field.
     """
-    f = _Fields(name, _load_json(data, name))
+    f = _fields(name, data)
     format_version = _format_version(f, COMMIT_FORMAT_VERSION)
     stored_version = f.integer("version", minimum=1)
     if stored_version != version:
@@ -418,7 +369,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
 
 
 def _objects(
-    f: _Fields, checkpoints: dict[str, dict[int, str]], n: int
+    f: JsonFields, checkpoints: dict[str, dict[int, str]], n: int
 ) -> dict[str, dict[int, PartitionObjects]]:
     """The ``objects`` field: a reference for exactly the (operator, partition)s of ``checkpoints``."""
     raw = f.mapping("objects")
@@ -464,7 +415,7 @@ def content_digest(obj: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _check_digest(f: _Fields) -> None:
+def _check_digest(f: JsonFields) -> None:
     stored = f.get(DIGEST_FIELD, lambda v: isinstance(v, str), "a SHA-256 hex string")
     expected = content_digest(f.obj)
     if stored != expected:

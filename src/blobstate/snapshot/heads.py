@@ -15,10 +15,11 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from blobstate.blobstore.base import BlobNotFoundError, BlobStore
 from blobstate.ids import CheckpointId, InvalidIdError, validate_uid
+from blobstate.jsonfields import Fail, JsonFields, load_strict_json
 from blobstate.snapshot.checksum import CHECKSUM_ALGORITHM
 from blobstate.snapshot.index import SnapshotError
 
@@ -101,51 +102,12 @@ class HeadRecord:
         return data
 
 
-class _Fields:
-    def __init__(self, name: str, obj: object, prefix: str = "") -> None:
-        self.name, self.prefix = name, prefix
-        if not isinstance(obj, dict):
-            self.fail("", f"expected a JSON object, found {type(obj).__name__}")
-        self.obj: dict[str, Any] = obj
+def _failer(name: str) -> Fail:
+    def fail(field: str, problem: str) -> NoReturn:
+        where = f" field {field}" if field else ""
+        raise HeadFormatError(f"invalid head record {name}:{where}: {problem}")
 
-    def fail(self, key: str, problem: str) -> NoReturn:
-        where = f" field {self.prefix}{key}" if key else ""
-        raise HeadFormatError(f"invalid head record {self.name}:{where}: {problem}")
-
-    def get(self, key: str) -> Any:
-        if key not in self.obj:
-            self.fail(key, "missing")
-        return self.obj[key]
-
-    def integer(self, key: str, minimum: int = 0, maximum: int | None = None) -> int:
-        value = self.get(key)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or value < minimum
-            or (maximum is not None and value > maximum)
-        ):
-            bound = f" between {minimum} and {maximum}" if maximum is not None else f" >= {minimum}"
-            self.fail(key, f"expected an integer{bound}, found {value!r}")
-        return value
-
-
-def _load_json(data: bytes, name: str) -> object:
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise HeadFormatError(f"invalid head record {name}: duplicate key {key!r}")
-            out[key] = value
-        return out
-
-    def no_constants(token: str) -> NoReturn:
-        raise HeadFormatError(f"invalid head record {name}: {token} is not valid JSON")
-
-    try:
-        return json.loads(data, object_pairs_hook=no_duplicates, parse_constant=no_constants)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise HeadFormatError(f"invalid head record {name}: not valid JSON: {error}") from None
+    return fail
 
 
 def parse_head(data: bytes, name: str, version: int) -> HeadRecord:
@@ -155,7 +117,8 @@ def parse_head(data: bytes, name: str, version: int) -> HeadRecord:
     ``<version - 1>_<uid>.snapshot`` (None exactly for version 1), so no name read from a head can point
     outside the repository's root. Unknown fields are ignored.
     """
-    f = _Fields(name, _load_json(data, name))
+    fail = _failer(name)
+    f = JsonFields(load_strict_json(data, fail), fail)
     format_version = f.integer("format_version", 1)
     if format_version != HEAD_FORMAT_VERSION:
         f.fail("format_version", f"unknown format version {format_version} (this build reads 1)")
@@ -179,7 +142,7 @@ def parse_head(data: bytes, name: str, version: int) -> HeadRecord:
         if cid is None or cid.version != version - 1:
             f.fail("previous", f"expected the name of a version {version - 1} index, found {previous!r}")
     size = f.integer("index_size", 1)
-    checksum = _Fields(name, f.get("index_checksum"), "index_checksum.")
+    checksum = f.nested(f.get("index_checksum"), "index_checksum.")
     algorithm = checksum.get("algorithm")
     if algorithm != CHECKSUM_ALGORITHM:
         checksum.fail("algorithm", f"unsupported checksum algorithm {algorithm!r}")
