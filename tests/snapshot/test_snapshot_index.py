@@ -94,6 +94,7 @@ def test_round_trip_preserves_every_field() -> None:
 def test_chunks_have_lengths_from_offsets() -> None:
     f = make_file("a", b"y" * 2500, chunk=1000)
     assert [(b.offset, n) for b, n in f.chunks()] == [(0, 1000), (1000, 1000), (2000, 500)]
+    assert make_file("empty", b"", chunk=1000).chunks() == []  # found by the repository crash model
 
 
 def test_metadata_from_flat_mapping() -> None:

@@ -142,7 +142,12 @@ class FileIndex:
         return self.metadata.size
 
     def chunks(self) -> list[tuple[FileBlob, int]]:
-        """``(blob, length)`` for each chunk in offset order; lengths follow from offsets and size."""
+        """``(blob, length)`` for each chunk in offset order; lengths follow from offsets and size.
+
+        An empty file has no blobs, so no chunks.
+        """
+        if not self.blobs:
+            return []
         ends = [b.offset for b in self.blobs[1:]] + [self.metadata.size]
         return [(b, end - b.offset) for b, end in zip(self.blobs, ends, strict=True)]
 

@@ -207,8 +207,6 @@ class _Checker:
         self.pending(name, cid)
         good = True
         for path, f in index.iter_present_files():
-            if not f.blobs:
-                continue  # an empty file has no blobs
             for blob, length in f.chunks():
                 good &= self.blob(
                     blob.blob_id, blob.checksum, length, f"chunk of file {path!r} of {name}", cid
