@@ -59,7 +59,8 @@ def gc(
     verb = "would delete" if dry_run else "deleted"
     typer.echo(
         f"checkpoint {url}: newest version {stats.latest_version}, versions {stats.retained_from}.."
-        f"{stats.latest_version} retained; {stats.ttl_removed} objects made permanent; "
+        f"{stats.latest_version} retained; post-commit cleanup finished (TTL cleared on {stats.ttl_removed} "
+        f"referenced objects); "
         f"expired {len(stats.expired)} pending objects past their TTL"
     )
     if full:
