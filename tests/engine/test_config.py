@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
-from blobstate.engine.config import QueryConfig, checkpoint_location, checkpoint_store_url
+from blobstate.engine.config import (
+    QueryConfig,
+    checkpoint_location,
+    checkpoint_store_url,
+    parse_duration_ms,
+    spark_blobstate_conf,
+)
 
 
 def test_spark_conf_is_read_and_keywords_win() -> None:
@@ -96,3 +103,55 @@ def test_store_url_agrees_with_the_checkpoint_url_and_refuses_options_off_s3() -
         checkpoint_store_url("/data/c", config)
     assert checkpoint_store_url("/data/c", QueryConfig.build({}, {})) == "/data/c"
     assert checkpoint_location("s3://b/c/?max_attempts=2") == "s3://b/c"
+
+
+def test_modes_are_accepted_in_any_case_as_spark_does() -> None:
+    config = QueryConfig.build(
+        {"spark.blobstate.time_mode": "eventtime"},
+        {"output_mode": "append", "event_time_column": "ts"},
+    )
+    assert (config.output_mode, config.time_mode) == ("Append", "EventTime")
+    assert QueryConfig.build({}, {"time_mode": "PROCESSINGTIME"}).time_mode == "ProcessingTime"
+    with pytest.raises(ValueError, match="output_mode must be"):
+        QueryConfig.build({}, {"output_mode": "complete"})
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("10 minutes", 600_000),
+        ("1 hour 30 seconds", 3_630_000),
+        ("INTERVAL 2 Days", 172_800_000),
+        ("500 milliseconds", 500),
+        ("1 min", 60_000),
+        ("0 seconds", 0),
+    ],
+)
+def test_watermark_delay_as_spark_users_write_it(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+    assert QueryConfig.build({}, {"watermark_delay": text}).watermark_delay_ms == ms
+    assert QueryConfig.build({"spark.blobstate.watermark_delay": text}, {}).watermark_delay_ms == ms
+
+
+@pytest.mark.parametrize("text", ["", "ten minutes", "10", "10 fortnights", "10 minutes later", "-5 seconds"])
+def test_a_bad_duration_is_named(text: str) -> None:
+    with pytest.raises(ValueError, match="watermark_delay"):
+        QueryConfig.build({}, {"watermark_delay": text})
+
+
+def test_watermark_delay_and_watermark_delay_ms_must_agree() -> None:
+    assert QueryConfig.build({}, {"watermark_delay": "1 second", "watermark_delay_ms": 1000})
+    with pytest.raises(ValueError, match="disagree"):
+        QueryConfig.build({}, {"watermark_delay": "1 second", "watermark_delay_ms": 5})
+
+
+@pytest.mark.spark
+def test_spark_conf_set_at_run_time_is_honoured(spark: Any) -> None:
+    spark.conf.set("spark.blobstate.snapshot_every", "3")
+    spark.conf.set("spark.blobstate.output_mode", "append")
+    try:
+        config = QueryConfig.build(spark_blobstate_conf(spark), {})
+    finally:
+        spark.conf.unset("spark.blobstate.snapshot_every")
+        spark.conf.unset("spark.blobstate.output_mode")
+    assert (config.snapshot_every, config.output_mode) == (3, "Append")

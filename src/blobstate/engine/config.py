@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ class QueryConfig:
     """Event-time column (EventTime mode): the watermark is its maximum seen minus ``watermark_delay_ms``."""
     watermark_delay_ms: int = 0
     """How late event-time rows may arrive before the watermark drops them."""
+    watermark_delay: str | None = None
+    """The same delay as Spark users write it (``"10 minutes"``, ``"1 hour 30 seconds"``); sets
+    ``watermark_delay_ms``."""
     local_dir: str = field(default_factory=default_local_dir)
     """Executor-local directory for working stores, checkpoints and replicas."""
     snapshot_every: int = 10
@@ -94,6 +98,18 @@ class QueryConfig:
         overrides = dict(overrides)
         store_options = _blob_store_options(s3_conf, overrides.pop("blob_store_options", None))
         values.update({k: v for k, v in overrides.items() if v is not None})
+        # As Spark does, modes are accepted in any case.
+        for name, choices in MODES.items():
+            if isinstance(values.get(name), str):
+                values[name] = choices.get(values[name].lower(), values[name])
+        if values.get("watermark_delay") is not None:
+            delay_ms = parse_duration_ms(values["watermark_delay"], "watermark_delay")
+            if "watermark_delay_ms" in values and values["watermark_delay_ms"] != delay_ms:
+                raise ValueError(
+                    f"watermark_delay {values['watermark_delay']!r} and watermark_delay_ms "
+                    f"{values['watermark_delay_ms']} disagree: give one of them"
+                )
+            values["watermark_delay_ms"] = delay_ms
         config = cls(**values, blob_store_options=store_options)
         config.validate()
         return config
@@ -157,6 +173,63 @@ def checkpoint_location(store_url: str) -> str:
     if store_url.startswith("s3://"):
         return split_s3_url(store_url)[0].rstrip("/")
     return store_url
+
+
+MODES: dict[str, dict[str, str]] = {
+    "output_mode": {m.lower(): m for m in ("Append", "Update")},
+    "time_mode": {m.lower(): m for m in ("None", "ProcessingTime", "EventTime")},
+}
+"""Each mode option's accepted values, by their lowercase spelling."""
+
+_DURATION_UNITS_MS = {
+    "week": 7 * 24 * 3600 * 1000,
+    "day": 24 * 3600 * 1000,
+    "hour": 3600 * 1000,
+    "minute": 60 * 1000,
+    "min": 60 * 1000,
+    "second": 1000,
+    "sec": 1000,
+    "millisecond": 1,
+    "milli": 1,
+    "ms": 1,
+}
+_DURATION_RE = re.compile(r"\s*(\d+)\s*([a-z]+)\s*")
+
+
+def parse_duration_ms(text: str, option: str = "duration") -> int:
+    """Milliseconds of a duration as Spark users write one (``withWatermark``, triggers).
+
+    A sequence of ``<integer> <unit>`` (week, day, hour, minute/min, second/sec, millisecond/ms, each
+    singular or plural, any case), optionally after ``interval``: ``"10 minutes"``,
+    ``"1 hour 30 seconds"``. Anything else raises ValueError naming ``option``.
+    """
+    body = text.strip().lower()
+    body = body.removeprefix("interval").strip()
+    total, position = 0, 0
+    for match in _DURATION_RE.finditer(body):
+        if match.start() != position:
+            break
+        unit = match.group(2)
+        unit = unit[:-1] if unit.endswith("s") and unit[:-1] in _DURATION_UNITS_MS else unit
+        if unit not in _DURATION_UNITS_MS:
+            raise ValueError(f"{option}: unknown unit {match.group(2)!r} in {text!r}")
+        total += int(match.group(1)) * _DURATION_UNITS_MS[unit]
+        position = match.end()
+    if not body or position != len(body):
+        raise ValueError(f"{option}: {text!r} is not a duration such as '10 minutes' or '1 hour 30 seconds'")
+    return total
+
+
+def spark_blobstate_conf(spark: Any) -> dict[str, str]:
+    """The ``spark.blobstate.*`` settings of a session: the SparkContext's conf, overridden by the
+    session's runtime conf (``spark.conf.set`` before the query starts), as Spark's own options are."""
+    conf = {k: v for k, v in spark.sparkContext.getConf().getAll() if k.startswith(SPARK_CONF_PREFIX)}
+    try:
+        runtime = spark.conf.getAll
+    except Exception:  # an older PySpark without getAll: the SparkContext's conf only
+        return conf
+    conf.update({k: v for k, v in runtime.items() if k.startswith(SPARK_CONF_PREFIX)})
+    return conf
 
 
 def _coerce(name: str, annotation: object, raw: str) -> Any:

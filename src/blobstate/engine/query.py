@@ -14,7 +14,12 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from blobstate.blobstore import open_blob_store
-from blobstate.engine.config import QueryConfig, checkpoint_location, checkpoint_store_url
+from blobstate.engine.config import (
+    QueryConfig,
+    checkpoint_location,
+    checkpoint_store_url,
+    spark_blobstate_conf,
+)
 from blobstate.engine.driver import BatchDriver, BatchReport, Sink
 from blobstate.errors import BlobstateError
 
@@ -80,7 +85,7 @@ def transform_with_state(
     if not isinstance(num_partitions, int) or num_partitions < 1:
         raise ValueError(f"num_partitions must be a positive integer, not {num_partitions!r}")
     spark = df.sparkSession
-    config = QueryConfig.build(dict(spark.sparkContext.getConf().getAll()), options)
+    config = QueryConfig.build(spark_blobstate_conf(spark), options)
     key_columns = (key,) if isinstance(key, str) else tuple(key)
     missing = [k for k in key_columns if k not in df.columns]
     if not key_columns or missing:
