@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
+from blobstate.errors import BlobstateError
 
 SPARK_CONF_PREFIX = "spark.blobstate."
 S3_CONF_PREFIX = SPARK_CONF_PREFIX + "s3."
@@ -23,6 +24,14 @@ S3_CONF_PREFIX = SPARK_CONF_PREFIX + "s3."
 def default_local_dir() -> str:
     """Where executors keep working stores, local checkpoints and standby replicas by default."""
     return os.path.join(tempfile.gettempdir(), f"blobstate-{os.getuid()}")
+
+
+class QueryConfigError(BlobstateError, ValueError):
+    """A query option (keyword or ``spark.blobstate.*`` conf) that is invalid; the message names it."""
+
+
+class UnknownOptionError(BlobstateError, TypeError):
+    """A keyword argument or ``spark.blobstate.*`` key that is not a blobstate option."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,7 @@ class QueryConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(overrides) - set(fields))
         if unknown:
-            raise TypeError(f"unknown blobstate option(s): {', '.join(unknown)}")
+            raise UnknownOptionError(f"unknown blobstate option(s): {', '.join(unknown)}")
         values: dict[str, Any] = {}
         s3_conf: dict[str, str] = {}
         for key, raw in spark_conf.items():
@@ -93,7 +102,7 @@ class QueryConfig:
                 continue
             name = key[len(SPARK_CONF_PREFIX) :]
             if name not in fields or name == "blob_store_options":
-                raise ValueError(f"unknown Spark conf {key!r}: not a blobstate option")
+                raise QueryConfigError(f"unknown Spark conf {key!r}: not a blobstate option")
             values[name] = _coerce(name, fields[name].type, raw)
         overrides = dict(overrides)
         store_options = _blob_store_options(s3_conf, overrides.pop("blob_store_options", None))
@@ -105,7 +114,7 @@ class QueryConfig:
         if values.get("watermark_delay") is not None:
             delay_ms = parse_duration_ms(values["watermark_delay"], "watermark_delay")
             if "watermark_delay_ms" in values and values["watermark_delay_ms"] != delay_ms:
-                raise ValueError(
+                raise QueryConfigError(
                     f"watermark_delay {values['watermark_delay']!r} and watermark_delay_ms "
                     f"{values['watermark_delay_ms']} disagree: give one of them"
                 )
@@ -117,25 +126,25 @@ class QueryConfig:
     def validate(self) -> None:
         """Reject inconsistent settings with an error naming the option."""
         if self.api not in ("pandas", "row"):
-            raise ValueError(
+            raise QueryConfigError(
                 f"api must be 'pandas' (transformWithStateInPandas) or 'row' (transformWithState), not"
                 f" {self.api!r}"
             )
         if self.output_mode not in ("Append", "Update"):
-            raise ValueError(f"output_mode must be 'Append' or 'Update', not {self.output_mode!r}")
+            raise QueryConfigError(f"output_mode must be 'Append' or 'Update', not {self.output_mode!r}")
         if self.time_mode not in ("None", "ProcessingTime", "EventTime"):
-            raise ValueError(
+            raise QueryConfigError(
                 f"time_mode must be 'None', 'ProcessingTime' or 'EventTime', not {self.time_mode!r}"
             )
         if self.time_mode == "EventTime" and not self.event_time_column:
-            raise ValueError("time_mode 'EventTime' needs event_time_column")
+            raise QueryConfigError("time_mode 'EventTime' needs event_time_column")
         for name in ("snapshot_every", "min_versions_to_retain"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+                raise QueryConfigError(f"{name} must be at least 1")
         if self.standby_replicas < 0 or self.watermark_delay_ms < 0:
-            raise ValueError("standby_replicas and watermark_delay_ms must not be negative")
+            raise QueryConfigError("standby_replicas and watermark_delay_ms must not be negative")
         if self.standby_replicas > 0:
-            raise ValueError(
+            raise QueryConfigError(
                 f"standby_replicas={self.standby_replicas}: standby replicas are not supported yet; use 0"
             )
 
@@ -212,11 +221,13 @@ def parse_duration_ms(text: str, option: str = "duration") -> int:
         unit = match.group(2)
         unit = unit[:-1] if unit.endswith("s") and unit[:-1] in _DURATION_UNITS_MS else unit
         if unit not in _DURATION_UNITS_MS:
-            raise ValueError(f"{option}: unknown unit {match.group(2)!r} in {text!r}")
+            raise QueryConfigError(f"{option}: unknown unit {match.group(2)!r} in {text!r}")
         total += int(match.group(1)) * _DURATION_UNITS_MS[unit]
         position = match.end()
     if not body or position != len(body):
-        raise ValueError(f"{option}: {text!r} is not a duration such as '10 minutes' or '1 hour 30 seconds'")
+        raise QueryConfigError(
+            f"{option}: {text!r} is not a duration such as '10 minutes' or '1 hour 30 seconds'"
+        )
     return total
 
 
@@ -239,10 +250,10 @@ def _coerce(name: str, annotation: object, raw: str) -> Any:
             return True
         if raw.lower() in ("false", "0", "no"):
             return False
-        raise ValueError(f"spark.blobstate.{name}: expected true or false, got {raw!r}")
+        raise QueryConfigError(f"spark.blobstate.{name}: expected true or false, got {raw!r}")
     if text.startswith("int"):
         try:
             return int(raw)
         except ValueError:
-            raise ValueError(f"spark.blobstate.{name}: expected an integer, got {raw!r}") from None
+            raise QueryConfigError(f"spark.blobstate.{name}: expected an integer, got {raw!r}") from None
     return raw
