@@ -425,3 +425,13 @@ def test_close_is_idempotent_and_a_closed_store_refuses_use(tmp_path: Path) -> N
     ):
         with pytest.raises(StoreClosedError, match=re.escape(str(tmp_path / "s"))):
             call()
+
+
+def test_the_rocksdb_store_is_the_key_value_store_the_processor_layer_needs(tmp_path: Path) -> None:
+    from blobstate.state.interface import KeyValueStore
+
+    store = RocksStateStore.open(tmp_path / "db")
+    try:
+        assert isinstance(store, KeyValueStore)
+    finally:
+        store.close()

@@ -26,6 +26,9 @@ log = logging.getLogger("blobstate")
 
 Sink = Callable[[DataFrame, int], None]
 
+PostCommitStep = Callable[[Any], None]
+"""One piece of post-commit work, given the new commit; idempotent (it may run again)."""
+
 PARTITION_METRICS = (
     "input_rows",
     "output_rows",
@@ -87,11 +90,15 @@ class BatchDriver:
     """Spark's own checkpoint location (offsets, commits): read to tell replays from a reset."""
     on_batch: Callable[[BatchReport], None] | None = None
     reports: list[BatchReport] = field(default_factory=list)
-    _cleanup_thread: threading.Thread | None = None
+    post_commit_steps: list[tuple[str, PostCommitStep]] = field(default_factory=list)
+    """What runs after each commit, in order (default: cleanup; standby sync comes next)."""
+    _post_commit_thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         from blobstate.lineage.commitlog import CommitLog
 
+        if not self.post_commit_steps:
+            self.post_commit_steps = [("cleanup", self._cleanup)]
         self.commit_log = CommitLog(self.store)
 
     # ------------------------------------------------------------------ one batch
@@ -106,7 +113,7 @@ class BatchDriver:
             self._report(BatchReport(batch_id, version, 0, 0, 0.0, 0.0, 0, 0, 0, skipped=True))
             return
         started = time.monotonic()
-        self._wait_for_cleanup()
+        self._wait_for_post_commit()
         if batch_id > 0 and not self.commit_log.commit_exists(batch_id):
             raise BatchError(
                 f"batch {batch_id} starts from version {batch_id}, but commits/{batch_id}.json does not exist"
@@ -167,7 +174,7 @@ class BatchDriver:
             executors={p: m["executor_id"] for p, m in metas.items()},
         )
         self._report(report)
-        self._start_cleanup(commit)
+        self._start_post_commit(commit)
 
     # ------------------------------------------------------------------ steps
     def _source(self, batch_id: int) -> SourceProgress | None:
@@ -312,25 +319,38 @@ class BatchDriver:
         return commit
 
     # ------------------------------------------------------------------ post-commit
-    def _start_cleanup(self, commit: Any) -> None:
+    def _cleanup(self, commit: Any) -> None:
+        """Post-commit cleanup: make what the retained versions need permanent, delete the rest."""
         from blobstate.state.retention import after_commit
 
-        def cleanup() -> None:
-            try:
-                after_commit(self.store, commit, commit_log=self.commit_log)
-            except Exception:  # cleanup is retried after the next commit and at start-up
-                log.exception("post-commit cleanup of version %d failed; it is retried later", commit.version)
+        after_commit(self.store, commit, commit_log=self.commit_log)
+
+    def _start_post_commit(self, commit: Any) -> None:
+        """Run the post-commit steps in order (on a background thread with ``async_cleanup``).
+
+        A failing step is logged and the next one still runs; every step is idempotent and is run
+        again after the next commit (cleanup also at start-up).
+        """
+
+        def run() -> None:
+            for name, step in self.post_commit_steps:
+                try:
+                    step(commit)
+                except Exception:
+                    log.exception(
+                        "post-commit %s of version %d failed; it is retried later", name, commit.version
+                    )
 
         if self.config.async_cleanup:
-            self._cleanup_thread = threading.Thread(target=cleanup, name="blobstate-cleanup", daemon=True)
-            self._cleanup_thread.start()
+            self._post_commit_thread = threading.Thread(target=run, name="blobstate-post-commit", daemon=True)
+            self._post_commit_thread.start()
         else:
-            cleanup()
+            run()
 
-    def _wait_for_cleanup(self) -> None:
-        if self._cleanup_thread is not None:
-            self._cleanup_thread.join()
-            self._cleanup_thread = None
+    def _wait_for_post_commit(self) -> None:
+        if self._post_commit_thread is not None:
+            self._post_commit_thread.join()
+            self._post_commit_thread = None
 
     def _report(self, report: BatchReport) -> None:
         self.reports.append(report)

@@ -28,6 +28,7 @@ from blobstate.processor.errors import (
 )
 from blobstate.processor.schema import to_struct_type
 from blobstate.processor.values import EXPIRED, StateCodec, storage_signature
+from blobstate.state.interface import KeyValueStore
 
 __all__ = [
     "ExpiredTimerInfo",
@@ -81,7 +82,7 @@ class _Session:
     )
 
     def __init__(
-        self, store: Any, time_mode: str, batch_timestamp_ms: int | None, watermark_ms: int | None
+        self, store: KeyValueStore, time_mode: str, batch_timestamp_ms: int | None, watermark_ms: int | None
     ) -> None:
         self.store = store
         self.time_mode = normalize_time_mode(time_mode)
@@ -671,7 +672,7 @@ class StatefulProcessorHandle:
         return iter([codec.decode_ts(k, n) for k, _ in self._s.store.items(layout.TIMERS_BY_KEY_CF, kb)])
 
 
-def delete_timer(store: Any, kb: bytes, ts8: bytes) -> bool:
+def delete_timer(store: KeyValueStore, kb: bytes, ts8: bytes) -> bool:
     """Delete one timer from both timer column families; False if it was not registered."""
     if store.get(layout.TIMERS_BY_KEY_CF, kb + ts8) is None:
         return False

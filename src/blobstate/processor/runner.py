@@ -33,6 +33,7 @@ from blobstate.processor.api import (
 from blobstate.processor.errors import InvalidTimeModeError, StatefulProcessorError
 from blobstate.processor.output import DEFAULT_FLUSH_ROWS, OutputCollector
 from blobstate.processor.schema import to_arrow, to_struct_type
+from blobstate.state.interface import KeyValueStore
 
 InputData = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
 
@@ -81,7 +82,7 @@ def _processor_instance(processor: Any) -> Any:
     return processor
 
 
-def _check_mode_unchanged(store: Any, key: bytes, value: str, what: str) -> None:
+def _check_mode_unchanged(store: KeyValueStore, key: bytes, value: str, what: str) -> None:
     old = store.get(layout.META_CF, key)
     if old is None:
         store.put(layout.META_CF, key, value.encode())
@@ -94,7 +95,7 @@ def _check_mode_unchanged(store: Any, key: bytes, value: str, what: str) -> None
 
 def run_partition(
     processor: Any,
-    store: Any,
+    store: KeyValueStore,
     data: InputData,
     *,
     key_columns: Sequence[str],
@@ -217,7 +218,7 @@ def _call(method: Callable[..., Any], name: str, key: Any, *args: Any) -> Any:
 
 def _run(
     proc: Any,
-    store: Any,
+    store: KeyValueStore,
     data: InputData,
     *,
     keys: list[str],
@@ -330,7 +331,7 @@ def _flushed(collector: Any) -> pa.RecordBatch:
     return batch
 
 
-def _due_timers(store: Any, threshold: int) -> list[tuple[int, bytes]]:
+def _due_timers(store: KeyValueStore, threshold: int) -> list[tuple[int, bytes]]:
     """All registered timers with expiry <= ``threshold``, in (expiry, key) order, read before firing."""
     due = []
     for k, _ in store.items(layout.TIMERS_CF):
