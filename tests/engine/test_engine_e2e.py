@@ -132,6 +132,32 @@ def test_a_lost_spark_checkpoint_stops_the_query_not_the_input(spark: Any, tmp_p
     assert log.latest_version() == 2
 
 
+class Raises(RunningCount):
+    """A running count whose handler raises for one key, as it yields."""
+
+    def handleInputRows(self, key, rows, timerValues):  # type: ignore[no-untyped-def]
+        if key == ("k1",):
+            raise ValueError("the processor's own message")
+        yield from super().handleInputRows(key, rows, timerValues)
+
+
+def test_a_processor_exception_reaches_the_user_with_its_key(spark: Any, tmp_path: Path) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    write_batch_files(tmp_path / "in", [kv_table([("k0", 1), ("k1", 2)])])
+    with pytest.raises(StreamingQueryException) as raised:
+        run_blobstate(
+            spark, tmp_path / "in", tmp_path / "ckpt", Raises(), output_schema=RUNNING_COUNT_OUTPUT,
+            local_dir=tmp_path / "local",
+        )  # fmt: skip
+    message = str(raised.value)
+    head = message[: message.index("ValueError")] if "ValueError" in message else message
+    assert "ProcessorFailedError" in message and len(head) < 2000, message[:3000]
+    line = next(x for x in message.splitlines() if "ProcessorFailedError: " in x)
+    assert "ValueError: the processor's own message" in line
+    assert "handleInputRows for grouping key ('k1',)" in line and "partition" in line
+
+
 def test_restart_with_other_partitions_or_key_is_refused(spark: Any, tmp_path: Path) -> None:
     write_batch_files(tmp_path / "in", [kv_table([("a", 1), ("b", 2)])])
     ckpt = tmp_path / "ckpt"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -46,6 +47,25 @@ PARTITION_METRICS = (
 
 class BatchError(BlobstateError, RuntimeError):
     """A micro-batch could not be completed; nothing of it was committed."""
+
+
+class ProcessorFailedError(BatchError):
+    """The processor (or blobstate in a task) raised in the processing stage; nothing was committed.
+
+    The message is the task's own exception and its notes (which name the handler and the grouping
+    key), not the Python worker's traceback wrapped in Spark's.
+    """
+
+
+def worker_error(text: str) -> str:
+    """The exception lines of a Python worker's traceback text (the last exception and its notes)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    tail: list[str] = []
+    for line in reversed(lines):
+        if line.startswith((" ", "\t")) or line.startswith("Traceback"):
+            break
+        tail.append(line)
+    return " ".join(reversed(tail)) or (lines[-1] if lines else text)
 
 
 @dataclass
@@ -261,7 +281,14 @@ class BatchDriver:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         result = shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(stage_schema))
-        return result.toArrow()
+        try:
+            return result.toArrow()
+        except PythonException as error:
+            # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
+            # processor raised (its notes name the handler and the key) at the top.
+            raise ProcessorFailedError(
+                f"batch {spec.version}: a task of the processing stage failed: {worker_error(str(error))}"
+            ) from None
 
     def _check_metas(self, metas: dict[int, dict[str, Any]], batch_id: int) -> None:
         missing = sorted(set(range(self.num_partitions)) - set(metas))

@@ -153,8 +153,10 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         result = state.commit()
         stats["commit_seconds"] = round(time.monotonic() - commit_started, 4)
         stats["process_seconds"] = round(commit_started - started - load_seconds, 4)
-    except BaseException:
+    except BaseException as error:
         state.abort()
+        if isinstance(error, Exception):
+            error.add_note(f"(partition {partition} of operator {spec.operator}, batch {spec.version})")
         raise
     finally:
         state.close()

@@ -188,7 +188,7 @@ def run_partition(
     )
 
 
-def _collect(result: Any, collector: Any, source: str) -> None:
+def _collect(result: Any, collector: Any, source: str, key: Any = None) -> None:
     what = collector.items
     if result is None:
         raise StatefulProcessorError(
@@ -204,8 +204,12 @@ def _collect(result: Any, collector: Any, source: str) -> None:
             f"{source} returned a {type(result).__name__}; it must return an iterator of {what}"
             f" (yield each of them)"
         )
-    for frame in result:
-        collector.add(frame, source)
+    try:
+        for frame in result:
+            collector.add(frame, source)
+    except Exception as e:  # raised while the handler runs (it runs as it yields)
+        e.add_note(f"(in {source} for grouping key {key!r})")
+        raise
 
 
 def _call(method: Callable[..., Any], name: str, key: Any, *args: Any) -> Any:
@@ -279,7 +283,7 @@ def _run(
             session.key = key
             session.key_bytes = key_bytes[i]
             result = _call(handler, "handleInputRows", key, rows_of(i), timer_values)
-            _collect(result, collector, "handleInputRows")
+            _collect(result, collector, "handleInputRows", key)
             if collector.ready:
                 yield _flushed(collector)
         stats.keys = len(groups)
@@ -297,7 +301,7 @@ def _run(
             session.set_key(key, kb)
             info = ExpiredTimerInfo(ts)
             result = _call(proc.handleExpiredTimer, "handleExpiredTimer", key, timer_values, info)
-            _collect(result, collector, "handleExpiredTimer")
+            _collect(result, collector, "handleExpiredTimer", key)
             delete_timer(store, kb, ts8)
             stats.timers_fired += 1
             if collector.ready:
