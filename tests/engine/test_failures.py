@@ -133,9 +133,13 @@ def test_sink_failure_stops_the_query_and_a_restart_retries_the_batch(spark: Any
     write_inputs(tables, tmp_path / "in")
     sink = Recorder(fail_on={2: ConnectionError("sink database unreachable while writing batch 2")})
     query = start_query(spark, tmp_path, sink)
-    with pytest.raises(StreamingQueryException, match="sink database unreachable while writing batch 2"):
+    with pytest.raises(
+        StreamingQueryException, match="sink database unreachable while writing batch 2"
+    ) as raised:
         query.processAllAvailable()
     query.stop()
+    first = str(raised.value).splitlines()[0]  # the sink's own exception first, not Spark's wrapper
+    assert first.startswith("batch 2: the sink raised ConnectionError: sink database unreachable"), first
     assert not query.isActive
 
     store = open_blob_store(str(tmp_path / "ckpt"))

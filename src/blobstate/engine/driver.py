@@ -57,6 +57,10 @@ class ProcessorFailedError(BatchError):
     """
 
 
+class SinkFailedError(BatchError):
+    """The user's sink raised; the batch was not committed and is handed to the sink again on restart."""
+
+
 def worker_error(text: str) -> str:
     """The exception lines of a Python worker's traceback text (the last exception and its notes)."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -110,6 +114,8 @@ class BatchDriver:
     """Spark's own checkpoint location (offsets, commits): read to tell replays from a reset."""
     on_batch: Callable[[BatchReport], None] | None = None
     reports: list[BatchReport] = field(default_factory=list)
+    failure: BatchError | None = None
+    """Why the processing stage of the last batch failed, when the processor raised (else None)."""
     post_commit_steps: list[tuple[str, PostCommitStep]] = field(default_factory=list)
     """What runs after each commit, in order (default: cleanup; standby sync comes next)."""
     _post_commit_thread: threading.Thread | None = None
@@ -125,6 +131,7 @@ class BatchDriver:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         """The ``foreachBatch`` function."""
         version = batch_id + 1
+        self.failure = None
         source = self._source(batch_id)
         if self.commit_log.commit_exists(version):
             if source is not None:
@@ -286,9 +293,10 @@ class BatchDriver:
         except PythonException as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
             # processor raised (its notes name the handler and the key) at the top.
-            raise ProcessorFailedError(
+            self.failure = ProcessorFailedError(
                 f"batch {spec.version}: a task of the processing stage failed: {worker_error(str(error))}"
-            ) from None
+            )
+            raise self.failure from None
 
     def _check_metas(self, metas: dict[int, dict[str, Any]], batch_id: int) -> None:
         missing = sorted(set(range(self.num_partitions)) - set(metas))
@@ -301,7 +309,14 @@ class BatchDriver:
     def _hand_to_sink(self, outputs: pa.Table, batch_id: int) -> None:
         table = outputs.cast(self.output_schema) if outputs.num_rows else self.output_schema.empty_table()
         frame = self.spark.createDataFrame(table, schema=self.spark_output_schema)
-        self.sink(frame, batch_id)
+        try:
+            self.sink(frame, batch_id)
+        except Exception as error:
+            self.failure = SinkFailedError(
+                f"batch {batch_id}: the sink raised {type(error).__name__}: {error} (the batch was not "
+                "committed; a restart hands it to the sink again)"
+            )
+            raise
 
     def _commit(
         self,

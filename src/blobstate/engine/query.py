@@ -21,6 +21,7 @@ from blobstate.engine.config import (
     spark_blobstate_conf,
 )
 from blobstate.engine.driver import BatchDriver, BatchReport, Sink
+from blobstate.engine.handle import BlobstateStreamingQuery
 from blobstate.errors import BlobstateError
 
 log = logging.getLogger("blobstate")
@@ -138,9 +139,8 @@ def transform_with_state(
         writer = writer.trigger(processingTime=config.trigger_interval)
     if config.query_name:
         writer = writer.queryName(config.query_name)
-    query = writer.start()
+    query = BlobstateStreamingQuery(writer.start(), driver)
     _RUNNING[checkpoint_url] = query
-    query.blobstate_driver = driver  # type: ignore[attr-defined]
     return query
 
 
