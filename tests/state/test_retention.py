@@ -381,3 +381,23 @@ def test_gc_full_completes_when_commits_and_their_cleanups_land_while_it_marks(t
     assert stats.deleted == [leaked]
     assert verify(inner).problems == []
     assert q.restore(q.version, tmp_path / "latest") == q.models[q.version]
+
+
+def test_cleanup_reads_each_commit_once_however_many_partitions(tmp_path: Path) -> None:
+    inner = new_memory_store()
+    partitions = 4
+    driver = Driver(inner, num_partitions=partitions, retain=3)
+    committed: dict[int, CheckpointId | None] = dict.fromkeys(range(partitions))
+    for version in range(1, 7):
+        results = {}
+        for p in range(partitions):
+            with open_p(inner, tmp_path / f"p{p}", committed[p], partition=p, snapshot_every=4) as s:
+                s.store.put("a", b"k", b"v%d" % version)
+                results[p] = s.commit()
+            committed[p] = results[p].checkpoint_id
+        commit = driver.commit(results, version)
+    forget_process_memory()
+    store = FaultyStore(inner)
+    after_commit(store, commit)
+    reads = [name for op, name in store.calls if op == "get" and name.startswith("commits/")]
+    assert reads and len(reads) == len(set(reads)), sorted(reads)

@@ -61,9 +61,8 @@ def collect_lineage(
     store: Any, *, partition: int | None = None, operator: str | None = None, limit: int = 20
 ) -> dict[str, Any]:
     """Committed versions (newest first, at most ``limit``) of every partition, with uids and sizes."""
-    from blobstate.blobstore import BlobNotFoundError
     from blobstate.lineage.commitlog import CommitLog
-    from blobstate.state.history import PartitionHistory
+    from blobstate.state.history import CommitCache, PartitionHistory
 
     log_ = CommitLog(store)
     latest = log_.latest_version()
@@ -71,28 +70,21 @@ def collect_lineage(
     if latest is None or latest < 1:
         return out
     newest = log_.read_commit(latest)
-    commits = {latest: newest}
+    cache = CommitCache(log_, {latest: newest})
     for op, parts in sorted(newest.checkpoints.items()):
         if operator is not None and op != operator:
             continue
         for p in sorted(int(k) for k in parts):
             if partition is not None and p != partition:
                 continue
+            history = PartitionHistory(cache, op, p)
+            history.prefetch(range(max(1, latest - limit + 1), latest))
             rows = []
             for version in range(latest, max(0, latest - limit), -1):
-                if version not in commits:
-                    try:
-                        commits[version] = log_.read_commit(version)
-                    except BlobNotFoundError:
-                        commits[version] = None
-                commit = commits[version]
-                if commit is None:
-                    break
-                cp = commit.checkpoints.get(op) or {}
-                uid = cp.get(p, cp.get(str(p)))
+                uid = history.uid(version)
                 if uid is None:
                     break
-                row = _version_row(store, PartitionHistory(log_, op, p, commits), version, uid)
+                row = _version_row(store, history, version, uid)
                 rows.append(row)
                 if version < newest.retained_from and row.get("delta_bytes") is None:
                     row["cleaned_up"] = True

@@ -20,17 +20,16 @@ from blobstate.lineage.refs import PartitionObjects
 from blobstate.state.errors import LineageError, MissingObjectError
 
 
-class PartitionHistory:
-    """The committed uids and object references of one (operator, partition), one commit read at a time.
+class CommitCache:
+    """The commits of one commit log read so far, by version, shared by the histories of all partitions.
 
     ``log`` is a :class:`blobstate.lineage.commitlog.CommitLog`; ``known`` may seed commits already read
-    (version -> Commit). Thread-safe; commits are immutable, so they are cached for the life of this object.
+    (version -> Commit). Thread-safe; commits are immutable, so they are kept for the life of this object
+    and every commit is read at most once however many partitions ask for it.
     """
 
-    def __init__(self, log: Any, operator: str, partition: int, known: dict[int, Any] | None = None) -> None:
+    def __init__(self, log: Any, known: dict[int, Any] | None = None) -> None:
         self.log = log
-        self.operator = operator
-        self.partition = partition
         self._commits: dict[int, Any] = dict(known or {})
         self._lock = threading.Lock()
 
@@ -55,6 +54,24 @@ class PartitionHistory:
             todo = sorted({v for v in versions if v >= 1 and v not in self._commits})
         if len(todo) > 1:
             self.log.store.run_parallel(self.commit, todo)
+
+
+class PartitionHistory:
+    """The committed uids and object references of one (operator, partition), read through ``commits``
+    (one :class:`CommitCache` per commit log, shared by the partitions of one job)."""
+
+    def __init__(self, commits: CommitCache, operator: str, partition: int) -> None:
+        self.commits = commits
+        self.operator = operator
+        self.partition = partition
+
+    def commit(self, version: int) -> Any:
+        """The commit of ``version``, or None when ``commits/<version>.json`` does not exist."""
+        return self.commits.commit(version)
+
+    def prefetch(self, versions: Iterable[int]) -> None:
+        """Read the commits of ``versions`` in parallel (those not read yet)."""
+        self.commits.prefetch(versions)
 
     def uid(self, version: int) -> str | None:
         """The committed uid of this partition at ``version`` (None: no commit of that version)."""
@@ -85,4 +102,4 @@ class PartitionHistory:
         return commit.objects_of(self.operator, self.partition)
 
 
-__all__ = ["PartitionHistory"]
+__all__ = ["CommitCache", "PartitionHistory"]

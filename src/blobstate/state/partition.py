@@ -34,7 +34,7 @@ from blobstate.lineage.delta import encode_delta
 from blobstate.lineage.refs import ObjectRef, PartitionObjects
 from blobstate.state.chain import resolve_chain
 from blobstate.state.errors import PartitionClosedError, StateLoadError
-from blobstate.state.history import PartitionHistory
+from blobstate.state.history import CommitCache, PartitionHistory
 from blobstate.state.loader import LoadReport, load_working, read_checked_snapshot_index
 from blobstate.state.localdirs import (
     LineageInfo,
@@ -403,7 +403,7 @@ def open_partition(
     if history is None:
         from blobstate.lineage.commitlog import CommitLog
 
-        history = PartitionHistory(CommitLog(store), operator, partition)
+        history = PartitionHistory(CommitCache(CommitLog(store)), operator, partition)
     lock = PartitionLock(layout.lock_file).acquire(timeout=lock_timeout)
     try:
         loaded = load_working(store, layout, committed, _open_rocks, history)

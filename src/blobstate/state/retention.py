@@ -36,7 +36,7 @@ from blobstate.ids import CheckpointId
 from blobstate.layout import METADATA, blob_prefix, delta_name, snapshot_name
 from blobstate.state.chain import Chain, resolve_chain
 from blobstate.state.errors import StateLoadError
-from blobstate.state.history import PartitionHistory
+from blobstate.state.history import CommitCache, PartitionHistory
 from blobstate.state.policy import validate_retention
 
 log = logging.getLogger(__name__)
@@ -284,14 +284,14 @@ def after_commit(store: BlobStore, commit: Any, *, commit_log: Any = None) -> Re
     """
     started = time.monotonic()
     log_ = commit_log or _commit_log(store)
-    known: dict[int, Any] = {commit.version: commit}
+    cache = CommitCache(log_, {commit.version: commit})
     total = RetentionStats()
     first_error: BaseException | None = None
     for operator, partition, uid in _partitions(commit):
         try:
             stats = cleanup_partition(
                 store,
-                PartitionHistory(log_, operator, partition, known),
+                PartitionHistory(cache, operator, partition),
                 CheckpointId(commit.version, uid),
                 lowest=commit.retained_from,
             )
@@ -344,11 +344,11 @@ class GcStats:
 def referenced_by_retained(store: BlobStore, commit: Any, *, commit_log: Any = None) -> set[str]:
     """Every object the retained versions of ``commit`` (``retained_from .. version``) reference."""
     log_ = commit_log or _commit_log(store)
-    known: dict[int, Any] = {commit.version: commit}
+    cache = CommitCache(log_, {commit.version: commit})
     referenced: set[str] = set()
     lowest = commit.retained_from
     for operator, partition, uid in _partitions(commit):
-        history = PartitionHistory(log_, operator, partition, known)
+        history = PartitionHistory(cache, operator, partition)
         keep = compute_keep_set(store, history, CheckpointId(commit.version, uid), lowest, cached=False)
         referenced |= keep.objects | _base_deltas(keep, operator, partition, lowest)
     return referenced

@@ -20,6 +20,7 @@ partition, version and uid. The :class:`VerifyReport` also says what was not rea
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name, delta_name, 
 from blobstate.lineage.delta import DeltaFormatError, decode_delta
 from blobstate.state.chain import resolve_chain
 from blobstate.state.errors import StateLoadError
-from blobstate.state.history import PartitionHistory
+from blobstate.state.history import CommitCache, PartitionHistory
 
 
 @dataclass(frozen=True)
@@ -383,17 +384,19 @@ def verify(
         report.problems.append(Problem(commit_name(latest), f"unreadable: {error}", version=latest))
         return report
     report.latest_version, report.retained_from = latest, newest.retained_from
+    cache = CommitCache(log_, {latest: newest})
+    with contextlib.suppress(CommitLogError):  # each unreadable commit is reported below
+        cache.prefetch(range(newest.retained_from, latest))
     for version in range(newest.retained_from, latest):
         if version in present:
             try:
-                log_.read_commit(version)
+                cache.commit(version)
             except CommitLogError as error:
                 report.problems.append(Problem(commit_name(version), f"unreadable: {error}", version=version))
     report.problems += _lost_newer_commits(store, latest)
     if report.problems:
         return report
     sizes = store.list_sizes("blobs/")
-    known = {latest: newest}
     for op, parts in sorted(newest.checkpoints.items()):
         if operator is not None and op != operator:
             continue
@@ -401,8 +404,7 @@ def verify(
             if partition is not None and p != partition:
                 continue
             report.partitions += 1
-            history = PartitionHistory(log_, op, p, known)
-            history.prefetch(range(newest.retained_from, latest))
+            history = PartitionHistory(cache, op, p)
             checker = _Checker(store, report, history, sizes, checksums, check_ttl)
             for version in range(latest, newest.retained_from - 1, -1):
                 report.versions_checked += 1
