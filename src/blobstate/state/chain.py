@@ -41,9 +41,8 @@ class Chain:
     ``base`` is None for the empty version 0. ``deltas`` ends with ``target`` unless the base is the
     target itself. ``target_lineage`` is the lineage record of the target's delta when it was read
     (None when the target's own snapshot or local copy was the base). ``missing_snapshots`` lists
-    presumed snapshots that were never committed (their upload failed) and were walked through;
-    ``skipped_snapshots`` committed snapshots left out because they were found unusable. ``refs`` has
-    the committed references of the base and of every delta.
+    presumed snapshots that were never committed (their upload failed) and were walked through.
+    ``refs`` has the committed references of the base and of every delta.
     """
 
     target: CheckpointId
@@ -52,7 +51,6 @@ class Chain:
     deltas: tuple[CheckpointId, ...]
     target_lineage: tuple[str, ...] | None
     missing_snapshots: tuple[CheckpointId, ...] = ()
-    skipped_snapshots: tuple[CheckpointId, ...] = ()
     refs: dict[CheckpointId, PartitionObjects] = field(default_factory=dict, compare=False)
 
     def next_lineage(self) -> tuple[str, ...] | None:
@@ -192,7 +190,6 @@ def resolve_chain(
     has_local = local_base or (lambda _cid: False)
     newest_first: list[CheckpointId] = []
     missing: list[CheckpointId] = []
-    skipped: list[CheckpointId] = []
     refs: dict[CheckpointId, PartitionObjects] = {}
     target_lineage: tuple[str, ...] | None = None
     current = target
@@ -206,7 +203,6 @@ def resolve_chain(
             tuple(reversed(newest_first)),
             target_lineage,
             tuple(missing),
-            tuple(skipped),
             refs,
         )
 
@@ -217,7 +213,6 @@ def resolve_chain(
         if refs[current].snapshot is not None:
             if current not in skip_snapshots:
                 return chain(current, "snapshot")
-            skipped.append(current)
         elif current != target:
             missing.append(current)
         lineage = delta_lineage(

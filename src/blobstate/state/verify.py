@@ -28,7 +28,7 @@ from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.ids import CheckpointId
 from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name, delta_name, snapshot_name
 from blobstate.lineage.delta import DeltaFormatError, decode_delta
-from blobstate.state.chain import resolve_chain
+from blobstate.state.chain import fetch_checked_delta, resolve_chain
 from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory
 
@@ -173,13 +173,9 @@ class _Checker:
         self.seen.add(name)
         if data is None:
             try:
-                data = self.store.get(name)
-            except BlobNotFoundError:
-                self.problem(name, "missing", cid)
-                return
-            problem = refs.delta.problem(data)
-            if problem is not None:
-                self.problem(name, f"corrupt: {problem}", cid)
+                data = fetch_checked_delta(self.store, self.operator, self.partition, cid, refs)
+            except StateLoadError as error:
+                self.problem(name, _what(error), cid)
                 return
         self.report.deltas_read += 1
         self.report.delta_bytes += len(data)
