@@ -14,6 +14,7 @@ Memory: each upload task holds one chunk in memory, so the peak is about
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import stat
@@ -126,6 +127,8 @@ class BackupResult:
     """Bytes of the index object as written (a commit or head record holds them to check it later)."""
     index_checksum: int
     """CRC-32 of the index object's bytes."""
+    index_sha256: str
+    """SHA-256 (lowercase hex) of the index object's bytes, for a query commit's reference."""
 
 
 # ---------------------------------------------------------------------------------------------- scanning
@@ -442,4 +445,5 @@ def backup_directory(
         stats=stats,
         index_size=len(payload),
         index_checksum=crc32(payload),
+        index_sha256=hashlib.sha256(payload).hexdigest(),
     )

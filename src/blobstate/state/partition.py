@@ -215,10 +215,7 @@ class PartitionState:
         snapshot_error: str | None = None
         if due:
             try:
-                sname, snap_written, snap_bytes = self._snapshot(new, lineage, checkpoint_dir)
-                # The reference is taken from the stored bytes: what the commit vouches for is what a
-                # reader will get.
-                snapshot_ref = ObjectRef.of(bs.get(sname))
+                sname, snap_written, snap_bytes, snapshot_ref = self._snapshot(new, lineage, checkpoint_dir)
                 written += snap_written
                 uploaded += snap_bytes
             except Exception as error:  # a failed snapshot leaves a presumed snapshot: loading walks past it
@@ -293,7 +290,7 @@ class PartitionState:
 
     def _snapshot(
         self, new: CheckpointId, lineage: tuple[str, ...], checkpoint_dir: Path
-    ) -> tuple[str, list[str], int]:
+    ) -> tuple[str, list[str], int, ObjectRef]:
         from blobstate.snapshot import backup_directory
 
         op, p, bs = self.operator, self.partition, self.blob_store
@@ -320,8 +317,8 @@ class PartitionState:
         SNAPSHOT_INDEX_CACHE.put(bs.url, name, result.index)
         reused = previous.present_blob_ids() if previous is not None else set()
         new_blobs = sorted(result.index.present_blob_ids() - reused)
-        nbytes = result.stats.bytes_uploaded + len(result.index.to_json())
-        return name, [*new_blobs, name], nbytes
+        nbytes = result.stats.bytes_uploaded + result.index_size
+        return name, [*new_blobs, name], nbytes, ObjectRef(result.index_size, result.index_sha256)
 
     # ------------------------------------------------------------------ abort / close
     def abort(self) -> None:
