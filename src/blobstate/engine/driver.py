@@ -119,6 +119,7 @@ class BatchDriver:
     post_commit_steps: list[tuple[str, PostCommitStep]] = field(default_factory=list)
     """What runs after each commit, in order (default: cleanup; standby sync comes next)."""
     _post_commit_thread: threading.Thread | None = None
+    _spark_metadata: bytes | None = None
 
     def __post_init__(self) -> None:
         from blobstate.lineage.commitlog import CommitLog
@@ -213,9 +214,9 @@ class BatchDriver:
         except Exception:  # Spark Connect: Python cannot reach the JVM's filesystem
             log.warning("cannot read Spark's checkpoint here: replays are taken on trust, as before")
             return None
-        return SourceProgress.read(
-            self._read_spark_file("metadata"), self._read_spark_file(f"offsets/{batch_id}")
-        )
+        if self._spark_metadata is None:  # written once when Spark's checkpoint is created
+            self._spark_metadata = self._read_spark_file("metadata")
+        return SourceProgress.read(self._spark_metadata, self._read_spark_file(f"offsets/{batch_id}"))
 
     def _read_spark_file(self, relative: str) -> bytes:
         """A file of Spark's checkpoint, through Hadoop's FileSystem (any filesystem Spark can use)."""
