@@ -13,9 +13,9 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from blobstate.blobstore import BlobStore
 from blobstate.errors import BlobstateError
@@ -40,6 +40,8 @@ refuses them with an error that says so (see :func:`parse_metadata`).
 
 COMMIT_FORMAT_VERSION = 2
 """The ``commits/<v>.json`` format version this build writes and reads (2: with object references)."""
+
+T = TypeVar("T")
 
 _COMMIT_NAME_RE = re.compile(re.escape(COMMITS_PREFIX) + r"(0|[1-9][0-9]{0,18})\.json")
 _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
@@ -308,21 +310,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
             f.fail(where, str(error))
         if op not in metadata.operators:
             f.fail(where, f"operator {op!r} is not declared in {METADATA}")
-        if not isinstance(parts, dict):
-            f.fail(where, f"expected a JSON object of partition -> uid, found {parts!r}")
-        uids: dict[int, str] = {}
-        for key, uid in parts.items():
-            part_where = f"{where}[{key!r}]"
-            partition = _partition_key(f, part_where, key, n)
-            try:
-                uids[partition] = validate_uid(uid)
-            except InvalidIdError as error:
-                f.fail(part_where, str(error))
-        missing = sorted(set(range(n)) - set(uids))
-        if missing:
-            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
-            f.fail(where, f"partitions missing: {shown} (the query has {n} partitions)")
-        checkpoints[op] = dict(sorted(uids.items()))
+        checkpoints[op] = _every_partition(f, where, parts, n, "uid", validate_uid)
     absent = sorted(set(metadata.operators) - set(checkpoints))
     if absent:
         f.fail("checkpoints", f"operators missing: {', '.join(absent)}")
@@ -368,6 +356,28 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     )
 
 
+def _every_partition(
+    f: JsonFields, where: str, parts: object, n: int, what: str, parse: Callable[[Any], T]
+) -> dict[int, T]:
+    """One operator's ``{partition: value}`` object: every partition ``0..n-1`` exactly once, each value
+    parsed by ``parse`` (which raises ValueError); failures name ``where`` and the partition."""
+    if not isinstance(parts, dict):
+        f.fail(where, f"expected a JSON object of partition -> {what}, found {parts!r}")
+    values: dict[int, T] = {}
+    for key, raw in parts.items():
+        part_where = f"{where}[{key!r}]"
+        partition = _partition_key(f, part_where, key, n)
+        try:
+            values[partition] = parse(raw)
+        except ValueError as error:
+            f.fail(part_where, str(error))
+    missing = sorted(set(range(n)) - set(values))
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        f.fail(where, f"partitions missing: {shown} (the query has {n} partitions)")
+    return dict(sorted(values.items()))
+
+
 def _objects(
     f: JsonFields, checkpoints: dict[str, dict[int, str]], n: int
 ) -> dict[str, dict[int, PartitionObjects]]:
@@ -379,21 +389,7 @@ def _objects(
         where = f"objects[{op!r}]"
         if op not in checkpoints:
             f.fail(where, f"operator {op!r} has no checkpoints in this commit")
-        if not isinstance(parts, dict):
-            f.fail(where, f"expected a JSON object of partition -> references, found {parts!r}")
-        refs: dict[int, PartitionObjects] = {}
-        for key, value in parts.items():
-            part_where = f"{where}[{key!r}]"
-            partition = _partition_key(f, part_where, key, n)
-            try:
-                refs[partition] = PartitionObjects.from_json(value)
-            except ValueError as error:
-                f.fail(part_where, str(error))
-        missing = sorted(set(range(n)) - set(refs))
-        if missing:
-            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
-            f.fail(where, f"partitions missing: {shown} (the query has {n} partitions)")
-        out[op] = dict(sorted(refs.items()))
+        out[op] = _every_partition(f, where, parts, n, "references", PartitionObjects.from_json)
     absent = sorted(set(checkpoints) - set(out))
     if absent:
         f.fail("objects", f"operators missing: {', '.join(absent)}")
