@@ -171,17 +171,9 @@ def run_spark_tws(
     api: str = "pandas",
 ) -> BatchRecorder:
     """Run ``processor`` with Spark's own ``transformWithStateInPandas`` (RocksDB state store), or with
-    its row-based ``transformWithState`` when ``api`` is ``row``.
-
-    Spark's no-data batches are turned off: blobstate runs a batch only when input arrives (it sees
-    batches through ``foreachBatch``), so with them on Spark would run extra batches that fire timers
-    and shift batch ids.
-    """
+    its row-based ``transformWithState`` when ``api`` is ``row``, at Spark's defaults otherwise."""
     recorder = BatchRecorder()
-    settings = {
-        "spark.sql.streaming.stateStore.providerClass": SPARK_ROCKSDB_PROVIDER,
-        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-    }
+    settings = {"spark.sql.streaming.stateStore.providerClass": SPARK_ROCKSDB_PROVIDER}
     with spark_conf(spark, settings):
         df = file_stream(spark, input_dir, input_schema)
         if event_time_column is not None:
@@ -337,6 +329,9 @@ def expected_event_time_sessions() -> dict[int, list[tuple]]:
             ("e", "closed", T0 + 26_000, T0 + 26_000, 1, w3),
             ("h", "input", T0 + 61_000, T0 + 61_000, 1, w3),
         ],
+        # Batch 3 moved the watermark, so Spark (and blobstate) run a batch without input; no session
+        # of g or h is closed by it yet.
+        4: [],
     }
     # collect() gives TIMESTAMP values as naive datetimes in the local time zone of this process
     return {

@@ -244,9 +244,9 @@ def _fail_after_next_commit() -> None:
 
     original = PartitionState.commit
 
-    def commit(self: Any) -> Any:
+    def commit(self: Any, uid: Any = None) -> Any:
         PartitionState.commit = original  # type: ignore[method-assign]
-        original(self)
+        original(self, uid)
         raise RuntimeError("injected failure after the delta was uploaded")
 
     PartitionState.commit = commit  # type: ignore[method-assign]

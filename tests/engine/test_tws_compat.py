@@ -4,7 +4,10 @@ Each test writes a few tiny input batches (one parquet file per micro-batch), ru
 ``groupBy(key).transformWithStateInPandas`` (RocksDB state store provider) and with
 ``blobstate.transform_with_state``, and compares the outputs per batch id as sorted lists of rows.
 Tests parametrized by ``api`` also run a row-based processor under Spark's ``transformWithState`` and
-blobstate's ``api="row"``. Spark runs without no-data batches (see :func:`engine_helpers.run_spark_tws`).
+blobstate's ``api="row"``. Both run at Spark's defaults (no-data batches on), except in ProcessingTime
+mode: there Spark (and blobstate, which follows Spark's conf) runs a no-data batch at every trigger, so
+``processAllAvailable`` would never return; those tests turn no-data batches off for both runs, and
+``test_idle_stream.py`` compares the two on an idle stream with them on.
 """
 
 from __future__ import annotations
@@ -57,6 +60,22 @@ def run_both(
     delay = kwargs.pop("watermark_delay_ms", 0)
     api = kwargs.pop("api", "pandas")
     write_batch_files(tmp_path / "in", tables)
+    no_data = "false" if time_mode == "ProcessingTime" else "true"
+    with spark_conf(spark, {"spark.sql.streaming.noDataMicroBatches.enabled": no_data}):
+        return _run_both(spark, tmp_path, processor, tables, time_mode, event_time_column, delay, api, kwargs)
+
+
+def _run_both(
+    spark: Any,
+    tmp_path: Path,
+    processor: Any,
+    tables: list[Any],
+    time_mode: str,
+    event_time_column: str | None,
+    delay: int,
+    api: str,
+    kwargs: dict[str, Any],
+) -> tuple[dict[int, list], dict[int, list]]:
     spark_out = run_spark_tws(
         spark,
         tmp_path / "in",
@@ -80,7 +99,7 @@ def run_both(
         **kwargs,
         **options,
     )
-    assert sorted(spark_out.calls) == list(range(len(tables))), "Spark ran other batches than one per file"
+    assert sorted(spark_out.calls)[: len(tables)] == list(range(len(tables))), "Spark skipped a file"
     return spark_out.rows, ours.rows
 
 

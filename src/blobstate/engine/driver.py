@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -11,15 +10,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from blobstate.blobstore import BlobStore
 from blobstate.engine.assignment import assign_partitions
 from blobstate.engine.config import QueryConfig
+from blobstate.engine.outputs import (
+    AttemptMismatchError,
+    StageFailedError,
+    StageResult,
+    is_attempt_mismatch,
+    run_stage,
+)
 from blobstate.engine.replay import SourceProgress, check_batch
-from blobstate.engine.task import META_COLUMN, PARTITION_COLUMN, TaskSpec, run_task
+from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
+from blobstate.engine.ticks import Ticks, wants_another_batch
 from blobstate.errors import BlobstateError
 from blobstate.state.retention import retained_from
 
@@ -41,6 +47,7 @@ PARTITION_METRICS = (
     "commit_seconds",
     "task_seconds",
     "snapshot_repairs",
+    "state_keys",
 )
 """Per-partition entries of a commit's ``metrics.partitions``: from the task's metadata row (``task.py``)."""
 
@@ -91,6 +98,50 @@ class BatchReport:
     max_task_seconds: float = 0.0
     skipped: bool = False
     executors: dict[int, str] = field(default_factory=dict)
+    state_keys: int = 0
+    """RocksDB's estimate of the state's keys after the batch, over all partitions."""
+    stage_attempts: int = 1
+    """How many times the stage ran (more than once when persisted outputs were lost before the sink)."""
+    partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Per-partition metrics, as in the commit (``PARTITION_METRICS``)."""
+
+    def progress_metrics(self) -> dict[str, Any]:
+        """The metrics put in Spark's query progress (the ``blobstate`` source's ``metrics``)."""
+        rules: dict[str, int] = {}
+        for metrics in self.partitions.values():
+            rule = str(metrics.get("load_rule"))
+            rules[rule] = rules.get(rule, 0) + 1
+        return {
+            "batchId": self.batch_id,
+            "version": self.version,
+            "skipped": self.skipped,
+            "inputRows": self.input_rows,
+            "outputRows": self.output_rows,
+            "stateKeys": self.state_keys,
+            "bytesUploaded": self.bytes_uploaded,
+            "snapshots": self.snapshots,
+            "restoreBytes": self.restore_bytes,
+            "maxRestoreSeconds": self.max_load_seconds,
+            "loadRules": rules,
+            "seconds": self.seconds,
+            "stageSeconds": self.stage_seconds,
+            "sinkSeconds": self.sink_seconds,
+            "commitSeconds": self.commit_seconds,
+            "stageAttempts": self.stage_attempts,
+            "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
+        }
+
+    def log_line(self) -> str:
+        """One line about the batch for the ``blobstate`` logger."""
+        if self.skipped:
+            return f"batch {self.batch_id}: already committed as version {self.version}, replay skipped"
+        return (
+            f"batch {self.batch_id} committed as version {self.version}: {self.input_rows:,} rows in,"
+            f" {self.output_rows:,} out, ~{self.state_keys:,} state keys, {self.seconds:.2f} s (stage"
+            f" {self.stage_seconds:.2f}, sink {self.sink_seconds:.2f}, commit {self.commit_seconds:.2f}),"
+            f" uploaded {self.bytes_uploaded:,} bytes, {self.snapshots} snapshot(s), restored"
+            f" {self.restore_bytes:,} bytes in at most {self.max_load_seconds:.2f} s"
+        )
 
 
 @dataclass
@@ -110,6 +161,15 @@ class BatchDriver:
     sink: Sink
     writer_id: str
     placement_helper: Any = None
+    """The JVM helper (``placement.PlacementHelper``): preferred locations, committed outputs, ticks."""
+    ticks: Ticks | None = None
+    """The query's ticks source: batches without input, and metrics in Spark's progress."""
+    initial_state: DataFrame | None = None
+    """Spark's ``initialState``: delivered to ``handleInitialState`` in the query's first batch."""
+    initial_state_key_columns: tuple[str, ...] = ()
+    use_preferred_locations: bool = True
+    max_stage_attempts: int = 3
+    """How often a batch's stage runs when its persisted outputs are lost before the sink read them."""
     spark_checkpoint: str = ""
     """Spark's own checkpoint location (offsets, commits): read to tell replays from a reset."""
     on_batch: Callable[[BatchReport], None] | None = None
@@ -135,10 +195,11 @@ class BatchDriver:
         self.failure = None
         source = self._source(batch_id)
         if self.commit_log.commit_exists(version):
+            committed = self.commit_log.read_commit(version)
             if source is not None:
-                self._check_source(batch_id, self.commit_log.read_commit(version), None, source)
-            log.info("batch %d is already committed as version %d: skipping its replay", batch_id, version)
+                self._check_source(batch_id, committed, None, source)
             self._report(BatchReport(batch_id, version, 0, 0, 0.0, 0.0, 0, 0, 0, skipped=True))
+            self._request_tick(committed)
             return
         started = time.monotonic()
         self._wait_for_post_commit()
@@ -150,9 +211,50 @@ class BatchDriver:
         previous = self.commit_log.read_commit(batch_id) if batch_id > 0 else None
         if source is not None:
             self._check_source(batch_id, None, previous, source)
+        spec = self._plan(batch_df, batch_id, previous, source)
+        placement = self._placement(previous)
+        stage_started = time.monotonic()
+        stage, sink_started, attempts = self._stage_and_sink(batch_df, spec, placement)
+        try:
+            commit_started = time.monotonic()
+            metas = stage.metas
+            commit = self._commit(version, metas, spec.watermark_ms, started, previous, source)
+        finally:
+            stage.release()
+        finished = time.monotonic()
+        report = BatchReport(
+            batch_id=batch_id,
+            version=version,
+            input_rows=sum(m["input_rows"] for m in metas.values()),
+            output_rows=stage.output_rows,
+            seconds=round(finished - started, 3),
+            stage_seconds=round(sink_started - stage_started, 3),
+            sink_seconds=round(commit_started - sink_started, 3),
+            commit_seconds=round(finished - commit_started, 3),
+            max_task_seconds=max((m["task_seconds"] for m in metas.values()), default=0.0),
+            max_load_seconds=max((m["load_seconds"] for m in metas.values()), default=0.0),
+            restore_bytes=sum(m.get("restore_bytes") or 0 for m in metas.values()),
+            bytes_uploaded=sum(m["bytes_uploaded"] for m in metas.values()),
+            snapshots=sum(1 for m in metas.values() if m["snapshot"]),
+            executors={p: m["executor_id"] for p, m in metas.items()},
+            state_keys=sum(int(m.get("state_keys") or 0) for m in metas.values()),
+            stage_attempts=attempts,
+            partitions={p: {k: m.get(k) for k in PARTITION_METRICS} for p, m in sorted(metas.items())},
+        )
+        self._report(report)
+        self._request_tick(commit)
+        self._start_post_commit(commit)
+
+    def _plan(
+        self, batch_df: DataFrame, batch_id: int, previous: Any, source: SourceProgress | None
+    ) -> TaskSpec:
+        """The batch's plan, shipped to every task of its stage."""
         uids = previous.checkpoints[self.config.operator] if previous else {}
         watermark, late_watermark = self._watermarks(previous)
-        spec = TaskSpec(
+        # Spark's own batch timestamp when its offset log has one: the same when the batch is replayed.
+        timestamp = source.batch_timestamp_ms if source and source.batch_timestamp_ms else None
+        first_batch = previous is None and self.initial_state is not None
+        return TaskSpec(
             checkpoint_url=self.checkpoint_url,
             query_id=self.query_id,
             operator=self.config.operator,
@@ -164,7 +266,7 @@ class BatchDriver:
             output_schema=self.output_schema,
             output_mode=self.config.output_mode,
             time_mode=self.config.time_mode,
-            batch_timestamp_ms=int(time.time() * 1000),
+            batch_timestamp_ms=timestamp if timestamp is not None else int(time.time() * 1000),
             watermark_ms=watermark,
             late_watermark_ms=late_watermark,
             event_time_column=self.config.event_time_column,
@@ -174,35 +276,38 @@ class BatchDriver:
             timezone=batch_df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC",
             pandas_object_strings=self.config.pandas_object_strings,
             api=self.config.api,
+            initial_state_key_columns=self.initial_state_key_columns if first_batch else None,
         )
-        placement = self._placement(previous)
-        stage_started = time.monotonic()
-        table = self._run_stage(batch_df, spec, placement)
-        outputs, metas = _split(table)
-        self._check_metas(metas, batch_id)
-        sink_started = time.monotonic()
-        self._hand_to_sink(outputs, batch_id)
-        commit_started = time.monotonic()
-        commit = self._commit(version, metas, watermark, started, previous, source)
-        finished = time.monotonic()
-        report = BatchReport(
-            batch_id=batch_id,
-            version=version,
-            input_rows=sum(m["input_rows"] for m in metas.values()),
-            output_rows=outputs.num_rows,
-            seconds=round(finished - started, 3),
-            stage_seconds=round(sink_started - stage_started, 3),
-            sink_seconds=round(commit_started - sink_started, 3),
-            commit_seconds=round(finished - commit_started, 3),
-            max_task_seconds=max((m["task_seconds"] for m in metas.values()), default=0.0),
-            max_load_seconds=max((m["load_seconds"] for m in metas.values()), default=0.0),
-            restore_bytes=sum(m.get("restore_bytes") or 0 for m in metas.values()),
-            bytes_uploaded=sum(m["bytes_uploaded"] for m in metas.values()),
-            snapshots=sum(1 for m in metas.values() if m["snapshot"]),
-            executors={p: m["executor_id"] for p, m in metas.items()},
+
+    def _stage_and_sink(
+        self, batch_df: DataFrame, spec: TaskSpec, placement: dict[int, dict[str, str]]
+    ) -> tuple[StageResult, float, int]:
+        """Run the stage and hand its outputs to the sink; run both again if the outputs were lost."""
+        for attempt in range(1, self.max_stage_attempts + 1):
+            stage = self._run_stage(batch_df, spec, placement)
+            sink_started = time.monotonic()
+            try:
+                self._hand_to_sink(stage.frame, spec.version)
+                return stage, sink_started, attempt
+            except BaseException as error:
+                stage.release()
+                if not is_attempt_mismatch(error):
+                    raise
+                self.failure = None
+                log.warning(
+                    "batch %d: outputs of the processing stage were lost before the sink read them (%s);"
+                    " running the stage again (attempt %d of %d)",
+                    spec.version,
+                    _first_line(error),
+                    attempt + 1,
+                    self.max_stage_attempts,
+                )
+        self.failure = BatchError(
+            f"batch {spec.version}: the outputs of the processing stage were lost before the sink read them"
+            f" in each of {self.max_stage_attempts} attempts (executors lost or cache evicted); nothing was"
+            " committed"
         )
-        self._report(report)
-        self._start_post_commit(commit)
+        raise AttemptMismatchError(str(self.failure))
 
     # ------------------------------------------------------------------ steps
     def _source(self, batch_id: int) -> SourceProgress | None:
@@ -269,12 +374,16 @@ class BatchDriver:
 
     def _run_stage(
         self, batch_df: DataFrame, spec: TaskSpec, placement: dict[int, dict[str, str]]
-    ) -> pa.Table:
+    ) -> StageResult:
         keys = [F.col(k) for k in self.key_columns]
-        shuffled = batch_df.withColumn(
+        frame = batch_df
+        if spec.initial_state_key_columns is not None and self.initial_state is not None:
+            frame = self._with_initial_state(batch_df)
+        shuffled = frame.withColumn(
             PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
         ).repartition(self.num_partitions, *keys)
-        if self.placement_helper is not None and placement:
+        helper = self.placement_helper
+        if helper is not None and placement and self.use_preferred_locations:
             from blobstate.engine.executor_identity import ExecutorIdentity
             from blobstate.engine.placement import location_string
 
@@ -284,20 +393,34 @@ class BatchDriver:
                 else None
                 for p in range(self.num_partitions)
             ]
-            shuffled = self.placement_helper.with_preferred_locations(shuffled, locations)
-        stage_schema = spec.stage_schema
+            shuffled = helper.with_preferred_locations(shuffled, locations)
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        result = shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(stage_schema))
+        stage = shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(spec.stage_schema))
+        what = f"batch {spec.version}"
         try:
-            return result.toArrow()
-        except PythonException as error:
+            result = run_stage(stage, helper.committed_outputs(), self.num_partitions, what, worker_error)
+        except StageFailedError as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
             # processor raised (its notes name the handler and the key) at the top.
-            self.failure = ProcessorFailedError(
-                f"batch {spec.version}: a task of the processing stage failed: {worker_error(str(error))}"
-            )
+            self.failure = ProcessorFailedError(str(error))
             raise self.failure from None
+        self._check_metas(result.metas, spec.version)
+        return result
+
+    def _with_initial_state(self, batch_df: DataFrame) -> DataFrame:
+        """The first batch's input with the initial state's rows, keyed like the input, marked."""
+        assert self.initial_state is not None
+        input_types = {f.name: f.dataType for f in batch_df.schema.fields}
+        init = self.initial_state
+        columns = [
+            F.col(init_key).cast(input_types[key]).alias(key)
+            for key, init_key in zip(self.key_columns, self.initial_state_key_columns, strict=True)
+        ]
+        columns += [F.col(f"`{name}`").alias(INITIAL_PREFIX + name) for name in init.columns]
+        marked_init = init.select(*columns, F.lit(True).alias(INITIAL_COLUMN))
+        marked_input = batch_df.withColumn(INITIAL_COLUMN, F.lit(False))
+        return marked_input.unionByName(marked_init, allowMissingColumns=True)
 
     def _check_metas(self, metas: dict[int, dict[str, Any]], batch_id: int) -> None:
         missing = sorted(set(range(self.num_partitions)) - set(metas))
@@ -307,15 +430,15 @@ class BatchDriver:
         if stale:
             raise BatchError(f"batch {batch_id}: partition(s) {stale} committed another version")
 
-    def _hand_to_sink(self, outputs: pa.Table, batch_id: int) -> None:
-        table = outputs.cast(self.output_schema) if outputs.num_rows else self.output_schema.empty_table()
-        frame = self.spark.createDataFrame(table, schema=self.spark_output_schema)
+    def _hand_to_sink(self, frame: DataFrame, batch_id: int) -> None:
         try:
             self.sink(frame, batch_id)
         except Exception as error:
+            if is_attempt_mismatch(error):
+                raise
             self.failure = SinkFailedError(
-                f"batch {batch_id}: the sink raised {type(error).__name__}: {error} (the batch was not "
-                "committed; a restart hands it to the sink again)"
+                f"batch {batch_id}: the sink raised {type(error).__name__}: {_first_line(error)} (the batch"
+                " was not committed; a restart hands it to the sink again)"
             )
             raise
 
@@ -397,21 +520,21 @@ class BatchDriver:
 
     def _report(self, report: BatchReport) -> None:
         self.reports.append(report)
+        log.info("%s", report.log_line())
+        if self.ticks is not None:
+            self.ticks.publish(report.progress_metrics())
         if self.on_batch is not None:
             self.on_batch(report)
 
+    def _request_tick(self, commit: Any) -> None:
+        """Ask Spark for the next batch without new input when Spark's own operator would."""
+        if self.ticks is None:
+            return
+        eviction = (commit.metrics or {}).get("eviction_watermark_ms")
+        if wants_another_batch(self.config.time_mode, eviction, commit.watermark_ms):
+            self.ticks.request(commit.batch_id + 1)
 
-def _split(table: pa.Table) -> tuple[pa.Table, dict[int, dict[str, Any]]]:
-    """Separate output rows from the one metadata row per partition."""
-    import pyarrow.compute as pc
 
-    meta_column = table.column(META_COLUMN)
-    is_meta = pc.is_valid(meta_column)
-    metas: dict[int, dict[str, Any]] = {}
-    for text in meta_column.filter(is_meta).to_pylist():
-        meta = json.loads(text)
-        if meta["partition"] in metas:
-            raise BatchError(f"two commit metadata rows for partition {meta['partition']} in one execution")
-        metas[meta["partition"]] = meta
-    outputs = table.filter(pc.invert(is_meta)).drop_columns([META_COLUMN])
-    return outputs, metas
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -45,6 +45,13 @@ class BlobstateStreamingQuery(StreamingQuery):
         except StreamingQueryException as error:
             raise self._surfaced(error) from error
 
+    def stop(self) -> None:
+        """As Spark's; also forgets the query's ticks channel in the driver JVM."""
+        super().stop()
+        ticks = getattr(self.blobstate_driver, "ticks", None)
+        if ticks is not None:
+            ticks.release()
+
     def _surfaced(self, error: StreamingQueryException) -> StreamingQueryException:
         failure = getattr(self.blobstate_driver, "failure", None)
         if failure is None or isinstance(error, ProcessorQueryError):

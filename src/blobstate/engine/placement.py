@@ -39,8 +39,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-JAVA_SOURCE = Path(__file__).with_name("java") / "PreferredLocations.java"
-"""The helper's source, shipped as package data."""
+JAVA_DIR = Path(__file__).with_name("java")
+"""The helper's sources (preferred locations, ticks source, committed outputs), shipped as package data."""
+
+
+def java_sources() -> list[Path]:
+    """Every Java source of the helper, in a stable order."""
+    return sorted(JAVA_DIR.glob("*.java"))
+
 
 HELPER_CLASS = "org.apache.spark.sql.blobstate.PreferredLocations"
 """Fully qualified name of the helper class."""
@@ -90,7 +96,11 @@ def default_cache_dir() -> Path:
 
 def jar_path(spark_version: str, *, cache_dir: Path | None = None) -> Path:
     """Where the helper jar for this source and Spark version lives (whether or not it is built yet)."""
-    digest = hashlib.sha256(JAVA_SOURCE.read_bytes() + b"\0" + spark_version.encode()).hexdigest()[:20]
+    hasher = hashlib.sha256()
+    for source in java_sources():
+        hasher.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    hasher.update(spark_version.encode())
+    digest = hasher.hexdigest()[:20]
     return (cache_dir or default_cache_dir()) / f"placement-{digest}" / JAR_NAME
 
 
@@ -136,7 +146,7 @@ def build_jar(
         )
         try:
             result = subprocess.run(
-                [compiler, f"@{argfile}", str(JAVA_SOURCE)],
+                [compiler, f"@{argfile}", *(str(p) for p in java_sources())],
                 capture_output=True,
                 text=True,
                 timeout=COMPILE_TIMEOUT_SECONDS,
@@ -146,7 +156,7 @@ def build_jar(
             raise PlacementUnavailableError(f"cannot run Java compiler {compiler}: {e}") from e
         if result.returncode != 0:
             raise PlacementUnavailableError(
-                f"compiling {JAVA_SOURCE.name} with {compiler} failed:\n{result.stderr.strip()[-4000:]}"
+                f"compiling the helper in {JAVA_DIR} with {compiler} failed:\n{result.stderr.strip()[-4000:]}"
             )
         _write_jar(classes, staged / JAR_NAME)
         try:
@@ -279,6 +289,16 @@ class PlacementHelper:
             if executor_id != "driver" or local:
                 found.append(ExecutorIdentity(executor_id, host))
         return sorted(found, key=lambda e: (not e.executor_id.isdigit(), _int_or_zero(e.executor_id), e))
+
+    def committed_outputs(self) -> Any:
+        """The py4j class ``CommittedOutputs`` (the sink's checked view of a persisted stage)."""
+        self._helper_class()
+        return self._spark._jvm.org.apache.spark.sql.blobstate.CommittedOutputs
+
+    def ticks_source(self) -> Any:
+        """The py4j class ``TicksSource`` (batches without input; metrics in Spark's progress)."""
+        self._helper_class()
+        return self._spark._jvm.org.apache.spark.sql.blobstate.TicksSource
 
     def _helper_class(self) -> Any:
         """The helper's py4j class, adding the jar to this JVM thread's class loader when needed."""

@@ -22,7 +22,9 @@ from blobstate.engine.config import (
 )
 from blobstate.engine.driver import BatchDriver, BatchReport, Sink
 from blobstate.engine.handle import BlobstateStreamingQuery
+from blobstate.engine.ticks import Ticks
 from blobstate.errors import BlobstateError
+from blobstate.lineage.commitlog import CommitLog
 
 log = logging.getLogger("blobstate")
 
@@ -62,6 +64,8 @@ def transform_with_state(
     sink: Sink,
     num_partitions: int,
     on_batch: Any = None,
+    initial_state: Any = None,
+    initial_state_key: str | Sequence[str] | None = None,
     **options: Any,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``processor`` per key with state kept by blobstate.
@@ -79,6 +83,10 @@ def transform_with_state(
     conf ``spark.blobstate.<name>``); ``blob_store_options={...}`` (or Spark conf
     ``spark.blobstate.s3.<option>``) sets an S3 checkpoint's timeouts, retries and endpoint, for the
     driver and the tasks. ``on_batch(report)`` is called after each committed batch.
+    ``initial_state`` is Spark's ``initialState``: a DataFrame (or ``df.groupBy(...)``) whose rows are
+    handed to the processor's ``handleInitialState`` in the query's first batch (ignored when the query
+    resumes from a checkpoint), grouped by ``initial_state_key`` (default: its ``groupBy`` columns, else
+    ``key``).
     Returns the running :class:`~pyspark.sql.streaming.StreamingQuery`.
     """
     if not df.isStreaming:
@@ -109,11 +117,17 @@ def transform_with_state(
         )
     store = open_blob_store(store_url)
     metadata = _ensure_metadata(store, num_partitions, config, key_columns)
-    placement_helper = None
-    if config.placement:
-        from blobstate.engine.placement import PlacementHelper
+    from blobstate.engine.placement import PlacementHelper, PlacementUnavailableError
 
-        placement_helper = PlacementHelper.get(spark)
+    placement_helper = PlacementHelper.get(spark)
+    if placement_helper is None:
+        raise PlacementUnavailableError(
+            "blobstate needs its JVM helper (built with the JDK's javac at first use) to keep outputs off the"
+            " driver and to run batches for timers on idle streams; see the warning above for why it is"
+            " unavailable (a JDK 17+ with javac on PATH or JAVA_HOME, not Spark Connect)"
+        )
+    ticks = Ticks(placement_helper.ticks_source(), enabled=_no_data_batches_enabled(spark))
+    initial_frame, initial_keys = _initial_state(initial_state, key_columns, initial_state_key)
     from blobstate.state.retention import cleanup_latest
 
     cleanup_latest(store)
@@ -131,10 +145,21 @@ def transform_with_state(
         sink=sink,
         writer_id=uuid.uuid4().hex,
         placement_helper=placement_helper,
+        use_preferred_locations=config.placement,
+        ticks=ticks,
+        initial_state=initial_frame,
+        initial_state_key_columns=initial_keys,
         on_batch=on_batch,
         spark_checkpoint=spark_checkpoint_location(checkpoint_url, config),
     )
-    writer = df.writeStream.foreachBatch(driver).option("checkpointLocation", driver.spark_checkpoint)
+    latest = CommitLog(store).latest_commit()
+    if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
+        driver._request_tick(latest)
+    writer = (
+        ticks.with_ticks(spark, df)
+        .writeStream.foreachBatch(driver)
+        .option("checkpointLocation", driver.spark_checkpoint)
+    )
     if config.trigger_interval:
         writer = writer.trigger(processingTime=config.trigger_interval)
     if config.query_name:
@@ -142,6 +167,45 @@ def transform_with_state(
     query = BlobstateStreamingQuery(writer.start(), driver)
     _RUNNING[checkpoint_url] = query
     return query
+
+
+def _initial_state(
+    initial_state: Any, key_columns: tuple[str, ...], initial_state_key: str | Sequence[str] | None
+) -> tuple[Any, tuple[str, ...]]:
+    """Spark's ``initialState`` as a DataFrame and its key columns (None when not given)."""
+    if initial_state is None:
+        return None, ()
+    from pyspark.sql import GroupedData
+
+    explicit = [initial_state_key] if isinstance(initial_state_key, str) else initial_state_key
+    if isinstance(initial_state, GroupedData):
+        frame = initial_state._df
+        names = list(explicit or [e.name() for e in _scala_seq(initial_state._jgd.groupingExprs())])
+    elif isinstance(initial_state, DataFrame):
+        frame, names = initial_state, list(explicit or key_columns)
+    else:
+        raise TypeError(
+            f"initial_state must be a DataFrame or df.groupBy(...), not {type(initial_state).__name__}"
+        )
+    if frame.isStreaming:
+        raise ValueError("initial_state must be a batch DataFrame (spark.read...), as Spark's initialState")
+    missing = [k for k in names if k not in frame.columns]
+    if len(names) != len(key_columns) or missing:
+        raise ValueError(
+            f"initial_state must be grouped by {len(key_columns)} column(s) matching the key"
+            f" {list(key_columns)}; its grouping columns are {names} (columns: {frame.columns})"
+        )
+    return frame, tuple(names)
+
+
+def _no_data_batches_enabled(spark: Any) -> bool:
+    """Spark's ``spark.sql.streaming.noDataMicroBatches.enabled`` (default true), which blobstate follows."""
+    value = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    return str(value).strip().lower() != "false"
+
+
+def _scala_seq(seq: Any) -> list[Any]:
+    return [seq.apply(i) for i in range(seq.size())]
 
 
 def batch_reports(query: StreamingQuery) -> list[BatchReport]:

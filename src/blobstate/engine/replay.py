@@ -34,6 +34,9 @@ class SourceProgress:
 
     spark_query_id: str
     offsets_sha256: str
+    batch_timestamp_ms: int | None = None
+    """Spark's processing time for the batch (its offset log's ``batchTimestampMs``), the same on replay;
+    not part of :meth:`to_json`."""
 
     def to_json(self) -> dict[str, str]:
         """``{"spark_query_id": ..., "offsets_sha256": ...}``."""
@@ -58,7 +61,17 @@ class SourceProgress:
             raise SparkCheckpointMismatchError(
                 f"cannot read the streaming query id from Spark's checkpoint metadata: {error}"
             ) from error
-        return cls(str(query_id), hashlib.sha256(offsets).hexdigest())
+        return cls(str(query_id), hashlib.sha256(offsets).hexdigest(), _batch_timestamp_ms(offsets))
+
+
+def _batch_timestamp_ms(offsets: bytes) -> int | None:
+    """``batchTimestampMs`` of an offset log entry (``v1``, then its metadata JSON), or None."""
+    lines = offsets.decode("utf-8", errors="replace").splitlines()
+    try:
+        value = json.loads(lines[1]).get("batchTimestampMs") if len(lines) > 1 else None
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 RECOVERY = (

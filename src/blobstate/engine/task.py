@@ -1,8 +1,11 @@
 """The executor side of one micro-batch: load a partition, run the processor, commit, report.
 
-Each task of the processing stage handles one partition. It emits the processor's output rows and, last,
-exactly one metadata row (the new uid, the executor, what it wrote, metrics). Spark keeps the result of
-one successful attempt per task, so outputs and metadata always come from the same execution.
+Each task of the processing stage handles one partition. It emits, in this order: one header row that
+carries the uid of this attempt (``UID_COLUMN``), the processor's output rows, and exactly one metadata
+row (``META_COLUMN``: the uid again, the executor, what it wrote, metrics). The stage's result stays
+distributed; the driver collects only the metadata rows, and the sink reads the outputs of a partition
+only after its header names the attempt the driver commits (``outputs.py``), so outputs and metadata
+always come from the same execution.
 """
 
 from __future__ import annotations
@@ -16,12 +19,17 @@ from typing import Any
 import pyarrow as pa
 
 META_COLUMN = "__blobstate_meta"
+UID_COLUMN = "__blobstate_uid"
 PARTITION_COLUMN = "__blobstate_partition"
+INITIAL_COLUMN = "__blobstate_initial"
+"""True on rows of the initial state (first batch only); their columns carry ``INITIAL_PREFIX``."""
+INITIAL_PREFIX = "__blobstate_init_"
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Everything a task needs, shipped to executors inside the stage's closure."""
+    """A batch's plan: everything a task needs, built once by the driver and shipped to executors
+    inside the stage's closure (one object, so no option is threaded through signatures)."""
 
     checkpoint_url: str
     query_id: str
@@ -47,12 +55,15 @@ class TaskSpec:
     timezone: str = "UTC"
     """The session time zone: naive pandas timestamps in and out are wall-clock times of this zone."""
     blob_store_options: dict[str, Any] = field(default_factory=dict)
+    initial_state_key_columns: tuple[str, ...] | None = None
+    """Set in the first batch of a query started with ``initial_state``: the initial state's key columns
+    (its rows reach the task beside the input, marked by ``INITIAL_COLUMN``)."""
 
     @property
     def stage_schema(self) -> pa.Schema:
-        """The processing stage's Arrow schema: the output columns (all nullable) plus the metadata column."""
+        """The processing stage's Arrow schema: the output columns (all nullable), the uid and metadata."""
         fields = [f.with_nullable(True) for f in self.output_schema]
-        return pa.schema([*fields, pa.field(META_COLUMN, pa.string())])
+        return pa.schema([*fields, pa.field(UID_COLUMN, pa.string()), pa.field(META_COLUMN, pa.string())])
 
 
 _STORES: dict[str, Any] = {}
@@ -99,12 +110,33 @@ def _checked_input(
         yield batch.drop_columns([PARTITION_COLUMN])
 
 
+def _split_initial_state(
+    batches: Iterator[pa.RecordBatch],
+) -> tuple[list[pa.RecordBatch], pa.Table | None]:
+    """The input rows and the initial state's rows (its own column names) of a first batch."""
+    import pyarrow.compute as pc
+
+    collected = list(batches)
+    if not collected:
+        return [], None
+    table = pa.Table.from_batches(collected)
+    if table.num_rows == 0:
+        return [], None
+    initial = table.column(INITIAL_COLUMN).fill_null(False)
+    init_names = [n for n in table.column_names if n.startswith(INITIAL_PREFIX)]
+    data_names = [n for n in table.column_names if n not in init_names and n != INITIAL_COLUMN]
+    data = table.filter(pc.invert(initial)).select(data_names)
+    init = table.filter(initial).select(init_names)
+    init = init.rename_columns([n[len(INITIAL_PREFIX) :] for n in init_names])
+    return data.to_batches(), init
+
+
 def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of the processing stage."""
     from pyspark import TaskContext
 
     from blobstate.engine.executor_identity import current_executor
-    from blobstate.ids import CheckpointId
+    from blobstate.ids import CheckpointId, new_uid
     from blobstate.processor.runner import run_partition
     from blobstate.state.partition import open_partition
 
@@ -117,6 +149,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     committed = CheckpointId(spec.version, spec.uids[partition]) if spec.version > 0 else None
     stats: dict[str, Any] = {"input_rows": 0, "output_rows": 0}
     stage_schema = spec.stage_schema
+    uid = new_uid()
+    yield _marker_batch(stage_schema, UID_COLUMN, uid)
     state = open_partition(
         _blob_store(spec),
         spec.local_dir,
@@ -130,10 +164,14 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     try:
         load_seconds = time.monotonic() - started
         max_event_time: list[int | None] = [None]
+        data: Any = _checked_input(batches, partition, stats)
+        initial_state = None
+        if spec.initial_state_key_columns is not None:
+            data, initial_state = _split_initial_state(data)
         outputs = run_partition(
             spec.processor,
             state.store,
-            _checked_input(batches, partition, stats),
+            data,
             key_columns=list(spec.key_columns),
             output_schema=spec.output_schema,
             time_mode=spec.time_mode,
@@ -145,12 +183,15 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             max_event_time=max_event_time,
             timezone=spec.timezone,
             api=spec.api,
+            initial_state=initial_state,
+            initial_state_key_columns=spec.initial_state_key_columns,
         )
         for out in outputs:
             stats["output_rows"] += out.num_rows
             yield _with_null_meta(out, stage_schema)
         commit_started = time.monotonic()
-        result = state.commit()
+        stats["state_keys"] = state.store.estimated_keys()
+        result = state.commit(uid)
         stats["commit_seconds"] = round(time.monotonic() - commit_started, 4)
         stats["process_seconds"] = round(commit_started - started - load_seconds, 4)
     except BaseException as error:
@@ -180,16 +221,16 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "max_event_time_ms": max_event_time[0],
         **stats,
     }
-    yield _meta_batch(stage_schema, meta)
+    yield _marker_batch(stage_schema, META_COLUMN, json.dumps(meta))
 
 
 def _with_null_meta(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    columns = [batch.column(f.name) for f in schema if f.name != META_COLUMN]
-    columns.append(pa.nulls(batch.num_rows, pa.string()))
+    nulls = pa.nulls(batch.num_rows, pa.string())
+    columns = [nulls if f.name in (UID_COLUMN, META_COLUMN) else batch.column(f.name) for f in schema]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _meta_batch(schema: pa.Schema, meta: dict[str, Any]) -> pa.RecordBatch:
-    columns = [pa.nulls(1, f.type) for f in schema if f.name != META_COLUMN]
-    columns.append(pa.array([json.dumps(meta)], pa.string()))
+def _marker_batch(schema: pa.Schema, column: str, text: str) -> pa.RecordBatch:
+    """One row that is null everywhere but in ``column`` (the header's uid or the metadata)."""
+    columns = [pa.array([text], pa.string()) if f.name == column else pa.nulls(1, f.type) for f in schema]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from blobstate.blobstore import DEFAULT_PENDING_TTL_SECONDS, BlobStore
-from blobstate.ids import CheckpointId, new_uid
+from blobstate.ids import CheckpointId, new_uid, validate_uid
 from blobstate.layout import LocalPartitionLayout, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.delta import encode_delta
 from blobstate.lineage.refs import ObjectRef, PartitionObjects
@@ -182,13 +182,17 @@ class PartitionState:
         return self.load_report.bytes_downloaded
 
     # ------------------------------------------------------------------ commit
-    def commit(self) -> CommitResult:
-        """Write version v+1 under a fresh uid (see the module docstring); the state is closed after it."""
+    def commit(self, uid: str | None = None) -> CommitResult:
+        """Write version v+1 under a fresh uid (see the module docstring); the state is closed after it.
+
+        ``uid`` is the attempt's uid when the caller chose it before processing (the engine announces
+        it in the stage's output); by default a new one.
+        """
         self._require_open()
         self._state = "committing"
         started = time.monotonic()
         op, p, bs = self.operator, self.partition, self.blob_store
-        new = CheckpointId(self.version + 1, new_uid())
+        new = CheckpointId(self.version + 1, validate_uid(uid) if uid is not None else new_uid())
         changelog_bytes = self.store.changelog_bytes
         records = self.store.take_changelog()
         lineage = self._info.next_lineage

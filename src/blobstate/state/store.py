@@ -314,6 +314,12 @@ class RocksStateStore:
         self._open_db()
         return sorted(self._cfs)
 
+    def estimated_keys(self) -> int:
+        """RocksDB's estimate of the number of keys over all column families (cheap; not exact)."""
+        self._open_db()
+        self._sync()
+        return sum(int(f.view.property_int_value("rocksdb.estimate-num-keys") or 0) for f in self._cfs.values())
+
     # ------------------------------------------------------------------ reads
 
     def get(self, cf: str, key: bytes) -> bytes | None:
