@@ -318,7 +318,8 @@ class RocksStateStore:
         """RocksDB's estimate of the number of keys over all column families (cheap; not exact)."""
         self._open_db()
         self._sync()
-        return sum(int(f.view.property_int_value("rocksdb.estimate-num-keys") or 0) for f in self._cfs.values())
+        families = self._cfs.values()
+        return sum(int(f.view.property_int_value("rocksdb.estimate-num-keys") or 0) for f in families)
 
     # ------------------------------------------------------------------ reads
 
