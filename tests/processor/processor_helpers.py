@@ -51,3 +51,8 @@ def keyed_table(rows: list[tuple[Any, Any, int]]) -> pa.Table:
 def table(**columns: Any) -> pa.Table:
     """A pyarrow table from keyword columns (lists)."""
     return pa.table(columns)
+
+
+def shows_no_cause(error: BaseException) -> bool:
+    """Whether a traceback of ``error`` shows only it: no chained cause or context (a pyarrow error)."""
+    return error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from processor_helpers import KEYED_ROWS, keyed_table, run, run_with_stats, table
+from processor_helpers import KEYED_ROWS, keyed_table, run, run_with_stats, shows_no_cause, table
 from pyspark.sql import Row
 
 from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount, RunningCount
@@ -111,18 +112,123 @@ class Yields(StatefulProcessor):
         yield self.item
 
 
+WHERE = "handleInputRows for grouping key ('a',)"
+SCHEMA_TEXT = "(key string, n bigint)"
+
+
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        (("a", 1), "yielded a tuple; with the row-based API it must yield pyspark.sql.Row"),
-        ({"key": "a"}, "yielded a dict"),
-        (Row(key="a"), r"lacks field\(s\) \['n'\]"),
-        (Row(key="a", n="not a number"), "do not fit the output schema"),
+        (
+            ("a", 1),
+            f"{WHERE} yielded a tuple; with the row-based API it must yield pyspark.sql.Row objects with"
+            f" the output fields {SCHEMA_TEXT}",
+        ),
+        ({"key": "a"}, f"{WHERE} yielded a dict; with the row-based API"),
+        (
+            Row(key="a"),
+            f"{WHERE} yielded a Row that lacks field(s) ['n'] (n bigint): Row(key='a') (Row); the output"
+            f" schema is {SCHEMA_TEXT}",
+        ),
+        (
+            Row("key", "n")("a"),
+            f"{WHERE} yielded a Row that lacks field(s) ['n'] (n bigint): Row(key='a') (Row); the output"
+            f" schema is {SCHEMA_TEXT}",
+        ),
+        (
+            Row("a", 1),
+            f"{WHERE} yielded <Row('a', 1)> (Row) without field names; build it as Row(name=value, ...)"
+            f" with the output fields {SCHEMA_TEXT}",
+        ),
     ],
 )
 def test_bad_output_rows_are_named(store: Any, item: Any, message: str) -> None:
-    with pytest.raises(OutputSchemaError, match=message):
+    with pytest.raises(OutputSchemaError) as raised:
         run(Yields(item), store, table(key=["a"], value=[1]), output_schema="key STRING, n BIGINT", api="row")
+    assert str(raised.value).startswith(message)
+
+
+class YieldsFor(StatefulProcessor):
+    """Yields ``Row(key=..., n=good)`` for every key but ``k37``, which gets ``Row(key=..., n=bad)``."""
+
+    def __init__(self, good: Any, bad: Any) -> None:
+        self.good, self.bad = good, bad
+
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Row]:
+        yield Row(key=key[0], n=self.bad if key[0] == "k37" else self.good)
+
+
+FIFTY_KEYS = table(key=[f"k{i:02d}" for i in range(50)], value=list(range(50)))
+
+ROW_MISFITS = [
+    ("n BIGINT", 1, "not a number", "output column 'n' (bigint) cannot hold 'not a number' (str)"),
+    (
+        "n INT",
+        7,
+        2**40,
+        "output column 'n' (int) cannot hold 1099511627776 (int): out of range -2147483648..2147483647",
+    ),
+    (
+        "n BIGINT NOT NULL",
+        1,
+        None,
+        "output column 'n' (bigint NOT NULL) cannot hold None: the column is NOT NULL",
+    ),
+    (
+        "n TIMESTAMP",
+        dt.datetime(2024, 1, 1),
+        "yesterday",
+        "output column 'n' (timestamp) cannot hold 'yesterday' (str)",
+    ),
+    ("n ARRAY<INT>", [1], [1, "two"], "output column 'n' (array<int>) cannot hold [1, 'two'] (list)"),
+    (
+        "n STRUCT<x: INT, y: STRING>",
+        Row(x=1, y="a"),
+        5,
+        "output column 'n' (struct<x:int,y:string>) cannot hold 5 (int)",
+    ),
+    (
+        "n STRUCT<x: INT NOT NULL>",
+        Row(x=1),
+        Row(x=None),
+        "output column 'n' (struct<x:int>) cannot hold {'x': None} (dict)",
+    ),
+]
+
+
+@pytest.mark.parametrize("flush_rows", [65_536, 7])
+@pytest.mark.parametrize(("column", "good", "bad", "message"), ROW_MISFITS, ids=[m[0] for m in ROW_MISFITS])
+def test_a_value_that_does_not_fit_names_column_type_value_and_key(
+    store: Any, column: str, good: Any, bad: Any, message: str, flush_rows: int
+) -> None:
+    with pytest.raises(OutputSchemaError) as raised:
+        run(
+            YieldsFor(good, bad),
+            store,
+            FIFTY_KEYS,
+            output_schema=f"key STRING, {column}",
+            api="row",
+            flush_rows=flush_rows,
+        )
+    assert str(raised.value) == (
+        f"{message}, yielded by handleInputRows for grouping key ('k37',); yield a value of that type"
+        " or change the output schema"
+    )
+    assert shows_no_cause(raised.value)
+
+
+def test_every_row_must_carry_every_output_field(store: Any) -> None:
+    class SecondLacks(YieldsFor):
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Row]:
+            yield Row(key=key[0]) if key[0] == "k37" else Row(key=key[0], n=1)
+
+    with pytest.raises(
+        OutputSchemaError, match=r"^handleInputRows for grouping key \('k37',\) yielded a Row that"
+    ):
+        run(SecondLacks(1, 1), store, FIFTY_KEYS, output_schema="key STRING, n BIGINT", api="row")
 
 
 def test_extra_fields_are_ignored_and_missing_nullable_fields_are_an_error(store: Any) -> None:

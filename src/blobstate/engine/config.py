@@ -12,10 +12,13 @@ import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
 from blobstate.errors import BlobstateError
+
+if TYPE_CHECKING:
+    from blobstate.engine.watermark import InputWatermark
 
 SPARK_CONF_PREFIX = "spark.blobstate."
 S3_CONF_PREFIX = SPARK_CONF_PREFIX + "s3."
@@ -49,9 +52,11 @@ class QueryConfig:
     time_mode: str = "None"
     """``None``, ``ProcessingTime`` or ``EventTime``."""
     event_time_column: str | None = None
-    """Event-time column (EventTime mode): the watermark is its maximum seen minus ``watermark_delay_ms``."""
+    """Event-time column (EventTime mode): the watermark is its maximum seen minus ``watermark_delay_ms``.
+    Default: the input's ``withWatermark`` column, as in Spark."""
     watermark_delay_ms: int = 0
-    """How late event-time rows may arrive before the watermark drops them."""
+    """How late event-time rows may arrive before the watermark drops them. Default: the input's
+    ``withWatermark`` delay, as in Spark (else 0)."""
     watermark_delay: str | None = None
     """The same delay as Spark users write it (``"10 minutes"``, ``"1 hour 30 seconds"``); sets
     ``watermark_delay_ms``."""
@@ -86,8 +91,15 @@ class QueryConfig:
     ``blob_store_options={...}`` wins option by option."""
 
     @classmethod
-    def build(cls, spark_conf: dict[str, str], overrides: dict[str, Any]) -> QueryConfig:
-        """Merge defaults, ``spark.blobstate.*`` conf and keyword overrides (keywords win)."""
+    def build(
+        cls,
+        spark_conf: dict[str, str],
+        overrides: dict[str, Any],
+        input_watermark: InputWatermark | None = None,
+    ) -> QueryConfig:
+        """Merge defaults, ``spark.blobstate.*`` conf and keyword overrides (keywords win); the
+        event time not given there comes from ``input_watermark`` (the input's ``withWatermark``,
+        see :func:`resolve_event_time`)."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(overrides) - set(fields))
         if unknown:
@@ -119,6 +131,13 @@ class QueryConfig:
                     f"{values['watermark_delay_ms']} disagree: give one of them"
                 )
             values["watermark_delay_ms"] = delay_ms
+        if input_watermark is not None:
+            values["event_time_column"], values["watermark_delay_ms"] = resolve_event_time(
+                values.get("event_time_column"),
+                values.get("watermark_delay_ms"),
+                input_watermark,
+                delay_option=_delay_option(values),
+            )
         config = cls(**values, blob_store_options=store_options)
         config.validate()
         return config
@@ -137,7 +156,10 @@ class QueryConfig:
                 f"time_mode must be 'None', 'ProcessingTime' or 'EventTime', not {self.time_mode!r}"
             )
         if self.time_mode == "EventTime" and not self.event_time_column:
-            raise QueryConfigError("time_mode 'EventTime' needs event_time_column")
+            raise QueryConfigError(
+                "time_mode 'EventTime' needs an event-time column: declare it on the input with"
+                " withWatermark(column, delay), as for Spark, or give event_time_column"
+            )
         for name in ("snapshot_every", "min_versions_to_retain"):
             if getattr(self, name) < 1:
                 raise QueryConfigError(f"{name} must be at least 1")
@@ -147,6 +169,49 @@ class QueryConfig:
             raise QueryConfigError(
                 f"standby_replicas={self.standby_replicas}: standby replicas are not supported yet; use 0"
             )
+
+
+def resolve_event_time(
+    event_time_column: str | None,
+    watermark_delay_ms: int | None,
+    input_watermark: InputWatermark | None,
+    *,
+    delay_option: str | None = None,
+) -> tuple[str | None, int | None]:
+    """The event-time column and watermark delay of a query: the options the user gave
+    (``event_time_column``, ``watermark_delay``/``watermark_delay_ms``; None when not given) and the
+    input's ``withWatermark`` (None without one), reconciled as Spark users expect.
+
+    Without an input watermark the options stand as given. With one, an option not given takes the
+    input's value, and an option given must agree with it: else :class:`QueryConfigError` names
+    both. (As in Spark, the watermark is used only when the user asks for time mode EventTime.)
+    ``delay_option`` is how the user wrote the delay (``"watermark_delay '5 minutes'"``), for the
+    message.
+    """
+    if input_watermark is None:
+        return event_time_column, watermark_delay_ms
+    declared = f"the input's {input_watermark.describe()}"
+    if event_time_column is not None and event_time_column != input_watermark.event_time_column:
+        raise QueryConfigError(
+            f"event_time_column {event_time_column!r} disagrees with {declared}: drop event_time_column"
+            f" (the input's column is used, as in Spark) or name {input_watermark.event_time_column!r}"
+        )
+    if watermark_delay_ms is not None and watermark_delay_ms != input_watermark.delay_ms:
+        given = delay_option or f"watermark_delay_ms {watermark_delay_ms}"
+        raise QueryConfigError(
+            f"{given} ({watermark_delay_ms} ms) disagrees with {declared} ({input_watermark.delay_ms} ms):"
+            " drop the option (the input's delay is used, as in Spark) or give the same delay"
+        )
+    return input_watermark.event_time_column, input_watermark.delay_ms
+
+
+def _delay_option(values: dict[str, Any]) -> str | None:
+    """How the user gave the watermark delay, for messages."""
+    if values.get("watermark_delay") is not None:
+        return f"watermark_delay {values['watermark_delay']!r}"
+    if "watermark_delay_ms" in values:
+        return f"watermark_delay_ms {values['watermark_delay_ms']}"
+    return None
 
 
 def _blob_store_options(s3_conf: dict[str, str], keyword: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from blobstate.engine.config import (
 from blobstate.engine.driver import BatchDriver, BatchReport, Sink
 from blobstate.engine.handle import BlobstateStreamingQuery
 from blobstate.engine.ticks import Ticks
+from blobstate.engine.watermark import input_watermark
 from blobstate.errors import BlobstateError
 from blobstate.lineage.commitlog import CommitLog
 
@@ -94,7 +95,7 @@ def transform_with_state(
     if not isinstance(num_partitions, int) or num_partitions < 1:
         raise ValueError(f"num_partitions must be a positive integer, not {num_partitions!r}")
     spark = df.sparkSession
-    config = QueryConfig.build(spark_blobstate_conf(spark), options)
+    config = QueryConfig.build(spark_blobstate_conf(spark), options, input_watermark(df))
     key_columns = (key,) if isinstance(key, str) else tuple(key)
     missing = [k for k in key_columns if k not in df.columns]
     if not key_columns or missing:

@@ -3,20 +3,33 @@
 Each yielded DataFrame is checked against the output schema (by column name when its columns are
 strings, else by position, as Spark assigns them) and kept; every ``flush_rows`` rows the kept
 frames are concatenated once and converted with PySpark's own pandas-to-Arrow conversion, so
-type coercions and their errors are Spark's.
+the type coercions Spark accepts are accepted. A value that does not convert, or a null in a NOT
+NULL column, raises :class:`OutputSchemaError` naming the column, its Spark type, the value and
+the handler call (grouping key) that yielded it (:mod:`blobstate.processor.output_errors`).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from blobstate.processor.errors import OutputSchemaError
 from blobstate.processor.grouping import quiet_pyspark_conversion
+from blobstate.processor.output_errors import (
+    OutputOrigins,
+    find_misfit,
+    forbidden_nulls,
+    has_nested_not_null,
+    misfit_error,
+    schema_text,
+    unexplained_error,
+    yielded_by,
+)
 
 DEFAULT_FLUSH_ROWS = 65_536
 
@@ -43,16 +56,20 @@ class OutputCollector:
         self._name_set = set(self._names)
         # Column name tuples already validated (usually one) -> whether they are assigned by position.
         self._ok_columns: dict[tuple, bool] = {}
+        self._not_null = [i for i, f in enumerate(schema.fields) if not f.nullable]
+        self._nested_not_null = [i for i, f in enumerate(arrow_schema) if has_nested_not_null(f.type)]
         self._runs: list[_Run] = []
         self._run: _Run | None = None
+        self._origins = OutputOrigins()
+        self._last_origin: tuple[str, Any] | None = None
         self.pending_rows = 0
         self.total_rows = 0
 
-    def _check(self, frame: Any, source: str) -> pd.DataFrame | None:
+    def _check(self, frame: Any, source: str, key: Any) -> pd.DataFrame | None:
         if not isinstance(frame, pd.DataFrame):
             raise OutputSchemaError(
-                f"{source} yielded a {type(frame).__name__}; it must yield pandas DataFrames with the"
-                f" output columns {self._names}"
+                f"{yielded_by(source, key)} yielded a {type(frame).__name__}; it must yield pandas"
+                f" DataFrames with the output columns ({schema_text(self.schema)})"
             )
         columns = frame.columns
         fingerprint = _fingerprint(columns)
@@ -75,15 +92,15 @@ class OutputCollector:
                 if duplicated:
                     parts.append(f"duplicated column(s) {duplicated}")
                 raise OutputSchemaError(
-                    f"{source} yielded a DataFrame with {', '.join(parts)}; the output schema has columns"
-                    f" {self._names}"
+                    f"{yielded_by(source, key)} yielded a DataFrame with {', '.join(parts)}; the output"
+                    f" schema is ({schema_text(self.schema)})"
                 )
             self._ok_columns[fingerprint] = False
             return frame
         if len(names) != len(self._names):
             raise OutputSchemaError(
-                f"{source} yielded a DataFrame with {len(names)} unnamed column(s); the output schema has"
-                f" {len(self._names)} columns {self._names}"
+                f"{yielded_by(source, key)} yielded a DataFrame with {len(names)} unnamed column(s); the"
+                f" output schema has {len(self._names)} columns ({schema_text(self.schema)})"
             )
         self._ok_columns[fingerprint] = True
         return self._positional(frame)
@@ -91,14 +108,19 @@ class OutputCollector:
     def _positional(self, frame: pd.DataFrame) -> pd.DataFrame:
         return frame.set_axis(self._names, axis=1)
 
-    def add(self, frame: Any, source: str) -> None:
-        """Validate and keep one yielded frame; ``source`` names the handler for error messages."""
-        checked = self._check(frame, source)
+    def add(self, frame: Any, source: str, key: Any = None) -> None:
+        """Validate and keep one yielded frame; ``source`` (the handler) and ``key`` (the grouping
+        key it ran for) are named in error messages."""
+        checked = self._check(frame, source, key)
         if checked is None:
             return
         rows = len(checked)
         if rows == 0:
             return
+        origin = self._last_origin
+        if origin is None or origin[1] is not key or origin[0] != source:
+            self._last_origin = (source, key)
+            self._origins.mark(self.pending_rows, source, key)
         self.pending_rows += rows
         blocks = checked._mgr.blocks
         layout = (_fingerprint(checked.columns), *((b.dtype, _locs(b)) for b in blocks))
@@ -122,9 +144,11 @@ class OutputCollector:
             return None
         from pyspark.sql.conversion import PandasToArrowConversion
 
-        runs = self._runs
+        runs, origins = self._runs, self._origins
         self._runs = []
         self._run = None
+        self._origins = OutputOrigins()
+        self._last_origin = None
         self.pending_rows = 0
         parts = [run.concat() for run in runs]
         data = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True, sort=False)
@@ -139,12 +163,47 @@ class OutputCollector:
                     arrow_cast=True,
                     assign_cols_by_name=True,
                 )
-        except (TypeError, ValueError) as e:
-            raise OutputSchemaError(f"output rows do not fit the output schema: {e}") from e
-        if batch.schema != self.arrow_schema:
-            batch = batch.cast(self.arrow_schema)
+            for i in self._not_null:
+                if batch.column(i).null_count:
+                    raise ValueError(f"null in NOT NULL column {self._names[i]!r}")
+            if batch.schema != self.arrow_schema:
+                batch = batch.cast(self.arrow_schema)
+            for i in self._nested_not_null:
+                if forbidden_nulls(batch.column(i)):
+                    raise ValueError(f"null in a NOT NULL field inside column {self._names[i]!r}")
+        except Exception as e:  # any failure converting user values; the diagnosis names it
+            raise self._misfit(data, origins, e) from None
         self.total_rows += batch.num_rows
         return batch
+
+    def _misfit(self, data: pd.DataFrame, origins: OutputOrigins, error: Exception) -> OutputSchemaError:
+        """The error naming the first column and row whose value does not convert (the slow path)."""
+        for i, field in enumerate(self.schema.fields):
+            series = data.iloc[:, i]
+            fits = partial(self._prefix_fits, series, field, self.arrow_schema.field(i).type)
+            row = find_misfit(len(series), fits)
+            if row is not None:
+                return misfit_error(field, series.iloc[row], origins.at(row))
+        return unexplained_error(self.schema, error)
+
+    def _prefix_fits(self, series: pd.Series, field: StructField, arrow_type: pa.DataType, stop: int) -> bool:
+        """Whether one column's first ``stop`` values convert to ``field`` as :meth:`flush` converts them."""
+        from pyspark.sql.conversion import PandasToArrowConversion
+
+        series = series.iloc[:stop]
+        try:
+            with quiet_pyspark_conversion():
+                batch = PandasToArrowConversion.convert(
+                    [series], StructType([field]), timezone=self.timezone, safecheck=True, arrow_cast=True
+                )
+            array = batch.column(0)
+            if array.null_count and not field.nullable:
+                return False
+            if array.type != arrow_type:
+                array = array.cast(arrow_type)
+            return not forbidden_nulls(array)
+        except Exception:
+            return False
 
 
 def _single_chunks(frame: pd.DataFrame) -> pd.DataFrame:

@@ -30,7 +30,7 @@ from blobstate.processor.api import (
     delete_timer,
     normalize_time_mode,
 )
-from blobstate.processor.errors import InvalidTimeModeError, StatefulProcessorError
+from blobstate.processor.errors import InvalidTimeModeError, OutputSchemaError, StatefulProcessorError
 from blobstate.processor.output import DEFAULT_FLUSH_ROWS, OutputCollector
 from blobstate.processor.schema import to_arrow, to_struct_type
 from blobstate.state.interface import KeyValueStore
@@ -163,7 +163,7 @@ def run_partition(
     arrow_schema = output_schema if isinstance(output_schema, pa.Schema) else to_arrow(schema, timezone)
     collector: OutputCollector | row_api.RowOutputCollector
     if api == "row":
-        collector = row_api.RowOutputCollector(arrow_schema, flush_rows=flush_rows)
+        collector = row_api.RowOutputCollector(arrow_schema, schema=schema, flush_rows=flush_rows)
     else:
         collector = OutputCollector(schema, arrow_schema, timezone=timezone, flush_rows=flush_rows)
     return _run(
@@ -206,7 +206,9 @@ def _collect(result: Any, collector: Any, source: str, key: Any = None) -> None:
         )
     try:
         for frame in result:
-            collector.add(frame, source)
+            collector.add(frame, source, key)
+    except OutputSchemaError:  # its message names the handler and the key
+        raise
     except Exception as e:  # raised while the handler runs (it runs as it yields)
         e.add_note(f"(in {source} for grouping key {key!r})")
         raise
