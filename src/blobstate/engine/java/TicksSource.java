@@ -204,6 +204,11 @@ public final class TicksSource implements TableProvider {
 
     @Override
     public void stop() {}
+
+    @Override
+    public String toString() {
+      return "blobstate";
+    }
   }
 
   static final class NoRows implements PartitionReaderFactory {
