@@ -454,3 +454,34 @@ def test_a_tampered_clean_marker_is_treated_as_dirty(tmp_path: Path) -> None:
     with open_p(inner, tmp_path, result.checkpoint_id) as s:
         assert s.load_rule == "local-checkpoint"
         assert dump(s) == {("a", b"k"): b"v"}
+
+
+def test_catch_up_brings_a_standby_directory_to_a_version_reusing_what_it_holds(tmp_path: Path) -> None:
+    """The same catch-up as the working store, on the partition's standby directory: a first catch-up
+    restores from the blob store; a later one reuses the replica and fetches only the newer deltas."""
+    from blobstate.state.history import CommitCache, PartitionHistory
+    from blobstate.state.loader import RULE_REMOTE, catch_up
+    from blobstate.state.partition import _open_rocks
+
+    store, results = three_versions(tmp_path)
+    layout = LocalPartitionLayout(tmp_path / "replica-host", QUERY_ID, OP, 0)
+    history = PartitionHistory(CommitCache(CommitLog(store)), OP, 0)
+    first = catch_up(store, layout, layout.standby, results[1].checkpoint_id, _open_rocks, history)
+    try:
+        assert first.report.rule == RULE_REMOTE
+        assert dump(first.store) == {("a", b"k0"): b"v0", ("a", b"k1"): b"v1"}
+    finally:
+        first.store.close()
+    assert not layout.working.exists(), "catching up the replica touched the working store"
+    # A replica marks itself at the version it reached (as a commit marks the working store).
+    (layout.standby / CHECKPOINT_ID_FILE).write_text(results[1].checkpoint_id.name)
+
+    store.calls.clear()
+    second = catch_up(store, layout, layout.standby, results[2].checkpoint_id, _open_rocks, history)
+    try:
+        assert dump(second.store) == {("a", b"k0"): b"v0", ("a", b"k1"): b"v1", ("a", b"k2"): b"v2"}
+        assert second.report.base == results[1].checkpoint_id.name
+    finally:
+        second.store.close()
+    fetched = [name for op, name in store.calls if op == "get" and name.endswith(".delta")]
+    assert fetched == [delta_name(OP, 0, results[2].checkpoint_id)]

@@ -107,9 +107,30 @@ def load_working(
     The caller holds the partition lock. On any failure the working store is left dirty (or removed)
     and the error propagates; on success the store is open and dirty, ready for writes.
     """
+    return catch_up(store, layout, layout.working, committed, open_store, history)
+
+
+def catch_up(
+    store: BlobStore,
+    layout: LocalPartitionLayout,
+    target: Path,
+    committed: CheckpointId | None,
+    open_store: StoreOpener,
+    history: PartitionHistory,
+) -> Loaded:
+    """Bring the local directory ``target`` of the partition to ``committed`` by the load rules.
+
+    One function for every local copy of a partition: the working store (``layout.working``, see
+    :func:`load_working`) and the standby replica (``layout.standby``). What ``target`` already holds
+    is reused when it is on the committed lineage (then only the missing deltas are fetched); other
+    local copies (local checkpoints, the standby replica when ``target`` is not it) are hard-linked;
+    otherwise a remote snapshot is restored, downloading only blobs not already present. The result is
+    open and dirty: it claims a checkpoint only once the caller marks it (a commit, or a replica's
+    ``CHECKPOINT-ID``). The caller holds the partition lock.
+    """
     started = time.monotonic()
     operator, partition = layout.operator, layout.partition
-    working = layout.working
+    working = target
     layout.root.mkdir(parents=True, exist_ok=True)
     prior = read_checkpoint_id(working)
     prior_info = read_info(working, prior) if prior is not None else None
@@ -133,7 +154,7 @@ def load_working(
         return _finish(open_store, working, info, report, [], started)
 
     # Rule 2.
-    local_dir = _local_copy(layout, committed)
+    local_dir = _local_copy(layout, committed, working)
     if local_dir is not None:
         copied = materialize(local_dir, working)
         info = read_info(local_dir, committed) or _remote_info(store, history, committed)
@@ -143,7 +164,7 @@ def load_working(
 
     # Rule 3.
     def local_base(cid: CheckpointId) -> bool:
-        return cid == prior or _local_copy(layout, cid) is not None
+        return cid == prior or _local_copy(layout, cid, working) is not None
 
     data: dict[CheckpointId, bytes] = {}
     skip: list[CheckpointId] = []
@@ -177,7 +198,7 @@ def load_working(
         # Deltas first: a missing or corrupt one fails the load before the (larger) base is restored.
         records = _download_deltas(store, operator, partition, chain, data, report)
         try:
-            base_info = _restore_base(store, layout, chain, prior, prior_info, report)
+            base_info = _restore_base(store, layout, working, chain, prior, prior_info, report)
         except (MissingObjectError, CorruptObjectError) as error:
             if chain.base_kind != "snapshot" or chain.base is None:
                 raise
@@ -190,25 +211,27 @@ def load_working(
         return _finish(open_store, working, info, report, records, started)
 
 
-def _local_copy(layout: LocalPartitionLayout, cid: CheckpointId) -> Path | None:
+def _local_copy(layout: LocalPartitionLayout, cid: CheckpointId, target: Path) -> Path | None:
+    """A complete local copy of ``cid`` other than ``target`` itself: a local checkpoint or the replica."""
     checkpoint = layout.checkpoint(cid)
     if (checkpoint / "CURRENT").is_file():
         return checkpoint
-    if read_checkpoint_id(layout.standby) == cid and (layout.standby / "CURRENT").is_file():
-        return layout.standby
+    standby = layout.standby
+    if standby != target and read_checkpoint_id(standby) == cid and (standby / "CURRENT").is_file():
+        return standby
     return None
 
 
 def _restore_base(
     store: BlobStore,
     layout: LocalPartitionLayout,
+    working: Path,
     chain: Chain,
     prior: CheckpointId | None,
     prior_info: LineageInfo | None,
     report: LoadReport,
 ) -> LineageInfo | None:
-    """Put the chain's base into the working directory; returns the base's lineage info when known."""
-    working = layout.working
+    """Put the chain's base into ``working``; returns the base's lineage info when known."""
     base = chain.base
     if chain.base_kind == "empty":
         discard_tree(working)
@@ -218,15 +241,15 @@ def _restore_base(
     if chain.base_kind == "local":
         if base == prior:
             return prior_info  # the working store itself is the base: nothing to copy
-        source = _local_copy(layout, base)
+        source = _local_copy(layout, base, working)
         assert source is not None
         report.bytes_copied += materialize(source, working)
         return read_info(source, base)
-    return _restore_snapshot(store, layout, chain, report)
+    return _restore_snapshot(store, layout, working, chain, report)
 
 
 def _restore_snapshot(
-    store: BlobStore, layout: LocalPartitionLayout, chain: Chain, report: LoadReport
+    store: BlobStore, layout: LocalPartitionLayout, working: Path, chain: Chain, report: LoadReport
 ) -> LineageInfo | None:
     from blobstate.snapshot import (
         SnapshotBlobMissingError,
@@ -239,7 +262,6 @@ def _restore_snapshot(
     assert base is not None
     name = snapshot_name(layout.operator, layout.partition, base)
     index = read_checked_snapshot_index(store, name, base, chain.refs[base], chain.target)
-    working = layout.working
     working.mkdir(parents=True, exist_ok=True)
     try:
         stats = restore_directory(store, index, working)
