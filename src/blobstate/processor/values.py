@@ -370,7 +370,7 @@ class _Timestamp(_Type):
             raise _Corrupt(f"timestamp of {stop - start} bytes, needs at least {_TS.size}")
         try:
             value = _datetime(*_TS_FIELDS.unpack_from(data, start))
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:
             raise _Corrupt(f"bad timestamp: {e}") from None
         flags = data[start + _TS_FIELDS.size]
         pos = start + _TS.size
