@@ -8,8 +8,8 @@ writes them to parquet with Spark (``frame.write.parquet``):
 - ``native``: Spark's JVM-native ``groupBy(key).agg(count, sum)`` in update mode, through foreachBatch.
 
 Spark runs as ``local-cluster[2,1,2048]`` so the driver is its own JVM, apart from the executors. The
-numbers are the driver's peak resident memory: the Python driver process (``ru_maxrss``) and the driver
-JVM (``VmHWM``). Prints one JSON object; run by hand:
+numbers are the driver's peak resident memory (``VmHWM``): the Python driver process and the driver JVM.
+Prints one JSON object; run by hand:
 
     .venv/bin/python bench/driver_memory.py [--sizes 100000,1000000,5000000]
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -39,16 +38,16 @@ def _write_input(directory: Path, rows: int) -> None:
     pq.write_table(pa.table({"key": keys, "value": values}), directory / "part-0.parquet")
 
 
-def _jvm_peak_kb(spark: object) -> int:
-    pid = spark.sparkContext._gateway.proc.pid  # type: ignore[attr-defined]
+def _peak_kb(pid: int | str) -> int:
+    """A process's peak resident memory (``VmHWM``; unlike ``ru_maxrss`` it does not survive ``exec``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     return -1
 
 
-def run_one(kind: str, rows: int, work: Path) -> dict[str, object]:
-    """One measurement in this process (called in a child process)."""
+def run_one(kind: str, input_dir: Path, work: Path) -> dict[str, object]:
+    """One measurement in this process (a child process: its peak memory is the query's alone)."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -64,8 +63,7 @@ def run_one(kind: str, rows: int, work: Path) -> dict[str, object]:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    _write_input(work / "in", rows)
-    stream = spark.readStream.schema("key STRING, value BIGINT").parquet(str(work / "in"))
+    stream = spark.readStream.schema("key STRING, value BIGINT").parquet(str(input_dir))
     timings: dict[str, float] = {}
 
     def sink(frame: object, batch_id: int) -> None:
@@ -104,8 +102,8 @@ def run_one(kind: str, rows: int, work: Path) -> dict[str, object]:
         "output_rows": written,
         "batch_seconds": round(seconds, 2),
         "sink_seconds": round(timings.get("sink_seconds", -1.0), 2),
-        "driver_python_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "driver_jvm_peak_mb": round(_jvm_peak_kb(spark) / 1024, 1),
+        "driver_python_peak_mb": round(_peak_kb("self") / 1024, 1),
+        "driver_jvm_peak_mb": round(_peak_kb(spark.sparkContext._gateway.proc.pid) / 1024, 1),  # type: ignore[attr-defined]
     }
     spark.stop()
     return result
@@ -116,18 +114,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,1000000,5000000")
     parser.add_argument("--kinds", default="blobstate,native")
-    parser.add_argument("--child", nargs=3, metavar=("KIND", "ROWS", "WORK"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, metavar=("KIND", "INPUT", "WORK"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        kind, rows, work = args.child
-        print(json.dumps(run_one(kind, int(rows), Path(work))))
+        kind, input_dir, work = args.child
+        print(json.dumps(run_one(kind, Path(input_dir), Path(work))))
         return
     results = []
     for rows in (int(s) for s in args.sizes.split(",")):
+        inputs = tempfile.TemporaryDirectory(prefix="blobstate-mem-in-")
+        _write_input(Path(inputs.name) / "in", rows)
         for kind in args.kinds.split(","):
             with tempfile.TemporaryDirectory(prefix="blobstate-mem-") as work:
                 done = subprocess.run(
-                    [sys.executable, __file__, "--child", kind, str(rows), work],
+                    [sys.executable, __file__, "--child", kind, str(Path(inputs.name) / "in"), work],
                     capture_output=True,
                     text=True,
                     check=False,
@@ -138,6 +138,7 @@ def main() -> None:
             else:
                 results.append({"rows": rows, **json.loads(lines[-1])})
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+        inputs.cleanup()
     summary: dict[str, object] = {"master": MASTER, "runs": results}
     for kind in args.kinds.split(","):
         ok = [r for r in results if r.get("kind") == kind and "error" not in r]
