@@ -540,7 +540,7 @@ class StatefulProcessorHandle:
                     f" {state.kind} state between query restarts: declare it as {previous.get('kind')}"
                     " state, delete it with deleteIfExists in init, or start from a new checkpoint"
                 )
-            self._check_schema_unchanged(state, previous.get("schema"), declaration["schema"])
+            self._reconcile_schema(state, previous, declaration)
         encoded = json.dumps(declaration, sort_keys=True).encode()
         if old != encoded:
             store.put(layout.META_CF, key, encoded)
@@ -548,16 +548,30 @@ class StatefulProcessorHandle:
         if state._ttl is not None:
             self._s.ttl_vars.append(state)
 
-    def _check_schema_unchanged(self, state: _StateBase, previous: Any, schema: Any) -> None:
-        """Stored values are encoded for the schema they were written with: refuse another layout."""
-        before, now = storage_signature(previous), storage_signature(schema)
-        if before == now or next(iter(self._s.store.items(state._cf)), None) is None:
+    def _reconcile_schema(
+        self, state: _StateBase, previous: dict[str, Any], declaration: dict[str, Any]
+    ) -> None:
+        """Stored values are encoded for the schema they were written with: evolve them when the new
+        schema only appends nullable fields, refuse any other layout (:mod:`evolution`)."""
+        from blobstate.processor import evolution
+
+        store = self._s.store
+        if next(iter(store.items(state._cf)), None) is None:
             return
-        raise StateVariableError(
-            f"Cannot change the schema of state variable {state._name!r} from {before} to {now} between"
-            " query restarts: its stored values are encoded for the old schema. Declare it with the old"
-            " schema, delete it with deleteIfExists in init, or start from a new checkpoint"
-        )
+        if "userKeySchema" in declaration and storage_signature(previous.get("userKeySchema")) != (
+            storage_signature(declaration["userKeySchema"])
+        ):
+            raise evolution.refuse(
+                state._name, "user key schema", previous.get("userKeySchema"), declaration["userKeySchema"]
+            )
+        before, now = previous.get("schema"), declaration["schema"]
+        if storage_signature(before) == storage_signature(now):
+            return
+        schema = state._schema if state.kind != "map" else state._value_schema
+        added = evolution.appended_nullable(before, schema)
+        if added is None:
+            raise evolution.refuse(state._name, "schema", before, now)
+        evolution.migrate(store, state._cf, state._name, state.kind, schema, len(schema.fields) - added)
 
     def getValueState(
         self, stateName: str, schema: StructType | str, ttlDurationMs: int | None = None
