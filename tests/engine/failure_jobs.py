@@ -247,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snapshot-every", type=int, default=2)
     parser.add_argument("--hang-on-batch", type=int, default=None)
     parser.add_argument("--kill-executor-after-batch", type=int, default=None)
+    parser.add_argument(
+        "--kill-executor-in-sink",
+        type=int,
+        default=None,
+        help="in this batch's sink, before it reads the outputs, SIGKILL the executor of partition 0",
+    )
     args = parser.parse_args(argv)
 
     import blobstate
@@ -268,7 +274,20 @@ def main(argv: list[str] | None = None) -> int:
     source = spark.readStream.schema(from_arrow_schema(INPUT_SCHEMA)).option("maxFilesPerTrigger", 1)
     frames = source.parquet(str(args.input))
 
+    last_executors: dict[int, str] = {}
+    sink = overwrite_by_batch_sink(args.output, hang_on_batch=args.hang_on_batch)
+
+    def killing_sink(frame: Any, batch_id: int) -> None:
+        if batch_id == args.kill_executor_in_sink and "killed" not in last_executors.values():
+            victim = last_executors[0]  # placement is sticky: it also ran partition 0 of this batch
+            last_executors[-1] = "killed"
+            print(
+                json.dumps({"killed_in_sink": {"executor_id": victim, "pid": kill_executor(spark, victim)}})
+            )
+        sink(frame, batch_id)
+
     def on_batch(report: BatchReport) -> None:
+        last_executors.update(report.executors)
         line = asdict(report)
         if report.batch_id == args.kill_executor_after_batch and not report.skipped:
             victim = report.executors[0]
@@ -281,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         processor=TotalsProcessor(),
         output_schema=OUTPUT_SCHEMA,
         checkpoint=args.checkpoint,
-        sink=overwrite_by_batch_sink(args.output, hang_on_batch=args.hang_on_batch),
+        sink=killing_sink,
         num_partitions=args.partitions,
         local_dir=args.local_dir,
         snapshot_every=args.snapshot_every,

@@ -317,6 +317,32 @@ def test_executor_killed_between_batches_does_not_stop_the_query(tmp_path: Path)
     assert read_output_dir(tmp_path / "out") == reference_outputs(tables)
 
 
+def test_executor_killed_between_the_stage_and_the_sink_reruns_the_stage_never_mixes_attempts(
+    tmp_path: Path,
+) -> None:
+    """local-cluster: in batch 2's sink, before it reads a row, the executor that holds partition 0's
+    persisted outputs is SIGKILLed. Reading recomputes the partition as another attempt, which the sink's
+    view refuses; the driver runs the stage again and the sink gets exactly the committed attempts'
+    outputs (checked against the plain-Python reference)."""
+    import pyspark
+
+    tables = make_batches(4)
+    write_inputs(tables, tmp_path / "in")
+    command = _job(
+        tmp_path, "--kill-executor-in-sink", "2", master="local-cluster[2,1,1024]", local_dir="local"
+    )
+    try:
+        lines = _run_job(command, tmp_path)
+    finally:
+        for app in [r["started"] for r in _json_lines(tmp_path / "job.out") if "started" in r]:
+            shutil.rmtree(Path(pyspark.__file__).parent / "work" / app, ignore_errors=True)
+    assert any("killed_in_sink" in r for r in lines), "the fault was not injected"
+    reports = {r["batch_id"]: r for r in lines if "batch_id" in r}
+    assert sorted(reports) == [0, 1, 2, 3]
+    assert reports[2]["stage_attempts"] >= 2 and reports[1]["stage_attempts"] == 1
+    assert read_output_dir(tmp_path / "out") == reference_outputs(tables)
+
+
 # ---------------------------------------------------------------------------------------------- ownership
 def test_a_commit_by_another_driver_stops_the_query(spark: Any, tmp_path: Path) -> None:
     """Another driver writes ``commits/2`` while this one runs batch 1: this one must stop, not overwrite."""
