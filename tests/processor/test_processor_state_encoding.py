@@ -175,9 +175,13 @@ def test_changing_the_stored_layout_of_a_variable_is_refused(store: Any) -> None
             return iter([])
 
     go(store, Declares("n INT"))
-    go(store, Declares("count INT NOT NULL COMMENT 'renamed'"))  # names and nullability: same bytes
+    go(store, Declares("n INT NOT NULL COMMENT 'same field'"))  # nullability and comments: same bytes
     with pytest.raises(
-        StateVariableError, match="schema of state variable 'v' from struct<int> to struct<date>"
+        StateVariableError, match="schema of state variable 'v' from struct<n:int> to struct<count:int>"
+    ):
+        go(store, Declares("count INT", write=False))  # renamed: would read as another field
+    with pytest.raises(
+        StateVariableError, match="schema of state variable 'v' from struct<n:int> to struct<d:date>"
     ):
         go(store, Declares("d DATE", write=False))  # as wide as INT: would misread without this check
     with pytest.raises(StateVariableError, match="deleteIfExists"):

@@ -565,7 +565,7 @@ class StatefulProcessorHandle:
                 state._name, "user key schema", previous.get("userKeySchema"), declaration["userKeySchema"]
             )
         before, now = previous.get("schema"), declaration["schema"]
-        if storage_signature(before) == storage_signature(now):
+        if evolution.same_fields(before, now):
             return
         schema = state._schema if state.kind != "map" else state._value_schema
         added = evolution.appended_nullable(before, schema)

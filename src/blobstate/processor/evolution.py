@@ -3,13 +3,14 @@
 Stored values carry no schema of their own (:mod:`blobstate.processor.values`); ``$meta`` records the
 schema a variable was declared with. When a restarted query declares the variable with another schema:
 
-- the same byte layout (only names, nullability or comments changed): nothing to do;
-- the old fields, in order and of the same types, followed by new *nullable* fields: every stored value
-  of the variable in this partition is rewritten once, in the task's own write batch (so the rewrite is
-  part of the version it commits), with null for the new fields; the processor only ever sees tuples of
-  the new length;
-- anything else (a field removed, reordered, retyped, a new field that is NOT NULL, a map's user key
-  schema changed): :class:`~blobstate.processor.errors.StateVariableError` naming the variable, both
+- the same fields (names, in order, of the same stored types; nullability and comments may change):
+  nothing to do;
+- the old fields, in order, with the same names and stored types, followed by new *nullable* fields:
+  every stored value of the variable in this partition is rewritten once, in the task's own write
+  batch (so the rewrite is part of the version it commits), with null for the new fields; the
+  processor only ever sees tuples of the new length;
+- anything else (a field removed, renamed, reordered, retyped, a new field that is NOT NULL, a map's
+  user key schema changed): :class:`~blobstate.processor.errors.StateVariableError` naming the variable, both
   schemas and what is allowed.
 """
 
@@ -24,17 +25,29 @@ from blobstate.processor.values import MARK, MARK_EXPIRY, StateCodec, storage_si
 from blobstate.state.interface import KeyValueStore
 
 ALLOWED = (
-    "allowed between restarts: the same fields (names may change) followed by new nullable fields; "
+    "allowed between restarts: the same fields (same names and types, in order) followed by new nullable"
+    " fields; "
     "otherwise declare it with the old schema, delete it with deleteIfExists in init, or start from a"
     " new checkpoint"
 )
 
 
 def field_signatures(schema_json: Any) -> list[str] | None:
-    """The storage signature of each top-level field of a struct's JSON form (None if not a struct)."""
+    """``name:storage signature`` of each top-level field of a struct's JSON form (None if not a struct).
+
+    Names count: two fields of one type swapped store the same bytes but would be read as each other."""
     if not isinstance(schema_json, dict) or not isinstance(schema_json.get("fields"), list):
         return None
-    return [storage_signature(f.get("type")) if isinstance(f, dict) else "?" for f in schema_json["fields"]]
+    return [
+        f"{f.get('name')}:{storage_signature(f.get('type'))}" if isinstance(f, dict) else "?"
+        for f in schema_json["fields"]
+    ]
+
+
+def same_fields(before_json: Any, now_json: Any) -> bool:
+    """Whether two schemas have the same fields (names and stored types, in order)."""
+    before = field_signatures(before_json)
+    return before is not None and before == field_signatures(now_json)
 
 
 def appended_nullable(before_json: Any, now: StructType) -> int | None:
@@ -79,7 +92,12 @@ def migrate(store: KeyValueStore, cf: str, name: str, kind: str, now: StructType
 def refuse(name: str, what: str, before: Any, now: Any) -> StateVariableError:
     """The error for an incompatible change of a variable's ``what`` (schema or user key schema)."""
     return StateVariableError(
-        f"Cannot change the {what} of state variable {name!r} from {storage_signature(before)} to"
-        f" {storage_signature(now)} between query restarts: its stored values are encoded for the old"
+        f"Cannot change the {what} of state variable {name!r} from {_describe(before)} to"
+        f" {_describe(now)} between query restarts: its stored values are encoded for the old"
         f" one ({ALLOWED})"
     )
+
+
+def _describe(schema_json: Any) -> str:
+    fields = field_signatures(schema_json)
+    return storage_signature(schema_json) if fields is None else "struct<" + ", ".join(fields) + ">"
