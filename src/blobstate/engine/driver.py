@@ -157,7 +157,6 @@ class BatchDriver:
     key_columns: tuple[str, ...]
     processor: Any
     output_schema: pa.Schema
-    spark_output_schema: Any
     sink: Sink
     writer_id: str
     placement_helper: Any = None

@@ -142,7 +142,6 @@ def transform_with_state(
         key_columns=key_columns,
         processor=processor,
         output_schema=arrow_schema,
-        spark_output_schema=spark_schema,
         sink=sink,
         writer_id=uuid.uuid4().hex,
         placement_helper=placement_helper,
