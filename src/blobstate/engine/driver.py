@@ -238,7 +238,7 @@ class BatchDriver:
             executors={p: m["executor_id"] for p, m in metas.items()},
             state_keys=sum(int(m.get("state_keys") or 0) for m in metas.values()),
             stage_attempts=attempts,
-            partitions={p: {k: m.get(k) for k in PARTITION_METRICS} for p, m in sorted(metas.items())},
+            partitions=_partition_metrics(metas),
         )
         self._report(report)
         self._request_tick(commit)
@@ -474,7 +474,7 @@ class BatchDriver:
             metrics={
                 "eviction_watermark_ms": watermark,
                 "seconds": round(time.monotonic() - started, 3),
-                "partitions": {p: {k: m[k] for k in PARTITION_METRICS} for p, m in metas.items()},
+                "partitions": _partition_metrics(metas),
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
             },
             source=None if source is None else source.to_json(),
@@ -532,6 +532,11 @@ class BatchDriver:
         eviction = (commit.metrics or {}).get("eviction_watermark_ms")
         if wants_another_batch(self.config.time_mode, eviction, commit.watermark_ms):
             self.ticks.request(commit.batch_id + 1)
+
+
+def _partition_metrics(metas: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each partition's ``PARTITION_METRICS`` from its metadata row, for the commit and the progress."""
+    return {p: {k: m[k] for k in PARTITION_METRICS} for p, m in sorted(metas.items())}
 
 
 def _first_line(error: BaseException) -> str:
