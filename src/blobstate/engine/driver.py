@@ -398,7 +398,7 @@ class BatchDriver:
         stage = shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(spec.stage_schema))
         what = f"batch {spec.version}"
         try:
-            result = run_stage(stage, helper.committed_outputs(), self.num_partitions, what, worker_error)
+            result = run_stage(stage, helper, self.num_partitions, what, worker_error)
         except StageFailedError as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
             # processor raised (its notes name the handler and the key) at the top.

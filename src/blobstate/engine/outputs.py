@@ -61,12 +61,12 @@ class StageResult:
 
 
 def run_stage(
-    stage: DataFrame, committed_outputs: Any, num_partitions: int, what: str, worker_error: Any
+    stage: DataFrame, helper: Any, num_partitions: int, what: str, worker_error: Any
 ) -> StageResult:
     """Run ``stage`` once, keeping its outputs on the executors; return its metadata and the sink's view.
 
-    ``committed_outputs`` is the py4j class ``CommittedOutputs`` of the JVM helper; ``what`` names the
-    batch in errors; ``worker_error`` turns a Python worker's traceback into its last exception line.
+    ``helper`` is the JVM helper (``placement.PlacementHelper``); ``what`` names the batch in errors;
+    ``worker_error`` turns a Python worker's traceback into its last exception line.
     """
     stage.persist()
     result = StageResult({}, stage, persisted=stage)
@@ -79,12 +79,8 @@ def run_stage(
             ) from None
         result.metas = parse_metas([r[0] for r in rows], what)
         uids = [result.metas[p]["uid"] if p in result.metas else "" for p in range(num_partitions)]
-        gateway = stage.sparkSession.sparkContext._gateway
-        array = gateway.new_array(gateway.jvm.java.lang.String, num_partitions)
-        for i, uid in enumerate(uids):
-            array[i] = uid
-        jdf = committed_outputs.committedOnly(stage._jdf, UID_COLUMN, META_COLUMN, array, what)
-        result.frame = DataFrame(jdf, stage.sparkSession).drop(UID_COLUMN, META_COLUMN)
+        view = helper.committed_only(stage, UID_COLUMN, META_COLUMN, uids, what)
+        result.frame = view.drop(UID_COLUMN, META_COLUMN)
         return result
     except BaseException:
         result.release()

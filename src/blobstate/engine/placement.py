@@ -272,13 +272,29 @@ class PlacementHelper:
         for i, value in enumerate(values):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"preferred location {i} must be a str or None, not {type(value).__name__}")
+        jdf = self._helper_class().withPreferredLocations(df._jdf, self._string_array(values))
+        return DataFrame(jdf, df.sparkSession)
+
+    def committed_only(
+        self, stage: DataFrame, uid_column: str, meta_column: str, uids: Sequence[str], what: str
+    ) -> DataFrame:
+        """The output rows of the persisted ``stage`` (``CommittedOutputs.committedOnly``): a task fails
+        instead of passing on partition ``i`` when its header row does not carry ``uids[i]``."""
+        from pyspark.sql import DataFrame
+
+        jdf = self.committed_outputs().committedOnly(
+            stage._jdf, uid_column, meta_column, self._string_array(uids), what
+        )
+        return DataFrame(jdf, stage.sparkSession)
+
+    def _string_array(self, values: Sequence[str | None]) -> Any:
+        """A Java ``String[]`` holding ``values`` (None stays null)."""
         gateway = self._spark.sparkContext._gateway
         array = gateway.new_array(gateway.jvm.java.lang.String, len(values))
         for i, value in enumerate(values):
-            if value:
+            if value is not None:
                 array[i] = value
-        jdf = self._helper_class().withPreferredLocations(df._jdf, array)
-        return DataFrame(jdf, df.sparkSession)
+        return array
 
     def executors(self) -> list[ExecutorIdentity]:
         """The executors alive now, by executor id; in local mode the single executor ``"driver"``."""

@@ -25,7 +25,6 @@ from blobstate.engine.handle import BlobstateStreamingQuery
 from blobstate.engine.ticks import Ticks
 from blobstate.engine.watermark import input_watermark
 from blobstate.errors import BlobstateError
-from blobstate.lineage.commitlog import CommitLog
 
 log = logging.getLogger("blobstate")
 
@@ -152,7 +151,7 @@ def transform_with_state(
         on_batch=on_batch,
         spark_checkpoint=spark_checkpoint_location(checkpoint_url, config),
     )
-    latest = CommitLog(store).latest_commit()
+    latest = driver.commit_log.latest_commit()
     if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
         driver._request_tick(latest)
     writer = (
