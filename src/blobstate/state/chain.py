@@ -52,10 +52,12 @@ class Chain:
     target_lineage: tuple[str, ...] | None
     missing_snapshots: tuple[CheckpointId, ...] = ()
     refs: dict[CheckpointId, PartitionObjects] = field(default_factory=dict, compare=False)
+    target_snapshot_bypassed: bool = False
+    """The target's own snapshot is committed and usable but a local copy plus deltas was cheaper."""
 
     def next_lineage(self) -> tuple[str, ...] | None:
         """The lineage record a delta built on the target carries, when resolution alone determines it."""
-        if self.base == self.target and self.base_kind == "snapshot":
+        if (self.base == self.target and self.base_kind == "snapshot") or self.target_snapshot_bypassed:
             return (self.target.uid,)
         if self.target_lineage is None:
             return None
@@ -179,11 +181,15 @@ def resolve_chain(
     data_out: dict[CheckpointId, bytes] | None = None,
     cached: bool = False,
     skip_snapshots: Collection[CheckpointId] = (),
+    local_below: Callable[[int], bool] | None = None,
 ) -> Chain:
     """Find the base and the deltas that rebuild ``target`` (see the module docstring).
 
     ``history`` reads the commit log; ``local_base(cid)`` says whether a checkpoint on the lineage is
-    available locally; ``skip_snapshots`` are committed snapshots not to use. Raises
+    available locally; ``skip_snapshots`` are committed snapshots not to use. ``local_below(v)`` says
+    whether some local copy older than version ``v`` exists: then, at a version with a committed
+    snapshot, the version's delta lineage is read first, and a local copy named on it (a replica one or
+    a few versions behind) is preferred to downloading the snapshot. Raises
     :class:`MissingObjectError`, :class:`CorruptObjectError` or :class:`LineageError` naming the object,
     its version and uid; never falls back to an empty state.
     """
@@ -194,6 +200,7 @@ def resolve_chain(
     target_lineage: tuple[str, ...] | None = None
     current = target
     named_by: str | None = None
+    bypassed = False
 
     def chain(base: CheckpointId | None, kind: BaseKind) -> Chain:
         return Chain(
@@ -204,27 +211,38 @@ def resolve_chain(
             target_lineage,
             tuple(missing),
             refs,
+            target_snapshot_bypassed=bypassed,
         )
 
     while True:
         refs[current] = history.objects(current, named_by=named_by)
         if current != target and has_local(current):
             return chain(current, "local")
+        lineage: tuple[str, ...] | None = None
         if refs[current].snapshot is not None:
-            if current not in skip_snapshots:
+            usable = current not in skip_snapshots
+            if usable and not (local_below and local_below(current.version)):
                 return chain(current, "snapshot")
+            if usable:
+                lineage = delta_lineage(
+                    store, operator, partition, current, refs[current], target=target, data_out=data_out
+                )
+                if not any(has_local(e) for e in lineage_entries(current, lineage)):
+                    return chain(current, "snapshot")
+                bypassed = bypassed or current == target
         elif current != target:
             missing.append(current)
-        lineage = delta_lineage(
-            store,
-            operator,
-            partition,
-            current,
-            refs[current],
-            target=target,
-            data_out=data_out,
-            cached=cached,
-        )
+        if lineage is None:
+            lineage = delta_lineage(
+                store,
+                operator,
+                partition,
+                current,
+                refs[current],
+                target=target,
+                data_out=data_out,
+                cached=cached,
+            )
         if current == target:
             target_lineage = lineage
         newest_first.append(current)

@@ -35,6 +35,7 @@ from blobstate.state.localdirs import (
     LINEAGE_INFO_FILE,
     LineageInfo,
     discard_tree,
+    list_checkpoints,
     mark_dirty,
     materialize,
     read_checkpoint_id,
@@ -166,6 +167,14 @@ def catch_up(
     def local_base(cid: CheckpointId) -> bool:
         return cid == prior or _local_copy(layout, cid, working) is not None
 
+    local_versions = _local_versions(layout, prior, working)
+    # A local copy a few versions behind beats downloading a snapshot, unless retention already removed
+    # the deltas between them: then (and only then) the snapshot is used after all.
+    prefer_local = [bool(local_versions)]
+
+    def local_below(version: int) -> bool:
+        return prefer_local[0] and any(v < version for v in local_versions)
+
     data: dict[CheckpointId, bytes] = {}
     skip: list[CheckpointId] = []
     repairs: list[str] = []
@@ -181,8 +190,12 @@ def catch_up(
                 local_base=local_base,
                 data_out=data,
                 skip_snapshots=skip,
+                local_below=local_below,
             )
         except StateLoadError as error:
+            if isinstance(error, MissingObjectError) and prefer_local[0]:
+                prefer_local[0] = False
+                continue
             if first_error is None:
                 raise
             # No older base and deltas to rebuild from: the unusable snapshot is the error to report.
@@ -196,7 +209,13 @@ def catch_up(
             snapshot_repairs=list(repairs),
         )
         # Deltas first: a missing or corrupt one fails the load before the (larger) base is restored.
-        records = _download_deltas(store, operator, partition, chain, data, report)
+        try:
+            records = _download_deltas(store, operator, partition, chain, data, report)
+        except MissingObjectError:
+            if not prefer_local[0]:
+                raise
+            prefer_local[0] = False
+            continue
         try:
             base_info = _restore_base(store, layout, working, chain, prior, prior_info, report)
         except (MissingObjectError, CorruptObjectError) as error:
@@ -209,6 +228,17 @@ def catch_up(
             continue
         info = _next_info(chain, base_info, report)
         return _finish(open_store, working, info, report, records, started)
+
+
+def _local_versions(layout: LocalPartitionLayout, prior: CheckpointId | None, target: Path) -> set[int]:
+    """Versions of the local copies a load could start from: ``target``'s own, local checkpoints, replica."""
+    versions = {c.version for c in list_checkpoints(layout.checkpoints)}
+    if prior is not None:
+        versions.add(prior.version)
+    standby = read_checkpoint_id(layout.standby) if layout.standby != target else None
+    if standby is not None:
+        versions.add(standby.version)
+    return versions
 
 
 def _local_copy(layout: LocalPartitionLayout, cid: CheckpointId, target: Path) -> Path | None:
@@ -348,6 +378,8 @@ def _next_info(chain: Chain, base_info: LineageInfo | None, report: LoadReport) 
     if lineage is None:  # the base is the target's own local copy: rule 2 handles that, never here
         raise AssertionError(f"chain of {target} has no lineage")
     count, nbytes = len(chain.deltas), report.delta_bytes
+    if chain.target_snapshot_bypassed:
+        return LineageInfo(target, lineage, 0, 0)
     if base_info is not None:
         count += base_info.deltas_since_snapshot
         nbytes += base_info.delta_bytes_since_snapshot

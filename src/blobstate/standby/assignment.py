@@ -1,0 +1,359 @@
+"""Which executor runs each partition, and which executors keep its replicas (pure planning, no Spark).
+
+The driver calls :func:`plan_assignment` before every batch with the previous assignment, the executors
+alive now and what it knows about the replicas. The rules, from seed 004 and Kafka Streams' assignor:
+
+* **Sticky actives.** A partition stays on its executor while that executor lives. When the executor
+  is gone but another executor runs on the same host, the partition goes there: state lives on the
+  host's disk (``local_dir``), so nothing is restored. This is also how a restarted driver resumes the
+  recorded assignment: its executors have new ids, but the hosts are the same.
+* **Failover.** Otherwise the partition moves to its most up-to-date live standby (or warm-up); with
+  none, to the least-loaded executor, which restores from the blob store (a failover without a usable
+  standby).
+* **Standbys (Invariant 1).** Each partition gets up to ``replicas`` standby executors: never its active
+  executor, never on the active's host while an executor on another host exists, and two standbys of
+  one partition on distinct hosts when possible. Standbys are sticky too. With too few executors a
+  partition gets fewer standbys (reported, never an error).
+* **Gradual rebalancing.** When actives are unbalanced (a new executor joined), at most
+  ``max_warmups`` partitions at a time get a warm-up replica on an under-loaded executor; a partition
+  moves there only once that replica is within ``acceptable_lag`` versions of the latest commit, so a
+  move costs no more than a standby failover. A standby that sits on an under-loaded executor is used
+  as the warm-up directly.
+
+Replicas live per host (the partition's directory under ``local_dir``), so replica versions are keyed
+by ``(partition, host)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from blobstate.engine.executor_identity import ExecutorIdentity
+
+
+@dataclass(frozen=True)
+class PartitionAssignment:
+    """Where one partition runs (``active``) and where its replicas are kept."""
+
+    active: ExecutorIdentity
+    standbys: tuple[ExecutorIdentity, ...] = ()
+    warmup: ExecutorIdentity | None = None
+    """An executor being warmed up to take the partition over (rebalancing), not a standby."""
+
+    def replicas(self) -> tuple[ExecutorIdentity, ...]:
+        """Every executor that keeps a replica of the partition: standbys, then the warm-up."""
+        return self.standbys + ((self.warmup,) if self.warmup is not None else ())
+
+    def to_json(self) -> dict[str, Any]:
+        """The form recorded in each commit (``assignment``)."""
+        out: dict[str, Any] = {
+            "active": _identity_json(self.active),
+            "standbys": [_identity_json(s) for s in self.standbys],
+        }
+        if self.warmup is not None:
+            out["warmup"] = _identity_json(self.warmup)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> PartitionAssignment:
+        """Parse :meth:`to_json`'s form; raises ``ValueError`` when malformed."""
+        try:
+            warmup = raw.get("warmup")
+            return cls(
+                _identity(raw["active"]),
+                tuple(_identity(s) for s in raw.get("standbys", ())),
+                None if warmup is None else _identity(warmup),
+            )
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"malformed partition assignment {raw!r}") from error
+
+
+def _identity_json(identity: ExecutorIdentity) -> dict[str, str]:
+    return {"executor_id": identity.executor_id, "host": identity.host}
+
+
+def _identity(raw: Mapping[str, Any]) -> ExecutorIdentity:
+    executor_id, host = raw["executor_id"], raw["host"]
+    if not isinstance(executor_id, str) or not isinstance(host, str):
+        raise TypeError("executor_id and host must be strings")
+    return ExecutorIdentity(executor_id, host)
+
+
+@dataclass(frozen=True)
+class Move:
+    """A partition that changed its active executor in this plan, and why."""
+
+    partition: int
+    source: ExecutorIdentity
+    target: ExecutorIdentity
+    reason: str
+    """``same-host`` (its executor is gone; another executor on its host has its state), ``standby``
+    (failover to a replica), ``cold`` (failover without a usable replica: restored from the blob store),
+    or ``rebalance`` (a warmed-up replica takes over)."""
+
+
+@dataclass
+class Plan:
+    """The assignment for the next batch and what changed to get there."""
+
+    assignment: dict[int, PartitionAssignment]
+    moves: list[Move] = field(default_factory=list)
+    active_failures: int = 0
+    """Partitions whose active executor is gone."""
+    standby_failures: int = 0
+    """Standby (or warm-up) replicas whose executor is gone."""
+    short_of_standbys: dict[int, int] = field(default_factory=dict)
+    """Partitions with fewer standbys than asked for: how many they have."""
+
+    @property
+    def failovers(self) -> int:
+        """Partitions moved to a replica because their executor was gone."""
+        return sum(1 for m in self.moves if m.reason == "standby")
+
+    @property
+    def failovers_without_standby(self) -> int:
+        """Partitions whose executor was gone and that had no live replica to move to."""
+        return sum(1 for m in self.moves if m.reason == "cold")
+
+
+ReplicaVersions = Mapping[tuple[int, str], int]
+"""The committed version of each replica, by ``(partition, host)``."""
+
+
+def plan_assignment(
+    num_partitions: int,
+    replicas: int,
+    previous: Mapping[int, PartitionAssignment],
+    alive: Sequence[ExecutorIdentity],
+    replica_versions: ReplicaVersions,
+    latest_version: int,
+    *,
+    max_warmups: int = 2,
+    acceptable_lag: int = 1,
+) -> Plan:
+    """The assignment of the next batch (see the module docstring). With no live executor, an empty plan."""
+    live = sorted(set(alive), key=_order)
+    if not live:
+        return Plan({})
+    by_id = {e.executor_id: e for e in live}
+    by_host: dict[str, list[ExecutorIdentity]] = {}
+    for e in live:
+        by_host.setdefault(e.host, []).append(e)
+    plan = Plan({})
+    load: Counter[ExecutorIdentity] = Counter({e: 0 for e in live})
+
+    def find(old: ExecutorIdentity) -> ExecutorIdentity | None:
+        """The live executor holding ``old``'s local state: ``old`` itself, else one on its host."""
+        same = by_id.get(old.executor_id)
+        if same == old:
+            return same
+        on_host = by_host.get(old.host)
+        return min(on_host, key=lambda e: (load[e], _order(e))) if on_host else None
+
+    def version(p: int, e: ExecutorIdentity) -> int:
+        return replica_versions.get((p, e.host), -1)
+
+    # 1. Actives: sticky, else same host, else the freshest replica, else the least loaded executor.
+    actives: dict[int, ExecutorIdentity] = {}
+    kept: dict[int, list[ExecutorIdentity]] = {}
+    warmups: dict[int, ExecutorIdentity] = {}
+    orphans: list[int] = []
+    for p in range(num_partitions):
+        before = previous.get(p)
+        if before is None:
+            orphans.append(p)
+            continue
+        old_replicas = [r for r in before.replicas() if r != before.active]
+        alive_replicas = []
+        for r in old_replicas:
+            if by_id.get(r.executor_id) != r:
+                plan.standby_failures += 1
+            found = find(r)
+            if found is not None and found not in alive_replicas:
+                alive_replicas.append(found)
+        active = find(before.active)
+        if by_id.get(before.active.executor_id) != before.active:
+            plan.active_failures += 1
+            if active is not None:
+                plan.moves.append(Move(p, before.active, active, "same-host"))
+            else:
+                usable = [r for r in alive_replicas if version(p, r) > 0]
+                if usable:
+                    active = max(usable, key=lambda r: (version(p, r), -load[r], _neg_order(r)))
+                    plan.moves.append(Move(p, before.active, active, "standby"))
+                else:
+                    active = min(live, key=lambda e: (load[e], _order(e)))
+                    plan.moves.append(Move(p, before.active, active, "cold"))
+        assert active is not None
+        actives[p] = active
+        load[active] += 1
+        warm_now = find(before.warmup) if before.warmup is not None else None
+        kept[p] = [r for r in alive_replicas if r != active and r != warm_now]
+        if before.warmup is not None:
+            warm = find(before.warmup)
+            if warm is not None and warm != active:
+                warmups[p] = warm
+    for p in orphans:
+        active = min(live, key=lambda e: (load[e], _order(e)))
+        actives[p] = active
+        load[active] += 1
+        kept[p] = []
+
+    # 2. Rebalancing: promote warm-ups that caught up, start new ones (at most max_warmups at a time).
+    _promote_warmups(plan, actives, kept, warmups, load, version, latest_version, acceptable_lag, replicas)
+    _start_warmups(actives, kept, warmups, load, version, latest_version, acceptable_lag, max_warmups, plan)
+
+    # 3. Standbys: keep the valid ones, fill up to ``replicas`` under Invariant 1.
+    standby_load: Counter[ExecutorIdentity] = Counter({e: 0 for e in live})
+    hosts = set(by_host)
+    chosen: dict[int, list[ExecutorIdentity]] = {}
+    for p in range(num_partitions):
+        active = actives[p]
+        valid = []
+        for r in kept[p]:
+            if len(valid) < replicas and _allowed(r, active, valid, hosts, strict_hosts=True):
+                valid.append(r)
+                standby_load[r] += 1
+        chosen[p] = valid
+    for p in range(num_partitions):
+        active, valid = actives[p], chosen[p]
+        while len(valid) < replicas:
+            candidates = [e for e in live if _allowed(e, active, valid, hosts, strict_hosts=False)]
+            if not candidates:
+                break
+            used_hosts = {v.host for v in valid}
+            best = min(
+                candidates,
+                key=lambda e: (e.host in used_hosts, -version(p, e), standby_load[e], load[e], _order(e)),
+            )
+            valid.append(best)
+            standby_load[best] += 1
+        if len(valid) < replicas:
+            plan.short_of_standbys[p] = len(valid)
+        warm = warmups.get(p)
+        plan.assignment[p] = PartitionAssignment(active, tuple(valid), warm if warm not in valid else None)
+    return plan
+
+
+def _allowed(
+    e: ExecutorIdentity,
+    active: ExecutorIdentity,
+    chosen: Sequence[ExecutorIdentity],
+    hosts: set[str],
+    *,
+    strict_hosts: bool,
+) -> bool:
+    """Invariant 1 for a standby candidate ``e`` of a partition active on ``active``."""
+    if e == active or e in chosen:
+        return False
+    if e.host == active.host and len(hosts) > 1:
+        return False
+    # Two standbys of a partition share a host only when there is no other way (kept ones never do).
+    other_hosts = hosts - {active.host} - {c.host for c in chosen}
+    return not (any(c.host == e.host for c in chosen) and (strict_hosts or other_hosts))
+
+
+def _promote_warmups(
+    plan: Plan,
+    actives: dict[int, ExecutorIdentity],
+    kept: dict[int, list[ExecutorIdentity]],
+    warmups: dict[int, ExecutorIdentity],
+    load: Counter[ExecutorIdentity],
+    version: Any,
+    latest_version: int,
+    acceptable_lag: int,
+    replicas: int,
+) -> None:
+    for p, warm in sorted(warmups.items()):
+        source = actives[p]
+        if load[source] - load[warm] < 2:  # the move no longer evens anything out
+            del warmups[p]
+            continue
+        if version(p, warm) < max(1, latest_version - acceptable_lag):
+            continue
+        actives[p] = warm
+        load[source] -= 1
+        load[warm] += 1
+        # The old active holds the freshest copy: it is the first standby candidate.
+        kept[p] = [source, *(r for r in kept[p] if r not in (warm, source))][: max(replicas, 0)]
+        del warmups[p]
+        plan.moves.append(Move(p, source, warm, "rebalance"))
+
+
+def _start_warmups(
+    actives: dict[int, ExecutorIdentity],
+    kept: dict[int, list[ExecutorIdentity]],
+    warmups: dict[int, ExecutorIdentity],
+    load: Counter[ExecutorIdentity],
+    version: Any,
+    latest_version: int,
+    acceptable_lag: int,
+    max_warmups: int,
+    plan: Plan,
+) -> None:
+    """Start warm-ups from the most to the least loaded executor while actives are uneven."""
+    incoming: Counter[ExecutorIdentity] = Counter(warmups.values())
+    outgoing: Counter[ExecutorIdentity] = Counter(actives[p] for p in warmups)
+    while len(warmups) < max_warmups:
+        planned = Counter({e: load[e] + incoming[e] - outgoing[e] for e in load})
+        source = max(planned, key=lambda e: (planned[e], _neg_order(e)))
+        target = min(planned, key=lambda e: (planned[e], _order(e)))
+        if planned[source] - planned[target] < 2:
+            return
+        movable = [p for p, a in sorted(actives.items()) if a == source and p not in warmups]
+        if not movable:
+            return
+        # A partition whose standby already sits on the target moves first (nothing to warm up).
+        p = max(movable, key=lambda q: (target in kept[q], version(q, target), -q))
+        if target in kept[p] and version(p, target) >= max(1, latest_version - acceptable_lag):
+            actives[p] = target
+            load[source] -= 1
+            load[target] += 1
+            kept[p] = [source, *(r for r in kept[p] if r not in (target, source))]
+            plan.moves.append(Move(p, source, target, "rebalance"))
+            continue
+        warmups[p] = target
+        incoming[target] += 1
+        outgoing[source] += 1
+
+
+def _order(e: ExecutorIdentity) -> tuple[bool, int, str, str]:
+    """Executors in Spark's numeric id order (``driver`` and other names last)."""
+    digits = e.executor_id.isdigit()
+    return (not digits, int(e.executor_id) if digits else 0, e.executor_id, e.host)
+
+
+def _neg_order(e: ExecutorIdentity) -> tuple[int, ...]:
+    """For ``max`` ties: the lowest ``_order`` wins."""
+    digits = e.executor_id.isdigit()
+    return (-int(not digits), -(int(e.executor_id) if digits else 0))
+
+
+def assignment_json(assignment: Mapping[int, PartitionAssignment]) -> dict[str, Any]:
+    """The commit's ``assignment`` record: partition (as a string) to :meth:`PartitionAssignment.to_json`."""
+    return {str(p): a.to_json() for p, a in sorted(assignment.items())}
+
+
+def parse_assignment(raw: Mapping[str, Any] | None) -> dict[int, PartitionAssignment]:
+    """Parse a commit's ``assignment`` record (empty when absent)."""
+    return {int(p): PartitionAssignment.from_json(a) for p, a in (raw or {}).items()}
+
+
+def from_placement(placement: Mapping[Any, Mapping[str, str]]) -> dict[int, PartitionAssignment]:
+    """An assignment with actives only, from a commit's ``placement`` (commits written before standby)."""
+    return {
+        int(p): PartitionAssignment(ExecutorIdentity(v["executor_id"], v["host"]))
+        for p, v in placement.items()
+    }
+
+
+def executors_of(assignment: Iterable[PartitionAssignment]) -> set[ExecutorIdentity]:
+    """Every executor an assignment names."""
+    out: set[ExecutorIdentity] = set()
+    for a in assignment:
+        out.add(a.active)
+        out.update(a.replicas())
+    return out

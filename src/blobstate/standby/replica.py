@@ -1,0 +1,192 @@
+"""The executor side of a standby replica: bring ``standby/`` to a committed ``(v, uid)``, stoppably.
+
+A replica is a RocksDB directory beside the partition's working store (``<root>/standby``) with its own
+``CHECKPOINT-ID``. It only ever holds committed checkpoints: the driver names the committed ``(v, uid)``
+it must reach, and every step goes through the shared catch-up function
+(:func:`blobstate.state.loader.catch_up`), which reads only objects of the committed lineage.
+
+Invariant 2 (seed 004: an active starts only after its standby has stopped) is enforced, not assumed:
+
+* a sync holds the partition's lock (the same ``flock`` every processing task takes) for its whole
+  run, so a processing task of the partition on this host can never open the state while a sync
+  writes the replica;
+* a processing task first drops a stop request (``STANDBY-STOP``) in the partition's directory, then
+  waits for the lock; a running sync checks for the request between versions, stops at the last
+  committed version it completed (marked clean, so the processing task still starts from it), and
+  releases the lock;
+* a sync that finds a stop request, or cannot get the lock at once, does nothing.
+
+Each sync also stops after ``budget_seconds`` (at a committed version), so it never holds an executor
+core for long while the next batch waits; the next round continues from there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from blobstate.blobstore import BlobStore
+from blobstate.ids import CheckpointId
+from blobstate.layout import LocalPartitionLayout
+from blobstate.state.history import PartitionHistory
+from blobstate.state.loader import catch_up
+from blobstate.state.localdirs import mark_clean, read_checkpoint_id
+from blobstate.state.locking import PartitionLock, PartitionLockedError
+
+STOP_FILE = "STANDBY-STOP"
+"""Dropped in a partition's directory by a processing task that wants the partition: syncs stop."""
+
+STEPWISE_MAX_LAG = 16
+"""Up to this many versions behind, a sync advances one committed version at a time (stoppable between
+versions); further behind, it catches up in one step (a snapshot restore when one is nearer)."""
+
+SYNC_SYNCED = "synced"
+SYNC_PARTIAL = "partial"
+SYNC_STOPPED = "stopped"
+SYNC_BUSY = "busy"
+SYNC_CURRENT = "current"
+
+
+@dataclass
+class SyncReport:
+    """What one sync of one replica did; sent to the driver as JSON."""
+
+    partition: int
+    outcome: str
+    """``current`` (already there), ``synced``, ``partial`` (budget spent), ``stopped`` (a processing
+    task asked for the partition), ``busy`` (the partition's lock was held), or ``misplaced``/``error``
+    (set by the task around this function)."""
+    version: int
+    """The replica's committed version after the sync (0: none)."""
+    uid: str | None
+    target_version: int
+    seconds: float = 0.0
+    bytes_downloaded: int = 0
+    deltas_applied: int = 0
+    snapshot_bytes: int = 0
+    started_at: float = 0.0
+    """Wall-clock time (``time.time()``) the sync took the lock (0 when it never did)."""
+    finished_at: float = 0.0
+    """Wall-clock time it released the lock."""
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+def request_stop(layout: LocalPartitionLayout) -> Path:
+    """Ask a running sync of this partition (on this host) to stop; returns the request's path."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    path = layout.root / STOP_FILE
+    path.touch()
+    return path
+
+
+def clear_stop(layout: LocalPartitionLayout) -> None:
+    """Withdraw a stop request (the requester holds the lock now, or gave up)."""
+    (layout.root / STOP_FILE).unlink(missing_ok=True)
+
+
+def stop_requested(layout: LocalPartitionLayout) -> bool:
+    """Whether a processing task asked for this partition."""
+    return (layout.root / STOP_FILE).exists()
+
+
+def replica_checkpoint(layout: LocalPartitionLayout) -> CheckpointId | None:
+    """The committed checkpoint the replica holds (None: no clean replica)."""
+    return read_checkpoint_id(layout.standby)
+
+
+def _open_rocks(path: Path) -> Any:
+    from blobstate.state.store import RocksStateStore
+
+    return RocksStateStore.open(path)
+
+
+def sync_replica(
+    store: BlobStore,
+    layout: LocalPartitionLayout,
+    target: CheckpointId,
+    history: PartitionHistory,
+    *,
+    budget_seconds: float = 10.0,
+    open_store: Callable[[Path], Any] = _open_rocks,
+    clock: Callable[[], float] = time.monotonic,
+) -> SyncReport:
+    """Bring the replica of ``layout``'s partition towards the committed ``target``.
+
+    ``history`` must know ``target``'s commit (and every commit it walks). Returns a report; raises only
+    on a load error (a missing or corrupt object), leaving the replica dirty, never at an uncommitted
+    state.
+    """
+    started = clock()
+    report = SyncReport(layout.partition, SYNC_BUSY, 0, None, target.version)
+    lock = PartitionLock(layout.lock_file)
+    if stop_requested(layout):
+        _set_version(report, replica_checkpoint(layout))
+        return report
+    try:
+        lock.acquire(timeout=0.0)
+    except PartitionLockedError:
+        _set_version(report, replica_checkpoint(layout))
+        return report
+    report.started_at = time.time()
+    try:
+        current = replica_checkpoint(layout)
+        _set_version(report, current)
+        if current == target:
+            report.outcome = SYNC_CURRENT
+            return report
+        behind = target.version - (current.version if current is not None else 0)
+        if current is None or current.version > target.version or behind > STEPWISE_MAX_LAG:
+            steps = [target]
+        else:
+            steps = [_committed(history, v) for v in range(current.version + 1, target.version + 1)]
+        report.outcome = SYNC_SYNCED
+        for i, step in enumerate(steps):
+            if i > 0 and stop_requested(layout):
+                report.outcome = SYNC_STOPPED
+                break
+            if i > 0 and clock() - started > budget_seconds:
+                report.outcome = SYNC_PARTIAL
+                break
+            _advance(store, layout, step, history, open_store, report)
+    finally:
+        report.finished_at = time.time()
+        report.seconds = round(clock() - started, 4)
+        lock.release()
+    return report
+
+
+def _committed(history: PartitionHistory, version: int) -> CheckpointId:
+    uid = history.uid(version)
+    if uid is None:
+        raise ValueError(f"version {version} of {history.operator}/{history.partition} is not committed")
+    return CheckpointId(version, uid)
+
+
+def _advance(
+    store: BlobStore,
+    layout: LocalPartitionLayout,
+    step: CheckpointId,
+    history: PartitionHistory,
+    open_store: Callable[[Path], Any],
+    report: SyncReport,
+) -> None:
+    loaded = catch_up(store, layout, layout.standby, step, open_store, history)
+    loaded.store.close()
+    mark_clean(layout.standby, loaded.info)
+    load = loaded.report
+    report.bytes_downloaded += load.bytes_downloaded
+    report.snapshot_bytes += load.bytes_downloaded - load.delta_bytes
+    report.deltas_applied += load.deltas_replayed
+    _set_version(report, step)
+
+
+def _set_version(report: SyncReport, cid: CheckpointId | None) -> None:
+    report.version = 0 if cid is None else cid.version
+    report.uid = None if cid is None else cid.uid
