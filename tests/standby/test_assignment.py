@@ -28,7 +28,9 @@ def ex(i: int, host: int) -> ExecutorIdentity:
     return ExecutorIdentity(str(i), f"127.0.0.{host}")
 
 
-def check_invariant_1(plan_assignment_: dict[int, PartitionAssignment], alive: list[ExecutorIdentity]) -> None:
+def check_invariant_1(
+    plan_assignment_: dict[int, PartitionAssignment], alive: list[ExecutorIdentity]
+) -> None:
     hosts = {e.host for e in alive}
     for p, a in plan_assignment_.items():
         assert a.active in alive, p
@@ -170,9 +172,7 @@ def test_random_churn_keeps_the_invariants(seed: int, partitions: int, replicas:
                 fresh = [v for v in fresh if v > 0]
                 if fresh:
                     assert versions.get((p, assignment[p].active.host), -1) == max(fresh)
-        expected_short = {
-            p for p, a in assignment.items() if len(a.standbys) < replicas
-        }
+        expected_short = {p for p, a in assignment.items() if len(a.standbys) < replicas}
         assert set(plan.short_of_standbys) == expected_short
         for p, a in assignment.items():  # replicas catch up, some stay one behind
             for r in a.replicas():
@@ -198,7 +198,10 @@ def test_random_churn_keeps_the_invariants(seed: int, partitions: int, replicas:
         assert max(loads.values()) - min(loads.values()) <= 1, loads
 
 
-@pytest.mark.parametrize("raw", [{"active": {"executor_id": 1, "host": "h"}}, {"standbys": []}, {"active": "x"}])
+MALFORMED = [{"active": {"executor_id": 1, "host": "h"}}, {"standbys": []}, {"active": "x"}]
+
+
+@pytest.mark.parametrize("raw", MALFORMED)
 def test_a_malformed_recorded_assignment_is_refused(raw: dict) -> None:
     with pytest.raises(ValueError, match="malformed partition assignment"):
         PartitionAssignment.from_json(raw)
