@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "state"))
 
-from lineage_harness import (  # noqa: E402
+from lineage_harness import (
     CFS,
     MUTATING,
     OP,
@@ -30,11 +30,11 @@ from lineage_harness import (  # noqa: E402
     open_p,
 )
 
-from blobstate.blobstore import BlobStore, open_blob_store  # noqa: E402
-from blobstate.ids import CheckpointId  # noqa: E402
-from blobstate.layout import LocalPartitionLayout  # noqa: E402
-from blobstate.lineage.commitlog import CommitLog  # noqa: E402
-from blobstate.standby.replica import (  # noqa: E402
+from blobstate.blobstore import BlobStore, open_blob_store
+from blobstate.ids import CheckpointId
+from blobstate.layout import LocalPartitionLayout
+from blobstate.lineage.commitlog import CommitLog
+from blobstate.standby.replica import (
     SYNC_BUSY,
     SYNC_CURRENT,
     SYNC_PARTIAL,
@@ -45,9 +45,9 @@ from blobstate.standby.replica import (  # noqa: E402
     request_stop,
     sync_replica,
 )
-from blobstate.state.history import CommitCache, PartitionHistory  # noqa: E402
-from blobstate.state.locking import PartitionLock  # noqa: E402
-from blobstate.state.store import RocksStateStore  # noqa: E402
+from blobstate.state.history import CommitCache, PartitionHistory
+from blobstate.state.locking import PartitionLock
+from blobstate.state.store import RocksStateStore
 
 Model = dict[tuple[str, bytes], bytes]
 
@@ -133,7 +133,9 @@ def test_a_replica_follows_every_commit_by_deltas_and_never_an_unchosen_attempt(
 
 
 @pytest.mark.parametrize("lag", [0, 1, 2])
-def test_failover_opens_the_replica_with_no_snapshot_download(store: BlobStore, tmp_path: Path, lag: int) -> None:
+def test_failover_opens_the_replica_with_no_snapshot_download(
+    store: BlobStore, tmp_path: Path, lag: int
+) -> None:
     h = History(store, tmp_path / "host-a", snapshot_every=3)
     standby_host = tmp_path / "host-b"
     for _ in range(6):
