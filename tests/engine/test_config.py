@@ -46,9 +46,24 @@ def test_api_from_spark_conf() -> None:
     assert QueryConfig.build({"spark.blobstate.api": "row"}, {}).api == "row"
 
 
-def test_standby_replicas_are_refused_until_supported() -> None:
-    with pytest.raises(ValueError, match="standby_replicas=1"):
-        QueryConfig.build({}, {"standby_replicas": 1})
+def test_standby_options_from_keywords_and_spark_conf() -> None:
+    conf = {"spark.blobstate.standby_replicas": "2", "spark.blobstate.standby_sync_seconds": "2.5"}
+    config = QueryConfig.build(conf, {"max_warmup_replicas": 1})
+    assert (config.standby_replicas, config.standby_sync_seconds, config.max_warmup_replicas) == (2, 2.5, 1)
+    with pytest.raises(ValueError, match="standby_replicas and watermark_delay_ms must not be negative"):
+        QueryConfig.build({}, {"standby_replicas": -1})
+    with pytest.raises(ValueError, match="standby_sync_seconds must be positive"):
+        QueryConfig.build({"spark.blobstate.standby_sync_seconds": "0"}, {})
+    with pytest.raises(ValueError, match=r"spark\.blobstate\.standby_sync_seconds: expected a number"):
+        QueryConfig.build({"spark.blobstate.standby_sync_seconds": "soon"}, {})
+
+
+def test_local_dir_defaults_to_the_executors_own_directory() -> None:
+    from blobstate.engine.config import default_local_dir, resolve_local_dir
+
+    assert QueryConfig.build({}, {}).local_dir == ""  # not a path computed on the driver
+    assert resolve_local_dir("") == default_local_dir()
+    assert resolve_local_dir("/data/x") == "/data/x"
 
 
 # --------------------------------------------------------------------------- S3 blob store options

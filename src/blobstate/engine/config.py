@@ -25,8 +25,14 @@ S3_CONF_PREFIX = SPARK_CONF_PREFIX + "s3."
 
 
 def default_local_dir() -> str:
-    """Where executors keep working stores, local checkpoints and standby replicas by default."""
+    """Where executors keep working stores, local checkpoints and standby replicas by default: the
+    executor's own temporary directory (evaluated in the task, on the executor, never on the driver)."""
     return os.path.join(tempfile.gettempdir(), f"blobstate-{os.getuid()}")
+
+
+def resolve_local_dir(configured: str) -> str:
+    """The local directory a task uses: ``configured``, or the executor's default when empty."""
+    return configured or default_local_dir()
 
 
 class QueryConfigError(BlobstateError, ValueError):
@@ -60,8 +66,9 @@ class QueryConfig:
     watermark_delay: str | None = None
     """The same delay as Spark users write it (``"10 minutes"``, ``"1 hour 30 seconds"``); sets
     ``watermark_delay_ms``."""
-    local_dir: str = field(default_factory=default_local_dir)
-    """Executor-local directory for working stores, checkpoints and replicas."""
+    local_dir: str = ""
+    """Executor-local directory for working stores, checkpoints and replicas; empty (the default) means
+    each executor's own ``<tmp>/blobstate-<uid>``, resolved on the executor."""
     snapshot_every: int = 10
     """Upload a snapshot every this many versions of a partition."""
     snapshot_delta_bytes: int = 64 * 1024 * 1024
@@ -69,7 +76,15 @@ class QueryConfig:
     min_versions_to_retain: int = 20
     """Committed versions kept restorable; older objects are deleted after each commit."""
     standby_replicas: int = 0
-    """Standby replicas per partition (kept warm on other executors). Only 0 is supported so far."""
+    """Standby replicas per partition, kept warm on other executors (other hosts where there are), so
+    an executor loss moves its partitions without restoring their state (seed 004)."""
+    standby_sync_seconds: float = 10.0
+    """At most this long per standby sync task; a sync further behind continues in the next round, so
+    syncs never hold an executor core long while the next batch waits."""
+    max_warmup_replicas: int = 2
+    """Partitions being moved onto a new executor at once (each first warmed up as a replica there)."""
+    acceptable_recovery_lag: int = 1
+    """A warmed-up replica takes its partition over once it is at most this many versions behind."""
     placement: bool = True
     """Give each partition's task a preferred executor (the JVM helper); off means Spark's default."""
     trigger_interval: str | None = None
@@ -165,9 +180,11 @@ class QueryConfig:
                 raise QueryConfigError(f"{name} must be at least 1")
         if self.standby_replicas < 0 or self.watermark_delay_ms < 0:
             raise QueryConfigError("standby_replicas and watermark_delay_ms must not be negative")
-        if self.standby_replicas > 0:
+        if self.max_warmup_replicas < 0 or self.acceptable_recovery_lag < 0:
+            raise QueryConfigError("max_warmup_replicas and acceptable_recovery_lag must not be negative")
+        if self.standby_sync_seconds <= 0:
             raise QueryConfigError(
-                f"standby_replicas={self.standby_replicas}: standby replicas are not supported yet; use 0"
+                f"standby_sync_seconds must be positive, not {self.standby_sync_seconds!r}"
             )
 
 
@@ -321,4 +338,9 @@ def _coerce(name: str, annotation: object, raw: str) -> Any:
             return int(raw)
         except ValueError:
             raise QueryConfigError(f"spark.blobstate.{name}: expected an integer, got {raw!r}") from None
+    if text.startswith("float"):
+        try:
+            return float(raw)
+        except ValueError:
+            raise QueryConfigError(f"spark.blobstate.{name}: expected a number, got {raw!r}") from None
     return raw

@@ -14,7 +14,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from blobstate.blobstore import BlobStore
-from blobstate.engine.assignment import assign_partitions
 from blobstate.engine.config import QueryConfig
 from blobstate.engine.outputs import (
     AttemptMismatchError,
@@ -27,6 +26,16 @@ from blobstate.engine.replay import SourceProgress, check_batch
 from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
 from blobstate.engine.ticks import Ticks, wants_another_batch
 from blobstate.errors import BlobstateError
+from blobstate.standby.assignment import (
+    PartitionAssignment,
+    Plan,
+    committed_assignment,
+    parse_placement,
+    placement_json,
+    plan_assignment,
+    replica_versions_of,
+)
+from blobstate.standby.syncer import StandbySyncer
 from blobstate.state.retention import retained_from
 
 log = logging.getLogger("blobstate")
@@ -48,6 +57,9 @@ PARTITION_METRICS = (
     "task_seconds",
     "snapshot_repairs",
     "state_keys",
+    "snapshot_restore_bytes",
+    "executor_id",
+    "host",
 )
 """Per-partition entries of a commit's ``metrics.partitions``: from the task's metadata row (``task.py``)."""
 
@@ -104,6 +116,11 @@ class BatchReport:
     """How many times the stage ran (more than once when persisted outputs were lost before the sink)."""
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per-partition metrics, as in the commit (``PARTITION_METRICS``)."""
+    spark_recovery_seconds: float = 0.0
+    """Stage time beyond its slowest task: Spark's own scheduling and recovery (locality waits, shuffle
+    fetch retries, resubmitted map stages), apart from blobstate's load time."""
+    standby: dict[str, Any] = field(default_factory=dict)
+    """Standby and failover metrics of the batch, as in the commit (``metrics.standby``)."""
 
     def progress_metrics(self) -> dict[str, Any]:
         """The metrics put in Spark's query progress (the ``blobstate`` source's ``metrics``)."""
@@ -128,6 +145,8 @@ class BatchReport:
             "sinkSeconds": self.sink_seconds,
             "commitSeconds": self.commit_seconds,
             "stageAttempts": self.stage_attempts,
+            "sparkRecoverySeconds": self.spark_recovery_seconds,
+            "standby": self.standby,
             "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
         }
 
@@ -179,6 +198,10 @@ class BatchDriver:
     """What runs after each commit, in order (default: cleanup; standby sync comes next)."""
     _post_commit_thread: threading.Thread | None = None
     _spark_metadata: bytes | None = None
+    syncer: StandbySyncer | None = None
+    """Keeps standby (and warm-up) replicas at the latest commit; None without the JVM helper."""
+    assignment: dict[int, PartitionAssignment] = field(default_factory=dict)
+    """Where each partition ran in the last committed batch and where its replicas are kept."""
 
     def __post_init__(self) -> None:
         from blobstate.lineage.commitlog import CommitLog
@@ -186,6 +209,16 @@ class BatchDriver:
         if not self.post_commit_steps:
             self.post_commit_steps = [("cleanup", self._cleanup)]
         self.commit_log = CommitLog(self.store)
+        if self.syncer is None and self.placement_helper is not None:
+            self.syncer = StandbySyncer(
+                self.spark,
+                self.placement_helper,
+                checkpoint_url=self.checkpoint_url,
+                query_id=self.query_id,
+                operator=self.config.operator,
+                local_dir=self.config.local_dir,
+                budget_seconds=self.config.standby_sync_seconds,
+            )
 
     # ------------------------------------------------------------------ one batch
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -211,15 +244,21 @@ class BatchDriver:
         if source is not None:
             self._check_source(batch_id, None, previous, source)
         spec = self._plan(batch_df, batch_id, previous, source)
-        placement = self._placement(previous)
+        plan = self._assign(previous)
         stage_started = time.monotonic()
-        stage, sink_started, attempts = self._stage_and_sink(batch_df, spec, placement)
+        stage, sink_started, attempts = self._stage_and_sink(batch_df, spec, plan)
         try:
             commit_started = time.monotonic()
             metas = stage.metas
-            commit = self._commit(version, metas, spec.watermark_ms, started, previous, source)
+            standby = self._standby_metrics(plan, metas)
+            max_task = max((m["task_seconds"] for m in metas.values()), default=0.0)
+            recovery = round(max(0.0, sink_started - stage_started - max_task), 3)
+            commit = self._commit(
+                version, metas, spec.watermark_ms, started, previous, source, standby, recovery, plan
+            )
         finally:
             stage.release()
+        self._after_commit(commit, plan, metas)
         finished = time.monotonic()
         report = BatchReport(
             batch_id=batch_id,
@@ -239,6 +278,8 @@ class BatchDriver:
             state_keys=sum(int(m.get("state_keys") or 0) for m in metas.values()),
             stage_attempts=attempts,
             partitions=_partition_metrics(metas),
+            spark_recovery_seconds=recovery,
+            standby=standby,
         )
         self._report(report)
         self._request_tick(commit)
@@ -279,11 +320,13 @@ class BatchDriver:
         )
 
     def _stage_and_sink(
-        self, batch_df: DataFrame, spec: TaskSpec, placement: dict[int, dict[str, str]]
+        self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None
     ) -> tuple[StageResult, float, int]:
         """Run the stage and hand its outputs to the sink; run both again if the outputs were lost."""
         for attempt in range(1, self.max_stage_attempts + 1):
-            stage = self._run_stage(batch_df, spec, placement)
+            if attempt > 1:
+                plan = self._assign_again(plan)
+            stage = self._run_stage(batch_df, spec, plan)
             sink_started = time.monotonic()
             try:
                 self._hand_to_sink(stage.frame, spec.version)
@@ -307,6 +350,24 @@ class BatchDriver:
             " committed"
         )
         raise AttemptMismatchError(str(self.failure))
+
+    def _assign_again(self, plan: Plan | None) -> Plan | None:
+        """Before a rerun of the stage: the same plan, without executors lost meanwhile."""
+        if plan is None or self.placement_helper is None:
+            return plan
+        alive = set(self.placement_helper.executors())
+        if all(a.active in alive for a in plan.assignment.values()):
+            return plan
+        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        return plan_assignment(
+            self.num_partitions,
+            self.config.standby_replicas,
+            plan.assignment,
+            sorted(alive),
+            versions,
+            0,
+            max_warmups=0,
+        )
 
     # ------------------------------------------------------------------ steps
     def _source(self, batch_id: int) -> SourceProgress | None:
@@ -363,17 +424,121 @@ class BatchDriver:
         late = (previous.metrics or {}).get("eviction_watermark_ms")
         return eviction, late if late is not None else 0
 
-    def _placement(self, previous: Any) -> dict[int, dict[str, str]]:
+    def _assign(self, previous: Any) -> Plan | None:
+        """This batch's assignment: actives, standbys and warm-ups over the executors alive now."""
         if self.placement_helper is None:
-            return {}
-        alive = {e.executor_id: e for e in self.placement_helper.executors()}
-        before = {int(p): v["executor_id"] for p, v in (previous.placement if previous else {}).items()}
-        chosen = assign_partitions(self.num_partitions, before, list(alive))
-        return {p: {"executor_id": e, "host": alive[e].host} for p, e in chosen.items()}
+            return None
+        alive = self.placement_helper.executors()
+        before = self.assignment or parse_placement((previous.placement or {}) if previous else {})
+        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        if not self.assignment and previous is not None and self.syncer is not None:
+            versions = {**replica_versions_of(previous.placement or {}), **versions}
+            self.syncer.seed_versions(versions)
+        plan = plan_assignment(
+            self.num_partitions,
+            self.config.standby_replicas,
+            before,
+            alive,
+            versions,
+            previous.version if previous else 0,
+            max_warmups=self.config.max_warmup_replicas,
+            acceptable_lag=self.config.acceptable_recovery_lag,
+        )
+        if plan.short_of_standbys and self.config.standby_replicas > 0:
+            log.warning(
+                "standby_replicas=%d but only %d executor(s) on %d host(s) are alive: %d partition(s) have"
+                " fewer standbys",
+                self.config.standby_replicas,
+                len(alive),
+                len({e.host for e in alive}),
+                len(plan.short_of_standbys),
+            )
+        for move in plan.moves:
+            log.info(
+                "partition %d moves from executor %s (%s) to %s (%s): %s",
+                move.partition,
+                move.source.executor_id,
+                move.source.host,
+                move.target.executor_id,
+                move.target.host,
+                move.reason,
+            )
+        return plan
 
-    def _run_stage(
-        self, batch_df: DataFrame, spec: TaskSpec, placement: dict[int, dict[str, str]]
-    ) -> StageResult:
+    def _locations(self, plan: Plan | None) -> list[str | None]:
+        """Each partition's candidates for the processing task: its active, then its replicas freshest
+        first (the JVM helper picks the first one alive when the stage is submitted)."""
+        from blobstate.engine.placement import location_string
+
+        if plan is None or not plan.assignment:
+            return [None] * self.num_partitions
+        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        out: list[str | None] = []
+        for p in range(self.num_partitions):
+            a = plan.assignment.get(p)
+            if a is None:
+                out.append(None)
+                continue
+            replicas = sorted(a.replicas(), key=lambda r: -versions.get((p, r.host), -1))
+            out.append(",".join(location_string(e) for e in (a.active, *replicas)))
+        return out
+
+    def _standby_metrics(self, plan: Plan | None, metas: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        """Failures, failovers, replica lag and the sync rounds finished since the last commit."""
+        if plan is None:
+            return {}
+        failovers, cold = plan.failovers, plan.failovers_without_standby
+        moved_in_stage = []
+        for p, m in sorted(metas.items()):
+            a = plan.assignment.get(p)
+            if a is None or (m["executor_id"], m["host"]) == (a.active.executor_id, a.active.host):
+                continue
+            # Spark ran the task elsewhere: the planned executor was lost during the batch.
+            to_replica = any((m["executor_id"], m["host"]) == (r.executor_id, r.host) for r in a.replicas())
+            moved_in_stage.append({"partition": p, "to": m["executor_id"], "standby": to_replica})
+            if to_replica:
+                failovers += 1
+            else:
+                cold += 1
+        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        rounds = self.syncer.take_rounds() if self.syncer is not None else []
+        latest = max((m["version"] for m in metas.values()), default=0) - 1
+        lag = {
+            str(p): {r.host: latest - versions.get((p, r.host), 0) for r in a.standbys}
+            for p, a in sorted(plan.assignment.items())
+        }
+        return {
+            "replicas": self.config.standby_replicas,
+            "active_failures": plan.active_failures + len(moved_in_stage),
+            "standby_failures": plan.standby_failures,
+            "failovers": failovers,
+            "failovers_without_standby": cold,
+            "moves": [
+                {
+                    "partition": m.partition,
+                    "from": m.source.executor_id,
+                    "to": m.target.executor_id,
+                    "reason": m.reason,
+                }
+                for m in plan.moves
+            ]
+            + [
+                {"partition": m["partition"], "to": m["to"], "reason": "during-batch"} for m in moved_in_stage
+            ],
+            "short_of_standbys": {str(p): n for p, n in plan.short_of_standbys.items()},
+            "lag_versions": lag,
+            "sync": [r.totals() for r in rounds],
+        }
+
+    def _after_commit(self, commit: Any, plan: Plan | None, metas: dict[int, dict[str, Any]]) -> None:
+        """Remember where partitions ran, and start bringing their replicas to this commit."""
+        if plan is None:
+            return
+        self.assignment = committed_assignment(plan.assignment, metas)
+        if self.syncer is not None:
+            self.syncer.start(commit.version, commit.checkpoints[self.config.operator], self.assignment)
+
+    def _run_stage(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> StageResult:
         keys = [F.col(k) for k in self.key_columns]
         frame = batch_df
         if spec.initial_state_key_columns is not None and self.initial_state is not None:
@@ -382,17 +547,8 @@ class BatchDriver:
             PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
         ).repartition(self.num_partitions, *keys)
         helper = self.placement_helper
-        if helper is not None and placement and self.use_preferred_locations:
-            from blobstate.engine.executor_identity import ExecutorIdentity
-            from blobstate.engine.placement import location_string
-
-            locations = [
-                location_string(ExecutorIdentity(placement[p]["executor_id"], placement[p]["host"]))
-                if p in placement
-                else None
-                for p in range(self.num_partitions)
-            ]
-            shuffled = helper.with_preferred_locations(shuffled, locations)
+        if helper is not None and plan is not None and plan.assignment and self.use_preferred_locations:
+            shuffled = helper.with_preferred_locations(shuffled, self._locations(plan))
         from pyspark.sql.pandas.types import from_arrow_schema
 
         stage = shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(spec.stage_schema))
@@ -449,6 +605,9 @@ class BatchDriver:
         started: float,
         previous: Any,
         source: SourceProgress | None,
+        standby: dict[str, Any] | None = None,
+        spark_recovery_seconds: float = 0.0,
+        plan: Plan | None = None,
     ) -> Any:
         from blobstate.lineage.commitlog import Commit
         from blobstate.lineage.refs import PartitionObjects
@@ -469,19 +628,28 @@ class BatchDriver:
                 }
             },
             retained_from=retained_from(previous, version, self.config.min_versions_to_retain),
-            placement={p: {"executor_id": m["executor_id"], "host": m["host"]} for p, m in metas.items()},
+            placement=self._placement_record(metas, plan),
             watermark_ms=new_watermark,
             metrics={
                 "eviction_watermark_ms": watermark,
                 "seconds": round(time.monotonic() - started, 3),
                 "partitions": _partition_metrics(metas),
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
+                "spark_recovery_seconds": spark_recovery_seconds,
+                "standby": standby or {},
             },
             source=None if source is None else source.to_json(),
             writer=self.writer_id,
         )
         self.commit_log.write_commit(commit)
         return commit
+
+    def _placement_record(self, metas: dict[int, dict[str, Any]], plan: Plan | None) -> dict[int, Any]:
+        """Each partition's executor and its replicas with their versions, so a restart resumes them."""
+        if plan is None:
+            return {p: {"executor_id": m["executor_id"], "host": m["host"]} for p, m in sorted(metas.items())}
+        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        return placement_json(committed_assignment(plan.assignment, metas), versions)
 
     # ------------------------------------------------------------------ post-commit
     def _cleanup(self, commit: Any) -> None:

@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +25,9 @@ PARTITION_COLUMN = "__blobstate_partition"
 INITIAL_COLUMN = "__blobstate_initial"
 """True on rows of the initial state (first batch only); their columns carry ``INITIAL_PREFIX``."""
 INITIAL_PREFIX = "__blobstate_init_"
+PROCESSING_LOCK_TIMEOUT_SECONDS = 300.0
+"""How long a processing task waits for its partition's lock: a standby sync holding it stops at its
+next version once asked; a far-behind sync restoring a snapshot may take longer."""
 
 
 @dataclass(frozen=True)
@@ -69,14 +73,18 @@ class TaskSpec:
 _STORES: dict[str, Any] = {}
 
 
-def _blob_store(spec: TaskSpec) -> Any:
+def blob_store_for(url: str, options: dict[str, Any]) -> Any:
     """One blob store client per Python worker process and checkpoint URL (workers are reused)."""
     from blobstate.blobstore import open_blob_store
 
-    store = _STORES.get(spec.checkpoint_url)
+    store = _STORES.get(url)
     if store is None:
-        store = _STORES[spec.checkpoint_url] = open_blob_store(spec.checkpoint_url, **spec.blob_store_options)
+        store = _STORES[url] = open_blob_store(url, **options)
     return store
+
+
+def _blob_store(spec: TaskSpec) -> Any:
+    return blob_store_for(spec.checkpoint_url, spec.blob_store_options)
 
 
 def _use_object_strings() -> None:
@@ -135,9 +143,12 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     """The ``mapInArrow`` body of the processing stage."""
     from pyspark import TaskContext
 
+    from blobstate.engine.config import resolve_local_dir
     from blobstate.engine.executor_identity import current_executor
     from blobstate.ids import CheckpointId, new_uid
+    from blobstate.layout import LocalPartitionLayout
     from blobstate.processor.runner import run_partition
+    from blobstate.standby.replica import clear_stop, request_stop
     from blobstate.state.partition import open_partition
 
     if spec.pandas_object_strings:
@@ -151,16 +162,24 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     stage_schema = spec.stage_schema
     uid = new_uid()
     yield _marker_batch(stage_schema, UID_COLUMN, uid)
-    state = open_partition(
-        _blob_store(spec),
-        spec.local_dir,
-        spec.query_id,
-        spec.operator,
-        partition,
-        committed,
-        snapshot_every=spec.snapshot_every,
-        snapshot_delta_bytes=spec.snapshot_delta_bytes,
-    )
+    local_dir = resolve_local_dir(spec.local_dir)
+    # Invariant 2: a standby sync of this partition on this host stops before the state is opened.
+    layout = LocalPartitionLayout(Path(local_dir), spec.query_id, spec.operator, partition)
+    request_stop(layout)
+    try:
+        state = open_partition(
+            _blob_store(spec),
+            local_dir,
+            spec.query_id,
+            spec.operator,
+            partition,
+            committed,
+            snapshot_every=spec.snapshot_every,
+            snapshot_delta_bytes=spec.snapshot_delta_bytes,
+            lock_timeout=PROCESSING_LOCK_TIMEOUT_SECONDS,
+        )
+    finally:
+        clear_stop(layout)
     try:
         load_seconds = time.monotonic() - started
         max_event_time: list[int | None] = [None]
@@ -216,6 +235,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "snapshot": result.snapshot_name is not None,
         "load_seconds": round(load_seconds, 4),
         "restore_bytes": state.load_report.bytes_downloaded,
+        "snapshot_restore_bytes": state.load_report.bytes_downloaded - state.load_report.delta_bytes,
         "load_rule": state.load_report.rule,
         "task_seconds": round(time.monotonic() - started, 4),
         "max_event_time_ms": max_event_time[0],

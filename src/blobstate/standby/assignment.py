@@ -27,7 +27,7 @@ by ``(partition, host)``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -333,27 +333,79 @@ def _neg_order(e: ExecutorIdentity) -> tuple[int, ...]:
 
 
 def assignment_json(assignment: Mapping[int, PartitionAssignment]) -> dict[str, Any]:
-    """The commit's ``assignment`` record: partition (as a string) to :meth:`PartitionAssignment.to_json`."""
+    """Partition (as a string) to :meth:`PartitionAssignment.to_json`."""
     return {str(p): a.to_json() for p, a in sorted(assignment.items())}
 
 
 def parse_assignment(raw: Mapping[str, Any] | None) -> dict[int, PartitionAssignment]:
-    """Parse a commit's ``assignment`` record (empty when absent)."""
+    """Parse :func:`assignment_json`'s form (empty when absent)."""
     return {int(p): PartitionAssignment.from_json(a) for p, a in (raw or {}).items()}
 
 
-def from_placement(placement: Mapping[Any, Mapping[str, str]]) -> dict[int, PartitionAssignment]:
-    """An assignment with actives only, from a commit's ``placement`` (commits written before standby)."""
-    return {
-        int(p): PartitionAssignment(ExecutorIdentity(v["executor_id"], v["host"]))
-        for p, v in placement.items()
-    }
+def committed_assignment(
+    planned: Mapping[int, PartitionAssignment], metas: Mapping[int, Mapping[str, Any]]
+) -> dict[int, PartitionAssignment]:
+    """The assignment a batch leaves behind: each partition on the executor that really ran it (Spark may
+    have run it on a replica when the planned executor was lost during the batch), with its replicas."""
+    out: dict[int, PartitionAssignment] = {}
+    for p, meta in sorted(metas.items()):
+        actual = ExecutorIdentity(str(meta["executor_id"]), str(meta["host"]))
+        plan = planned.get(p)
+        if plan is None:
+            out[p] = PartitionAssignment(actual)
+            continue
+        standbys = tuple(s for s in plan.standbys if s != actual)
+        warmup = plan.warmup if plan.warmup != actual else None
+        out[p] = PartitionAssignment(actual, standbys, warmup)
+    return out
 
 
-def executors_of(assignment: Iterable[PartitionAssignment]) -> set[ExecutorIdentity]:
-    """Every executor an assignment names."""
-    out: set[ExecutorIdentity] = set()
-    for a in assignment:
-        out.add(a.active)
-        out.update(a.replicas())
+def placement_json(
+    assignment: Mapping[int, PartitionAssignment], versions: ReplicaVersions
+) -> dict[int, dict[str, Any]]:
+    """The commit's ``placement``: each partition's executor, its replicas and their last known versions."""
+    out: dict[int, dict[str, Any]] = {}
+    for p, a in sorted(assignment.items()):
+        entry = a.to_json()
+        record: dict[str, Any] = {**entry.pop("active"), **entry}
+        for standby in record["standbys"]:
+            standby["version"] = versions.get((p, standby["host"]), 0)
+        if "warmup" in record:
+            record["warmup"]["version"] = versions.get((p, record["warmup"]["host"]), 0)
+        out[p] = record
+    return out
+
+
+def parse_placement(placement: Mapping[Any, Any]) -> dict[int, PartitionAssignment]:
+    """The assignment recorded in a commit's ``placement`` (entries without a host are skipped: commits
+    of old versions recorded executor ids only, which mean nothing to another application)."""
+    out: dict[int, PartitionAssignment] = {}
+    for p, entry in placement.items():
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("host"), str):
+            continue
+        try:
+            out[int(p)] = PartitionAssignment.from_json(
+                {"active": entry, "standbys": entry.get("standbys", ()), "warmup": entry.get("warmup")}
+            )
+        except ValueError:
+            continue
+    return out
+
+
+def replica_versions_of(placement: Mapping[Any, Any]) -> dict[tuple[int, str], int]:
+    """The replica versions a commit's ``placement`` recorded, by ``(partition, host)``."""
+    out: dict[tuple[int, str], int] = {}
+    for p, entry in placement.items():
+        if not isinstance(entry, Mapping):
+            continue
+        replicas = list(entry.get("standbys") or ())
+        if isinstance(entry.get("warmup"), Mapping):
+            replicas.append(entry["warmup"])
+        for r in replicas:
+            if (
+                isinstance(r, Mapping)
+                and isinstance(r.get("host"), str)
+                and isinstance(r.get("version"), int)
+            ):
+                out[(int(p), r["host"])] = r["version"]
     return out

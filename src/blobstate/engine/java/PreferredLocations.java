@@ -9,7 +9,6 @@
 package org.apache.spark.sql.blobstate;
 
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.Properties;
@@ -43,8 +42,11 @@ public final class PreferredLocations {
 
   /**
    * The same rows in the same partitions as {@code df}, as a DataFrame whose scan is a narrow 1:1
-   * wrapper of {@code df}'s RDD. Partition i prefers {@code locations[i]} (a TaskLocation string
-   * such as {@code executor_<host>_<id>}; null or empty means no preference). Operators applied on
+   * wrapper of {@code df}'s RDD. Partition i prefers {@code locations[i]}: a TaskLocation string
+   * such as {@code executor_<host>_<id>}, or several separated by commas (the partition's active
+   * executor, then its standbys), of which the first executor alive when the stage is submitted
+   * wins; null or empty means no preference. Because the choice is made per stage submission, a
+   * stage resubmitted after an executor loss prefers the next candidate. Operators applied on
    * top (e.g. mapInArrow) run in the same stage and so inherit the preference. Every task of that
    * stage also gets the task-local properties {@link #EXECUTOR_ID_KEY} and {@link #EXECUTOR_HOST_KEY}.
    *
@@ -107,9 +109,30 @@ public final class PreferredLocations {
     @Override
     public scala.collection.immutable.Seq<String> getPreferredLocations(Partition split) {
       String location = locations[split.index()];
-      List<String> out =
-          location == null || location.isEmpty() ? Collections.emptyList() : Arrays.asList(location);
+      List<String> out = new ArrayList<>();
+      if (location != null && !location.isEmpty()) {
+        String[] candidates = location.split(",");
+        String chosen = candidates.length == 1 ? candidates[0] : firstAlive(candidates);
+        if (chosen != null) {
+          out.add(chosen);
+        }
+      }
       return CollectionConverters.asScala(out).toList();
+    }
+
+    /** The first candidate whose executor (id and host) is registered now; null when none is. */
+    private static String firstAlive(String[] candidates) {
+      java.util.Set<String> alive = new java.util.HashSet<>();
+      for (String entry : blockManagers()) {
+        String[] parts = entry.split("\t", 2);
+        alive.add("executor_" + parts[1] + "_" + parts[0]);
+      }
+      for (String candidate : candidates) {
+        if (alive.contains(candidate)) {
+          return candidate;
+        }
+      }
+      return null;
     }
 
     @Override

@@ -1,0 +1,211 @@
+"""The driver side of standby replicas: after each commit, a sync job overlapping the next batch.
+
+:meth:`StandbySyncer.start` is called after every commit with the committed uids and the assignment.
+It runs one Spark job (on a background thread) with one task per replica, each placed on its replica's
+executor (the placement helper's preferred locations) and running
+:func:`blobstate.standby.sync_task.run_sync_task`. A round still running when the next commit arrives is
+not interrupted: the newest commit is remembered and synced when the round ends, so replicas skip
+versions rather than queue rounds. Every report updates the replica versions (by partition and host)
+that the next assignment uses to pick the freshest standby, and the metrics of the next commit.
+
+Sync tasks run in the Spark scheduler pool ``blobstate-standby`` (which matters with
+``spark.scheduler.mode=FAIR``); each task holds its core for at most ``standby_sync_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from blobstate.standby.assignment import PartitionAssignment
+from blobstate.standby.sync_task import SYNC_SCHEMA, SyncSpec, SyncTask, run_sync_task
+
+log = logging.getLogger("blobstate")
+
+SCHEDULER_POOL = "blobstate-standby"
+JOB_GROUP = "blobstate-standby-sync"
+
+
+@dataclass
+class SyncRound:
+    """The outcome of one sync job."""
+
+    version: int
+    seconds: float
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def totals(self) -> dict[str, Any]:
+        """Seconds, bytes and outcomes of the round, for the next commit's metrics."""
+        outcomes: dict[str, int] = {}
+        for r in self.reports:
+            outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+        return {
+            "version": self.version,
+            "seconds": self.seconds,
+            "task_seconds": round(sum(r.get("seconds") or 0.0 for r in self.reports), 4),
+            "bytes": sum(r.get("bytes_downloaded") or 0 for r in self.reports),
+            "snapshot_bytes": sum(r.get("snapshot_bytes") or 0 for r in self.reports),
+            "deltas": sum(r.get("deltas_applied") or 0 for r in self.reports),
+            "outcomes": outcomes,
+            "error": self.error,
+        }
+
+
+class StandbySyncer:
+    """Runs sync rounds for one query on a background thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        spark: Any,
+        helper: Any,
+        *,
+        checkpoint_url: str,
+        query_id: str,
+        operator: str,
+        local_dir: str,
+        budget_seconds: float,
+        replica_versions: Mapping[tuple[int, str], int] | None = None,
+    ) -> None:
+        self._spark = spark
+        self._helper = helper
+        self._checkpoint_url = checkpoint_url
+        self._query_id = query_id
+        self._operator = operator
+        self._local_dir = local_dir
+        self._budget = budget_seconds
+        self._lock = threading.Lock()
+        self._versions: dict[tuple[int, str], int] = dict(replica_versions or {})
+        self._pending: tuple[int, dict[int, str], dict[int, PartitionAssignment]] | None = None
+        self._thread: threading.Thread | None = None
+        self._finished: list[SyncRound] = []
+        self._stopped = False
+
+    # ------------------------------------------------------------------ what the driver reads
+    def replica_versions(self) -> dict[tuple[int, str], int]:
+        """The committed version of each replica by ``(partition, host)``, as last reported."""
+        with self._lock:
+            return dict(self._versions)
+
+    def take_rounds(self) -> list[SyncRound]:
+        """The rounds finished since the last call."""
+        with self._lock:
+            out, self._finished = self._finished, []
+            return out
+
+    def seed_versions(self, versions: Mapping[tuple[int, str], int]) -> None:
+        """Versions recorded by the last commit (a restarted driver); reports received since win."""
+        with self._lock:
+            self._versions = {**versions, **self._versions}
+
+    def forget_host(self, host: str) -> None:
+        """A host is gone (its disk with it): its replicas no longer count."""
+        with self._lock:
+            for key in [k for k in self._versions if k[1] == host]:
+                del self._versions[key]
+
+    # ------------------------------------------------------------------ rounds
+    def start(
+        self, version: int, uids: Mapping[int, str], assignment: Mapping[int, PartitionAssignment]
+    ) -> None:
+        """Sync every replica of ``assignment`` to ``version`` (its committed ``uids``), in the background."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._pending = (version, dict(uids), dict(assignment))
+            if self._thread is not None and self._thread.is_alive():
+                return  # the running round picks the newest pending commit up when it ends
+            self._thread = threading.Thread(target=self._run, name="blobstate-standby-sync", daemon=True)
+            self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until no round is running or pending (tests, benchmarks, shutdown)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def stop(self) -> None:
+        """Start no further rounds."""
+        with self._lock:
+            self._stopped = True
+            self._pending = None
+
+    def _run(self) -> None:
+        from pyspark import SparkContext
+
+        sc: SparkContext = self._spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", SCHEDULER_POOL)
+        sc.setJobGroup(JOB_GROUP, "blobstate: bring standby replicas to the latest commit", False)
+        while True:
+            with self._lock:
+                pending, self._pending = self._pending, None
+                if pending is None or self._stopped:
+                    self._thread = None
+                    return
+            version, uids, assignment = pending
+            round_ = self._round(version, uids, assignment)
+            with self._lock:
+                for r in round_.reports:
+                    if r["outcome"] in ("misplaced", "error"):
+                        continue
+                    key = (r["partition"], r["host"])
+                    if r["version"] > 0:
+                        self._versions[key] = r["version"]
+                    else:
+                        self._versions.pop(key, None)
+                self._finished.append(round_)
+
+    def _round(
+        self, version: int, uids: Mapping[int, str], assignment: Mapping[int, PartitionAssignment]
+    ) -> SyncRound:
+        from blobstate.engine.placement import location_string
+
+        tasks = tuple(
+            SyncTask(p, r.executor_id, r.host, version, uids[p])
+            for p, a in sorted(assignment.items())
+            for r in a.replicas()
+            if p in uids
+        )
+        started = time.monotonic()
+        if not tasks:
+            return SyncRound(version, 0.0)
+        spec = SyncSpec(
+            checkpoint_url=self._checkpoint_url,
+            query_id=self._query_id,
+            operator=self._operator,
+            local_dir=self._local_dir,
+            budget_seconds=self._budget,
+            tasks=tasks,
+        )
+        try:
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            frame = self._spark.range(0, len(tasks), 1, len(tasks))
+            located = self._helper.with_preferred_locations(
+                frame, [location_string(_identity(t)) for t in tasks]
+            )
+            rows = located.mapInArrow(
+                lambda it: run_sync_task(spec, it), from_arrow_schema(SYNC_SCHEMA)
+            ).collect()
+            reports = [json.loads(row[0]) for row in rows]
+            error = None
+        except Exception as exc:  # a lost executor fails the job: the next round retries
+            reports, error = (
+                [],
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}",
+            )
+            log.warning(
+                "standby sync to version %d failed (retried after the next commit): %s", version, error
+            )
+        return SyncRound(version, round(time.monotonic() - started, 3), reports, error)
+
+
+def _identity(task: SyncTask) -> Any:
+    from blobstate.engine.executor_identity import ExecutorIdentity
+
+    return ExecutorIdentity(task.executor_id, task.host)
