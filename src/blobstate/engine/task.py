@@ -180,6 +180,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         )
     finally:
         clear_stop(layout)
+    opened_at = time.time()
     try:
         load_seconds = time.monotonic() - started
         max_event_time: list[int | None] = [None]
@@ -234,6 +235,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "changelog_bytes": result.changelog_bytes,
         "snapshot": result.snapshot_name is not None,
         "load_seconds": round(load_seconds, 4),
+        "opened_at": opened_at,
         "restore_bytes": state.load_report.bytes_downloaded,
         "snapshot_restore_bytes": state.load_report.bytes_downloaded - state.load_report.delta_bytes,
         "load_rule": state.load_report.rule,

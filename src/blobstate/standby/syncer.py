@@ -54,6 +54,21 @@ class SyncRound:
             "deltas": sum(r.get("deltas_applied") or 0 for r in self.reports),
             "outcomes": outcomes,
             "error": self.error,
+            "replicas": [
+                {
+                    k: r.get(k)
+                    for k in (
+                        "partition",
+                        "executor_id",
+                        "host",
+                        "outcome",
+                        "version",
+                        "started_at",
+                        "finished_at",
+                    )
+                }
+                for r in self.reports
+            ],
         }
 
 
