@@ -6,12 +6,11 @@ committed batch: the batch report, where each partition ran and its replicas (wi
 executors alive. It coordinates with the test through a control directory:
 
 * ``--pause-after B``: after batch B commits (and its standby sync round finished), print
-  ``{"paused": B, ...}`` and wait until the file ``resume-B`` exists (the test kills hosts meanwhile);
+  ``{"paused": B, ...}`` and wait until the file ``resume-B`` exists (the test kills hosts meanwhile),
+  then until ``--executors`` executors are registered again;
 * the first task that handles key ``SLOW_KEY`` (the test puts it in one batch's input) writes
   ``in-stage.json`` (its executor, host and partition) and sleeps, so the test can kill its host while
   the batch runs; the retried task does not sleep again;
-* ``--slow-sync-after B``: from batch B on, every standby sync reads deltas slowly (fault injection
-  around the real blob store), so a failover meets a sync that is still running (Invariant 2).
 """
 
 from __future__ import annotations
@@ -89,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standby-replicas", type=int, default=1)
     parser.add_argument("--executors", type=int, default=2, help="wait for this many executors first")
     parser.add_argument("--pause-after", type=int, action="append", default=[])
-    parser.add_argument("--no-wait-for-sync", action="store_true", help="do not wait for sync rounds")
-    parser.add_argument("--slow-sync-after", type=int, default=None)
     parser.add_argument("--stop-after", type=int, default=None, help="exit after this batch commits")
     args = parser.parse_args(argv)
 
@@ -104,10 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_spark(conf)
     helper = PlacementHelper.get(spark)
     assert helper is not None, "placement helper unavailable"
-    deadline = time.monotonic() + 180
-    while len(helper.executors()) < args.executors:
-        assert time.monotonic() < deadline, f"fewer than {args.executors} executors registered"
-        time.sleep(0.3)
+
+    def wait_for_executors() -> None:
+        deadline = time.monotonic() + 180
+        while len(helper.executors()) < args.executors:
+            assert time.monotonic() < deadline, f"fewer than {args.executors} executors registered"
+            time.sleep(0.3)
+
+    wait_for_executors()
     print(json.dumps({"started": spark.sparkContext.applicationId}), flush=True)
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_batch(report: BatchReport) -> None:
         driver = state["query"].blobstate_driver
-        if driver.syncer is not None and not args.no_wait_for_sync:
+        if driver.syncer is not None:
             driver.syncer.wait(120)  # the replicas of this commit are in place before anything else
         line = asdict(report)
         line["assignment"] = {str(p): a.to_json() for p, a in sorted(driver.assignment.items())}
@@ -131,17 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         line["alive"] = [[e.executor_id, e.host] for e in helper.executors()]
         print(json.dumps(line), flush=True)
-        if args.slow_sync_after is not None and report.batch_id + 1 >= args.slow_sync_after:
-            from standby_faults import slow_sync_task
-
-            import blobstate.standby.syncer as syncer_module
-
-            syncer_module.run_sync_task = slow_sync_task  # type: ignore[assignment]
         if report.batch_id in args.pause_after and not report.skipped:
             print(json.dumps({"paused": report.batch_id}), flush=True)
             resume = Path(args.control) / f"resume-{report.batch_id}"
             while not resume.exists():
                 time.sleep(0.1)
+            wait_for_executors()
         if args.stop_after is not None and report.batch_id >= args.stop_after:
             print(json.dumps({"stopping": report.batch_id}), flush=True)
             os._exit(0)

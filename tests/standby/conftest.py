@@ -1,0 +1,28 @@
+"""Fixtures of the standby tests: one real multi-host Spark cluster per test session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from cluster import ClusterUnavailableError, MultiHostCluster
+
+
+@pytest.fixture(scope="session")
+def cluster_session() -> Iterator[MultiHostCluster]:
+    """Master plus three workers on 127.0.0.2-4, each with a private disk; stopped at session end."""
+    cluster = MultiHostCluster(workers=3)
+    try:
+        cluster.start()
+    except ClusterUnavailableError as error:
+        pytest.skip(f"no multi-host cluster here: {error}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def multihost_cluster(cluster_session: MultiHostCluster) -> MultiHostCluster:
+    """The session's cluster with every host up (a previous test may have killed some)."""
+    for i in range(cluster_session.workers):
+        cluster_session.start_host(i)
+    return cluster_session

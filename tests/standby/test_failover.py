@@ -1,0 +1,223 @@
+"""Standby replicas and failover on a real multi-host Spark cluster (seed 004).
+
+The driver is a subprocess (``standby_jobs.py``) against the session's cluster: three workers on
+127.0.0.2-4 with private disks, two executors (one core each), one spare worker for replacements. The
+test kills whole hosts (worker, executors, Python workers) between batches and during a batch, and
+checks every batch's outputs against a plain-Python reference, Invariant 1 against the executors' real
+hosts, and that moved partitions restored no snapshot (only the deltas their replica missed).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from cluster import MultiHostCluster
+
+HERE = Path(__file__).resolve().parent
+ENGINE_TESTS = HERE.parent / "engine"
+sys.path.insert(0, str(ENGINE_TESTS))
+
+from failure_jobs import make_batches, read_output_dir, reference_outputs, write_inputs  # noqa: E402
+from standby_jobs import SLOW_KEY  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+PARTITIONS = 4
+
+
+class Job:
+    """A running ``standby_jobs.py`` driver: its JSON lines as they come, and its control directory."""
+
+    def __init__(self, cluster: MultiHostCluster, tmp: Path, *args: str, name: str = "job") -> None:
+        self.control = tmp / "control"
+        self.control.mkdir(exist_ok=True)
+        self.out = tmp / f"{name}.out"
+        self.log = tmp / f"{name}.log"
+        conf = {**cluster.driver_conf(), **cluster.fast_recovery_conf()}
+        command = [
+            sys.executable,
+            str(HERE / "standby_jobs.py"),
+            *(f"--conf={k}={v}" for k, v in conf.items()),
+            "--input",
+            str(tmp / "in"),
+            "--checkpoint",
+            str(tmp / "ckpt"),
+            "--output",
+            str(tmp / "out"),
+            "--local-dir",
+            cluster.host_disk,
+            "--control",
+            str(self.control),
+            "--partitions",
+            str(PARTITIONS),
+            *args,
+        ]
+        env = cluster.driver_env([str(HERE), str(ENGINE_TESTS)])
+        with self.out.open("w") as stdout, self.log.open("w") as stderr:
+            self.proc = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, cwd=tmp)
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line.startswith("{")]
+
+    def wait_for(self, predicate: Any, what: str, timeout: float = 300.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.lines():
+                if predicate(line):
+                    return line
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"job never reached {what}:\n{self.log.read_text(errors='replace')[-4000:]}")
+
+    def resume(self, batch: int) -> None:
+        (self.control / f"resume-{batch}").touch()
+
+    def finish(self, timeout: float = 600.0) -> list[dict[str, Any]]:
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        assert code == 0, self.log.read_text(errors="replace")[-6000:]
+        return self.lines()
+
+
+def batches_of(lines: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {line["batch_id"]: line for line in lines if "batch_id" in line and not line.get("skipped")}
+
+
+def check_invariant_1(line: dict[str, Any]) -> None:
+    """Every standby on a live executor of another host than its active's (there are two hosts or more)."""
+    alive = {tuple(e) for e in line["alive"]}
+    hosts = {h for _, h in alive}
+    for p, a in line["assignment"].items():
+        active = (a["active"]["executor_id"], a["active"]["host"])
+        assert active in alive, f"batch {line['batch_id']}: partition {p} active on a dead executor"
+        for s in a["standbys"]:
+            standby = (s["executor_id"], s["host"])
+            assert standby != active
+            if len(hosts) > 1:
+                assert s["host"] != a["active"]["host"], f"batch {line['batch_id']}: partition {p}: {a}"
+
+
+def host_index(cluster: MultiHostCluster, host: str) -> int:
+    return cluster.hosts.index(host)
+
+
+def inputs(tmp: Path, count: int, slow_batch: int | None = None) -> list[pa.Table]:
+    tables = make_batches(count, rows=300, keys=40, seed=3)
+    if slow_batch is not None:
+        extra = pa.table({"k": [SLOW_KEY], "v": [7]}, schema=tables[0].schema)
+        tables[slow_batch] = pa.concat_tables([tables[slow_batch], extra])
+    write_inputs(tables, tmp / "in")
+    return tables
+
+
+def test_host_losses_between_and_during_batches_fail_over_to_standbys_with_exact_state(
+    multihost_cluster: MultiHostCluster, tmp_path: Path
+) -> None:
+    cluster = multihost_cluster
+    tables = inputs(tmp_path, 12, slow_batch=6)
+    job = Job(cluster, tmp_path, "--standby-replicas=1", "--pause-after=2", "--pause-after=4")
+
+    # Between batches: lose the host of partition 0's active.
+    paused = job.wait_for(lambda line: line.get("batch_id") == 2, "batch 2")
+    job.wait_for(lambda line: line.get("paused") == 2, "the pause after batch 2")
+    check_invariant_1(paused)
+    assert all(len(a["standbys"]) == 1 for a in paused["assignment"].values())
+    assert all(v == 3 for _, _, v in paused["replica_versions"]), paused["replica_versions"]
+    victim = paused["assignment"]["0"]["active"]
+    lost = sorted(p for p, a in paused["assignment"].items() if a["active"]["host"] == victim["host"])
+    cluster.kill_host(host_index(cluster, victim["host"]))
+    job.resume(2)
+
+    after = job.wait_for(lambda line: line.get("batch_id") == 3, "batch 3")
+    standby = after["standby"]
+    assert standby["failovers"] == len(lost) and standby["failovers_without_standby"] == 0, standby
+    assert standby["active_failures"] == len(lost) and standby["standby_failures"] >= 1
+    for p in lost:
+        metrics = after["partitions"][p]
+        assert metrics["host"] != victim["host"]
+        assert metrics["snapshot_restore_bytes"] == 0, (p, metrics)
+        assert metrics["load_rule"] in ("standby", "remote"), metrics
+    job.wait_for(lambda line: line.get("paused") == 4, "the pause after batch 4")
+    # A replacement executor comes up on the spare host before batch 5 (the job waits for it).
+    cluster.start_host(host_index(cluster, victim["host"]))  # the spare comes back for the next loss
+    job.resume(4)
+
+    # During batch 6: the task holding SLOW_KEY sleeps; kill its host while it does.
+    marker = job.control / "in-stage.json"
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert time.monotonic() < deadline and job.proc.poll() is None, job.log.read_text()[-4000:]
+        time.sleep(0.1)
+    slow = json.loads(marker.read_text())
+    cluster.kill_host(host_index(cluster, slow["host"]))
+    lines = job.finish()
+
+    batches = batches_of(lines)
+    six = batches[6]
+    moved = six["partitions"][str(slow["partition"])]
+    assert moved["host"] != slow["host"]
+    assert moved["snapshot_restore_bytes"] == 0, moved
+    assert six["standby"]["failovers"] >= 1, six["standby"]
+    for line in batches.values():
+        check_invariant_1(line)
+    # The replacement executors got partitions (gradual rebalancing), not one executor holding all.
+    last = batches[max(batches)]
+    actives = {a["active"]["executor_id"] for a in last["assignment"].values()}
+    assert len(actives) == 2, last["assignment"]
+    assert read_output_dir(tmp_path / "out") == reference_outputs(tables)
+
+
+def test_a_restarted_driver_resumes_the_assignment_and_two_host_losses_in_a_row_keep_state_exact(
+    multihost_cluster: MultiHostCluster, tmp_path: Path
+) -> None:
+    cluster = multihost_cluster
+    tables = inputs(tmp_path, 9)
+    first = Job(cluster, tmp_path, "--standby-replicas=1", "--stop-after=2", name="first")
+    first.finish()
+    recorded = batches_of(first.lines())[2]["assignment"]
+
+    job = Job(cluster, tmp_path, "--standby-replicas=1", "--pause-after=3", "--pause-after=7", name="second")
+    resumed = job.wait_for(lambda line: line.get("batch_id") == 3, "batch 3")
+    alive_hosts = {h for _, h in resumed["alive"]}
+    for p, a in recorded.items():
+        metrics = resumed["partitions"][p]
+        if a["active"]["host"] in alive_hosts:
+            # The new application's executor on the recorded host finds the working store on its disk.
+            assert (metrics["host"], metrics["load_rule"]) == (a["active"]["host"], "working"), (p, metrics)
+        assert metrics["snapshot_restore_bytes"] == 0, (p, metrics)
+    check_invariant_1(resumed)
+
+    for pause in (3, 7):
+        job.wait_for(lambda line, b=pause: line.get("paused") == b, f"the pause after batch {pause}")
+        line = batches_of(job.lines())[pause]
+        # The replacement executor of the first loss got its standbys (and partitions) meanwhile.
+        assert all(len(a["standbys"]) == 1 for a in line["assignment"].values()), line["assignment"]
+        victim = line["assignment"]["0"]["active"]["host"]
+        survivors = {p for p, a in line["assignment"].items() if a["active"]["host"] != victim}
+        lost = set(line["assignment"]) - survivors
+        cluster.kill_host(host_index(cluster, victim))
+        job.resume(pause)
+        after = job.wait_for(lambda line, b=pause + 1: line.get("batch_id") == b, f"batch {pause + 1}")
+        assert after["standby"]["failovers"] == len(lost), after["standby"]
+        assert after["standby"]["standby_failures"] >= len(survivors), after["standby"]
+        for p in lost:
+            assert after["partitions"][p]["snapshot_restore_bytes"] == 0, after["partitions"][p]
+        for p in survivors:  # their standby died with the host: the active is not disturbed
+            assert after["partitions"][p]["host"] == line["assignment"][p]["active"]["host"]
+            assert after["partitions"][p]["load_rule"] == "working"
+        cluster.start_host(host_index(cluster, victim))
+    lines = job.finish()
+    for line in batches_of(lines).values():
+        check_invariant_1(line)
+    assert read_output_dir(tmp_path / "out") == reference_outputs(tables)
