@@ -46,8 +46,13 @@ class BlobstateStreamingQuery(StreamingQuery):
             raise self._surfaced(error) from error
 
     def stop(self) -> None:
-        """As Spark's; also forgets the query's ticks channel in the driver JVM."""
+        """As Spark's; also stops standby syncs (waiting for a running round) and forgets the query's
+        ticks channel in the driver JVM."""
         super().stop()
+        syncer = getattr(self.blobstate_driver, "syncer", None)
+        if syncer is not None:
+            syncer.stop()
+            syncer.wait(60)
         ticks = getattr(self.blobstate_driver, "ticks", None)
         if ticks is not None:
             ticks.release()

@@ -118,12 +118,6 @@ class StandbySyncer:
         with self._lock:
             self._versions = {**versions, **self._versions}
 
-    def forget_host(self, host: str) -> None:
-        """A host is gone (its disk with it): its replicas no longer count."""
-        with self._lock:
-            for key in [k for k in self._versions if k[1] == host]:
-                del self._versions[key]
-
     # ------------------------------------------------------------------ rounds
     def start(
         self, version: int, uids: Mapping[int, str], assignment: Mapping[int, PartitionAssignment]

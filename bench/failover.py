@@ -1,0 +1,262 @@
+"""Failover time with and without standby replicas, against the state size, on a multi-host cluster.
+
+Starts the multi-host Spark standalone cluster of the tests (``tests/standby/cluster.py``: three workers
+on 127.0.0.2-4 with private disks, two one-core executors, one spare worker) and, for each state size and
+for ``standby_replicas`` 1 and 0, runs a fresh query (a driver subprocess):
+
+1. batch 0 writes ``keys`` keys of ``value_bytes`` random bytes each (the state: about keys x value_bytes
+   over two partitions, snapshotted at once);
+2. ``steady`` batches update 2,000 random keys each (steady batch time: their median);
+3. the driver pauses, the host that runs partition 0 is killed (worker, executor, Python workers and
+   its disk with them), a replacement executor registers on the spare worker;
+4. one more batch of 2,000 updates: the failover batch (its time, restore bytes and seconds).
+
+Prints one JSON object: per run the steady and failover batch seconds, their ratio, restore bytes and
+seconds of the moved partitions, Spark's own recovery seconds, and the standby's cost per steady batch
+(sync task seconds and bytes). Run by hand (takes several minutes at the 1 GB size):
+
+    .venv/bin/python bench/failover.py [--sizes 100,1000] (MB per partition)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "standby"))
+
+from cluster import MultiHostCluster  # noqa: E402
+
+from blobstate.processor import StatefulProcessor, StatefulProcessorHandle  # noqa: E402
+
+PARTITIONS = 2
+VALUE_BYTES = 8192
+UPDATES_PER_BATCH = 2000
+
+
+class BlobPerKey(StatefulProcessor):
+    """Keeps ``value_bytes`` random bytes per key; every input row replaces its key's value."""
+
+    def __init__(self, value_bytes: int) -> None:
+        self.value_bytes = value_bytes
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """One binary value per key."""
+        self.blob = handle.getValueState("blob", "data BINARY")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        """Replace the key's value; emit the key."""
+        for _ in rows:
+            pass
+        self.blob.update((os.urandom(self.value_bytes),))
+        yield pd.DataFrame({"k": [key[0]]})
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _write_batch(directory: Path, index: int, keys: np.ndarray) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"k": pa.array([f"k{k:09d}" for k in keys]), "v": pa.array(keys, pa.int64())})
+    tmp = directory / f".b{index}.tmp"
+    pq.write_table(table, tmp)
+    os.utime(tmp, (1_600_000_000 + index, 1_600_000_000 + index))
+    os.replace(tmp, directory / f"part-{index:05d}.parquet")
+
+
+# ---------------------------------------------------------------------------------------------- the job
+def job(args: argparse.Namespace) -> int:
+    """The driver subprocess: run batches, pause before the last one, print one JSON line per batch."""
+    from dataclasses import asdict
+
+    from pyspark.sql import SparkSession
+
+    import blobstate
+    from blobstate.engine.placement import PlacementHelper
+
+    builder = SparkSession.builder.appName("blobstate-failover-bench")
+    for item in args.conf:
+        key, value = item.split("=", 1)
+        builder = builder.config(key, value)
+    spark = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    helper = PlacementHelper.get(spark)
+    assert helper is not None
+
+    def wait_for_executors() -> None:
+        while len(helper.executors()) < 2:
+            time.sleep(0.2)
+
+    wait_for_executors()
+    control = Path(args.control)
+    state: dict[str, Any] = {}
+
+    def on_batch(report: Any) -> None:
+        driver = state["query"].blobstate_driver
+        if driver.syncer is not None:
+            driver.syncer.wait(600)
+        line = asdict(report)
+        line["assignment"] = {str(p): a.to_json() for p, a in driver.assignment.items()}
+        print(json.dumps(line), flush=True)
+        if report.batch_id == args.pause_after:
+            print(json.dumps({"paused": report.batch_id}), flush=True)
+            while not (control / "resume").exists():
+                time.sleep(0.05)
+            wait_for_executors()
+
+    frames = spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).parquet(args.input)
+    query = blobstate.transform_with_state(
+        frames,
+        key="k",
+        processor=BlobPerKey(args.value_bytes),
+        output_schema="k string",
+        checkpoint=args.checkpoint,
+        sink=lambda frame, batch_id: frame.count(),
+        num_partitions=PARTITIONS,
+        local_dir=args.local_dir,
+        standby_replicas=args.replicas,
+        snapshot_every=10,
+        on_batch=on_batch,
+    )
+    state["query"] = query
+    query.processAllAvailable()
+    query.stop()
+    spark.stop()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- runs
+def run(cluster: MultiHostCluster, mb_per_partition: int, replicas: int, steady: int) -> dict[str, Any]:
+    """One query: load, steady batches, host loss, failover batch."""
+    work = Path(tempfile.mkdtemp(prefix="failover-bench-"))
+    keys = mb_per_partition * 1024 * 1024 * PARTITIONS // VALUE_BYTES
+    rng = np.random.default_rng(7)
+    _write_batch(work / "in", 0, np.arange(keys))
+    for i in range(1, steady + 2):
+        _write_batch(work / "in", i, rng.choice(keys, min(keys, UPDATES_PER_BATCH), replace=False))
+    (work / "control").mkdir()
+    conf = {**cluster.driver_conf(), **cluster.fast_recovery_conf()}
+    command = [
+        sys.executable,
+        __file__,
+        "--job",
+        *(f"--conf={k}={v}" for k, v in conf.items()),
+        f"--input={work / 'in'}",
+        f"--checkpoint={work / 'ckpt'}",
+        f"--local-dir={cluster.host_disk}",
+        f"--control={work / 'control'}",
+        f"--replicas={replicas}",
+        f"--value-bytes={VALUE_BYTES}",
+        f"--pause-after={steady}",
+    ]
+    out = work / "job.out"
+    with out.open("w") as stdout, (work / "job.log").open("w") as stderr:
+        proc = subprocess.Popen(
+            command, env=cluster.driver_env([str(ROOT / "bench")]), stdout=stdout, stderr=stderr
+        )
+
+    def lines() -> list[dict[str, Any]]:
+        return [json.loads(x) for x in out.read_text().splitlines() if x.startswith("{")]
+
+    while not any(x.get("paused") == steady for x in lines()):
+        if proc.poll() is not None:
+            raise RuntimeError((work / "job.log").read_text()[-4000:])
+        time.sleep(0.2)
+    paused = next(x for x in lines() if x.get("batch_id") == steady)
+    victim = paused["assignment"]["0"]["active"]["host"]
+    moved = [p for p, a in paused["assignment"].items() if a["active"]["host"] == victim]
+    cluster.kill_host(cluster.hosts.index(victim))
+    (work / "control" / "resume").touch()
+    if proc.wait(1800) != 0:
+        raise RuntimeError((work / "job.log").read_text()[-4000:])
+    cluster.start_host(cluster.hosts.index(victim))
+    batches = {x["batch_id"]: x for x in lines() if "batch_id" in x}
+    steady_lines = [batches[b] for b in range(2, steady + 1)]
+    failover = batches[steady + 1]
+    steady_seconds = statistics.median(x["seconds"] for x in steady_lines)
+    sync = [r for x in steady_lines for r in x["standby"].get("sync", [])]
+    return {
+        "mb_per_partition": mb_per_partition,
+        "keys": keys,
+        "standby_replicas": replicas,
+        "state_keys": batches[0]["state_keys"],
+        "load_batch_seconds": batches[0]["seconds"],
+        "steady_batch_seconds": steady_seconds,
+        "failover_batch_seconds": failover["seconds"],
+        "failover_over_steady": round(failover["seconds"] / steady_seconds, 2),
+        "moved_partitions": moved,
+        "moved_restore_bytes": {p: failover["partitions"][p]["restore_bytes"] for p in moved},
+        "moved_snapshot_restore_bytes": {
+            p: failover["partitions"][p]["snapshot_restore_bytes"] for p in moved
+        },
+        "moved_load_seconds": {p: failover["partitions"][p]["load_seconds"] for p in moved},
+        "moved_load_rules": {p: failover["partitions"][p]["load_rule"] for p in moved},
+        "failover_spark_recovery_seconds": failover["spark_recovery_seconds"],
+        "failovers": failover["standby"].get("failovers"),
+        "failovers_without_standby": failover["standby"].get("failovers_without_standby"),
+        "sync_task_seconds_per_batch": round(
+            sum(r["task_seconds"] for r in sync) / max(1, len(steady_lines)), 3
+        ),
+        "sync_bytes_per_batch": sum(r["bytes"] for r in sync) // max(1, len(steady_lines)),
+    }
+
+
+def main() -> int:
+    """Parse arguments; run the job, or the whole benchmark."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="100,1000", help="MB of state per partition, comma-separated")
+    parser.add_argument("--steady", type=int, default=4, help="steady batches before the host loss")
+    parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
+    for name in ("--input", "--checkpoint", "--local-dir", "--control"):
+        parser.add_argument(name, help=argparse.SUPPRESS)
+    parser.add_argument("--conf", action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--replicas", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--value-bytes", type=int, default=VALUE_BYTES, help=argparse.SUPPRESS)
+    parser.add_argument("--pause-after", type=int, default=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.job:
+        return job(args)
+    cluster = MultiHostCluster(workers=3, worker_memory="2g").start()
+    results = []
+    try:
+        for size in (int(s) for s in args.sizes.split(",")):
+            for replicas in (1, 0):
+                started = time.monotonic()
+                result = run(cluster, size, replicas, args.steady)
+                result["run_seconds"] = round(time.monotonic() - started, 1)
+                print(json.dumps(result), file=sys.stderr, flush=True)
+                results.append(result)
+    finally:
+        cluster.stop()
+    print(json.dumps({"benchmark": "failover", "partitions": PARTITIONS, "runs": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    import failover  # the importable module, so workers unpickle the processor by name
+
+    sys.exit(failover.main())
