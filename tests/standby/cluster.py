@@ -55,8 +55,11 @@ def _group_alive(pgid: int) -> bool:
 class MultiHostCluster:
     """A standalone master and ``workers`` workers on distinct loopback hosts, each with a private disk."""
 
-    def __init__(self, workers: int = 3, *, root: Path | None = None, worker_memory: str = "1g") -> None:
+    def __init__(
+        self, workers: int = 3, *, root: Path | None = None, worker_memory: str = "1g", worker_cores: int = 1
+    ) -> None:
         self.workers = workers
+        self.worker_cores = worker_cores
         self.root = Path(root or tempfile.mkdtemp(prefix="blobstate-cluster-"))
         self.worker_memory = worker_memory
         self.host_disk = str(self.root / "disk")
@@ -184,8 +187,8 @@ class MultiHostCluster:
         env["SPARK_LOCAL_DIRS"] = str(local)
         spark_class = os.path.join(_spark_home(), "bin", "spark-class")
         worker = (
-            f"exec {spark_class} org.apache.spark.deploy.worker.Worker --host {host} --cores 1"
-            f" --memory {self.worker_memory} --work-dir {work} {self.master_url}"
+            f"exec {spark_class} org.apache.spark.deploy.worker.Worker --host {host}"
+            f" --cores {self.worker_cores} --memory {self.worker_memory} --work-dir {work} {self.master_url}"
         )
         command = [
             "unshare",

@@ -10,8 +10,9 @@ from cluster import ClusterUnavailableError, MultiHostCluster
 
 @pytest.fixture(scope="session")
 def cluster_session() -> Iterator[MultiHostCluster]:
-    """Master plus three workers on 127.0.0.2-4, each with a private disk; stopped at session end."""
-    cluster = MultiHostCluster(workers=3)
+    """Master plus three workers on 127.0.0.2-4, each with a private disk and two cores (executors have
+    one, but for the Invariant 2 test); stopped at session end."""
+    cluster = MultiHostCluster(workers=3, worker_cores=2)
     try:
         cluster.start()
     except ClusterUnavailableError as error:

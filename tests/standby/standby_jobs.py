@@ -8,6 +8,9 @@ executors alive. It coordinates with the test through a control directory:
 * ``--pause-after B``: after batch B commits (and its standby sync round finished), print
   ``{"paused": B, ...}`` and wait until the file ``resume-B`` exists (the test kills hosts meanwhile),
   then until ``--executors`` executors are registered again;
+* ``--slow-sync-from B``: the sync rounds started from batch B's commit on read deltas slowly (fault
+  injection around the real blob store, ``standby_faults.py``) and the job stops waiting for them, so a
+  failover meets a sync that is still running (Invariant 2).
 * the first task that handles key ``SLOW_KEY`` (the test puts it in one batch's input) writes
   ``in-stage.json`` (its executor, host and partition) and sleeps, so the test can kill its host while
   the batch runs; the retried task does not sleep again;
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standby-replicas", type=int, default=1)
     parser.add_argument("--executors", type=int, default=2, help="wait for this many executors first")
     parser.add_argument("--pause-after", type=int, action="append", default=[])
+    parser.add_argument("--slow-sync-from", type=int, default=None)
     parser.add_argument("--stop-after", type=int, default=None, help="exit after this batch commits")
     args = parser.parse_args(argv)
 
@@ -121,8 +125,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_batch(report: BatchReport) -> None:
         driver = state["query"].blobstate_driver
-        if driver.syncer is not None:
+        slow = args.slow_sync_from is not None and report.batch_id >= args.slow_sync_from
+        if driver.syncer is not None and not slow:
             driver.syncer.wait(120)  # the replicas of this commit are in place before anything else
+        if args.slow_sync_from is not None and report.batch_id + 1 == args.slow_sync_from:
+            from standby_faults import slow_sync_task
+
+            import blobstate.standby.syncer as syncer_module
+
+            syncer_module.run_sync_task = slow_sync_task  # type: ignore[assignment]
         line = asdict(report)
         line["assignment"] = {str(p): a.to_json() for p, a in sorted(driver.assignment.items())}
         line["replica_versions"] = (

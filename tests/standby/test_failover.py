@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +33,37 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 PARTITIONS = 4
 
 
+RUNNING: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_jobs() -> Iterator[None]:
+    """A test that fails half-way leaves no paused driver behind."""
+    yield
+    while RUNNING:
+        proc = RUNNING.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
 class Job:
     """A running ``standby_jobs.py`` driver: its JSON lines as they come, and its control directory."""
 
-    def __init__(self, cluster: MultiHostCluster, tmp: Path, *args: str, name: str = "job") -> None:
+    def __init__(
+        self,
+        cluster: MultiHostCluster,
+        tmp: Path,
+        *args: str,
+        name: str = "job",
+        partitions: int = PARTITIONS,
+        conf: dict[str, str] | None = None,
+    ) -> None:
         self.control = tmp / "control"
         self.control.mkdir(exist_ok=True)
         self.out = tmp / f"{name}.out"
         self.log = tmp / f"{name}.log"
-        conf = {**cluster.driver_conf(), **cluster.fast_recovery_conf()}
+        conf = {**cluster.driver_conf(), **cluster.fast_recovery_conf(), **(conf or {})}
         command = [
             sys.executable,
             str(HERE / "standby_jobs.py"),
@@ -55,13 +78,13 @@ class Job:
             cluster.host_disk,
             "--control",
             str(self.control),
-            "--partitions",
-            str(PARTITIONS),
+            f"--partitions={partitions}",
             *args,
         ]
         env = cluster.driver_env([str(HERE), str(ENGINE_TESTS)])
         with self.out.open("w") as stdout, self.log.open("w") as stderr:
             self.proc = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, cwd=tmp)
+        RUNNING.append(self.proc)
 
     def lines(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.out.read_text().splitlines() if line.startswith("{")]
@@ -220,4 +243,50 @@ def test_a_restarted_driver_resumes_the_assignment_and_two_host_losses_in_a_row_
     lines = job.finish()
     for line in batches_of(lines).values():
         check_invariant_1(line)
+    assert read_output_dir(tmp_path / "out") == reference_outputs(tables)
+
+
+def test_invariant_2_a_failover_task_waits_for_the_standby_sync_running_on_its_executor(
+    multihost_cluster: MultiHostCluster, tmp_path: Path
+) -> None:
+    """Two-core executors, so a sync task and a processing task can run at once on one executor. From
+    batch 4's commit on, syncs read deltas slowly; the active host of partition 0 is killed while the
+    sync of partition 0's replica (on the other host) still runs. The failover task of partition 0
+    starts while that sync runs, and opens the partition only after the sync released it."""
+    cluster = multihost_cluster
+    tables = inputs(tmp_path, 7)
+    conf = {"spark.executor.cores": "2", "spark.cores.max": "4"}
+    job = Job(
+        cluster,
+        tmp_path,
+        "--standby-replicas=1",
+        "--pause-after=4",
+        "--slow-sync-from=4",
+        partitions=2,
+        conf=conf,
+    )
+    job.wait_for(lambda line: line.get("paused") == 4, "the pause after batch 4")
+    four = batches_of(job.lines())[4]
+    victim = four["assignment"]["0"]["active"]["host"]
+    standby = four["assignment"]["0"]["standbys"][0]
+    cluster.kill_host(host_index(cluster, victim))
+    job.resume(4)
+    lines = job.finish()
+    batches = batches_of(lines)
+    failover = batches[5]["partitions"]["0"]
+    assert (failover["executor_id"], failover["host"]) == (standby["executor_id"], standby["host"])
+    syncs = [
+        r
+        for line in batches.values()
+        for round_ in line["standby"]["sync"]
+        for r in round_["replicas"]
+        if r["partition"] == 0
+        and (r["executor_id"], r["host"]) == (standby["executor_id"], standby["host"])
+        and r["started_at"]
+    ]
+    overlapping = [r for r in syncs if r["started_at"] < failover["started_at"] < r["finished_at"]]
+    assert overlapping, f"no sync of partition 0 was running when its failover task started: {syncs}"
+    for r in overlapping:  # waited for, never raced
+        assert r["finished_at"] <= failover["opened_at"], (r, failover)
+    assert failover["snapshot_restore_bytes"] == 0
     assert read_output_dir(tmp_path / "out") == reference_outputs(tables)

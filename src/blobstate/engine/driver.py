@@ -60,6 +60,8 @@ PARTITION_METRICS = (
     "snapshot_restore_bytes",
     "executor_id",
     "host",
+    "started_at",
+    "opened_at",
 )
 """Per-partition entries of a commit's ``metrics.partitions``: from the task's metadata row (``task.py``)."""
 

@@ -157,6 +157,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     partition = context.partitionId()
     executor = current_executor()
     started = time.monotonic()
+    started_at = time.time()
     committed = CheckpointId(spec.version, spec.uids[partition]) if spec.version > 0 else None
     stats: dict[str, Any] = {"input_rows": 0, "output_rows": 0}
     stage_schema = spec.stage_schema
@@ -235,6 +236,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "changelog_bytes": result.changelog_bytes,
         "snapshot": result.snapshot_name is not None,
         "load_seconds": round(load_seconds, 4),
+        "started_at": started_at,
         "opened_at": opened_at,
         "restore_bytes": state.load_report.bytes_downloaded,
         "snapshot_restore_bytes": state.load_report.bytes_downloaded - state.load_report.delta_bytes,
