@@ -203,7 +203,7 @@ def plan_assignment(
         kept[p] = []
 
     # 2. Rebalancing: promote warm-ups that caught up, start new ones (at most max_warmups at a time).
-    _promote_warmups(plan, actives, kept, warmups, load, version, latest_version, acceptable_lag, replicas)
+    _promote_warmups(plan, actives, kept, warmups, load, version, latest_version, acceptable_lag)
     _start_warmups(actives, kept, warmups, load, version, latest_version, acceptable_lag, max_warmups, plan)
 
     # 3. Standbys: keep the valid ones, fill up to ``replicas`` under Invariant 1.
@@ -265,7 +265,6 @@ def _promote_warmups(
     version: Any,
     latest_version: int,
     acceptable_lag: int,
-    replicas: int,
 ) -> None:
     for p, warm in sorted(warmups.items()):
         source = actives[p]
@@ -274,13 +273,26 @@ def _promote_warmups(
             continue
         if version(p, warm) < max(1, latest_version - acceptable_lag):
             continue
-        actives[p] = warm
-        load[source] -= 1
-        load[warm] += 1
-        # The old active holds the freshest copy: it is the first standby candidate.
-        kept[p] = [source, *(r for r in kept[p] if r not in (warm, source))][: max(replicas, 0)]
         del warmups[p]
-        plan.moves.append(Move(p, source, warm, "rebalance"))
+        _move(plan, actives, kept, load, p, warm)
+
+
+def _move(
+    plan: Plan,
+    actives: dict[int, ExecutorIdentity],
+    kept: dict[int, list[ExecutorIdentity]],
+    load: Counter[ExecutorIdentity],
+    p: int,
+    target: ExecutorIdentity,
+) -> None:
+    """Move partition ``p``'s active to ``target``, a replica that caught up (rebalancing)."""
+    source = actives[p]
+    actives[p] = target
+    load[source] -= 1
+    load[target] += 1
+    # The old active holds the freshest copy: it is the first standby candidate.
+    kept[p] = [source, *(r for r in kept[p] if r not in (target, source))]
+    plan.moves.append(Move(p, source, target, "rebalance"))
 
 
 def _start_warmups(
@@ -309,11 +321,7 @@ def _start_warmups(
         # A partition whose standby already sits on the target moves first (nothing to warm up).
         p = max(movable, key=lambda q: (target in kept[q], version(q, target), -q))
         if target in kept[p] and version(p, target) >= max(1, latest_version - acceptable_lag):
-            actives[p] = target
-            load[source] -= 1
-            load[target] += 1
-            kept[p] = [source, *(r for r in kept[p] if r not in (target, source))]
-            plan.moves.append(Move(p, source, target, "rebalance"))
+            _move(plan, actives, kept, load, p, target)
             continue
         warmups[p] = target
         incoming[target] += 1
