@@ -260,7 +260,9 @@ class PlacementHelper:
     def with_preferred_locations(self, df: DataFrame, locations: Sequence[str | None]) -> DataFrame:
         """``df`` with the same rows in the same partitions, partition ``i`` preferring ``locations[i]``.
 
-        ``locations`` has one entry per partition of ``df``: a location string (``location_string``)
+        ``locations`` has one entry per partition of ``df``: a location string (``location_string``),
+        several joined by commas (candidates in order: the first executor alive when the stage is
+        submitted is preferred, so a stage resubmitted after an executor loss goes to the next one),
         or None for no preference. Operators applied to the result without a shuffle (``mapInArrow``)
         run in the same stage, on the preferred executors, and their tasks can read their executor
         with ``current_executor()``. With adaptive query execution, the shuffle below ``df`` runs
