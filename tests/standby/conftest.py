@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,7 @@ def cluster_session() -> Iterator[MultiHostCluster]:
         pytest.skip(f"no multi-host cluster here: {error}")
     yield cluster
     cluster.stop()
+    shutil.rmtree(cluster.root, ignore_errors=True)
 
 
 @pytest.fixture
