@@ -32,7 +32,7 @@ from lineage_harness import (
 
 from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.ids import CheckpointId
-from blobstate.layout import LocalPartitionLayout
+from blobstate.layout import LocalPartitionLayout, delta_name
 from blobstate.lineage.commitlog import CommitLog
 from blobstate.standby.replica import (
     SYNC_BUSY,
@@ -232,3 +232,26 @@ def test_invariant_2_a_failover_waits_for_the_running_sync_to_stop_never_races_i
         sync.join(60)
         if sync.is_alive():
             sync.kill()
+
+
+def test_a_replica_behind_deltas_that_retention_removed_loads_from_the_snapshot(
+    store: BlobStore, tmp_path: Path
+) -> None:
+    h = History(store, tmp_path / "host-a", snapshot_every=3)
+    h.driver.retain = 2
+    standby_host = tmp_path / "host-b"
+    for _ in range(4):
+        target = h.commit()
+    sync_replica(store, layout(standby_host), target, history_of(store))  # the replica stays at 4
+    # Version 6 has a snapshot and its delta's lineage names 5 and 4 (the replica): loading 7 would
+    # rather start from the replica, but retention removed delta 5 once 6 and 7 were the retained ones.
+    for _ in range(3):
+        h.commit()
+        h.driver.cleanup(h.driver.log.read_commit(h.version))
+    five = h.driver.log.read_commit(5).checkpoint_id(OP, 0)
+    assert not store.exists(delta_name(OP, 0, five)), "retention kept the delta this test needs gone"
+    committed = h.driver.committed()
+    assert committed is not None
+    with open_p(store, standby_host, committed) as state:
+        assert dump(state) == h.models[committed.version]
+        assert state.load_report.base_kind == "snapshot"
