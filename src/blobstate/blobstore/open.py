@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from blobstate.blobstore.base import BlobStore
+from blobstate.errors import BlobstateError
+
+
+class BackendNotInstalledError(BlobstateError, ImportError):
+    """The blob store backend of a URL needs an optional dependency that is not installed."""
 
 
 def open_blob_store(url: str, **options: Any) -> BlobStore:
@@ -19,7 +24,13 @@ def open_blob_store(url: str, **options: Any) -> BlobStore:
 
         return MemoryBlobStore(url, **options)
     if url.startswith("s3://"):
-        from blobstate.blobstore.s3 import S3BlobStore
+        try:
+            from blobstate.blobstore.s3 import S3BlobStore
+        except ModuleNotFoundError as error:
+            raise BackendNotInstalledError(
+                f"{url} is an S3 checkpoint, which needs {error.name} (not installed):"
+                " pip install 'blobstate[s3]'"
+            ) from error
 
         return S3BlobStore(url, **options)
     if url.startswith("file://") or "://" not in url:
