@@ -203,8 +203,11 @@ def plan_assignment(
         kept[p] = []
 
     # 2. Rebalancing: promote warm-ups that caught up, start new ones (at most max_warmups at a time).
-    _promote_warmups(plan, actives, kept, warmups, load, version, latest_version, acceptable_lag)
-    _start_warmups(actives, kept, warmups, load, version, latest_version, acceptable_lag, max_warmups, plan)
+    rebalancer = _Rebalancer(
+        plan, actives, kept, warmups, load, replica_versions, max(1, latest_version - acceptable_lag)
+    )
+    rebalancer.promote_warmups()
+    rebalancer.start_warmups(max_warmups)
 
     # 3. Standbys: keep the valid ones, fill up to ``replicas`` under Invariant 1.
     standby_load: Counter[ExecutorIdentity] = Counter({e: 0 for e in live})
@@ -256,76 +259,63 @@ def _allowed(
     return not (any(c.host == e.host for c in chosen) and (strict_hosts or other_hosts))
 
 
-def _promote_warmups(
-    plan: Plan,
-    actives: dict[int, ExecutorIdentity],
-    kept: dict[int, list[ExecutorIdentity]],
-    warmups: dict[int, ExecutorIdentity],
-    load: Counter[ExecutorIdentity],
-    version: Any,
-    latest_version: int,
-    acceptable_lag: int,
-) -> None:
-    for p, warm in sorted(warmups.items()):
-        source = actives[p]
-        if load[source] - load[warm] < 2:  # the move no longer evens anything out
-            del warmups[p]
-            continue
-        if version(p, warm) < max(1, latest_version - acceptable_lag):
-            continue
-        del warmups[p]
-        _move(plan, actives, kept, load, p, warm)
+@dataclass
+class _Rebalancer:
+    """Gradual moves of actives onto under-loaded executors, through warm-up replicas."""
 
+    plan: Plan
+    actives: dict[int, ExecutorIdentity]
+    kept: dict[int, list[ExecutorIdentity]]
+    """Each partition's live standbys, best candidates first."""
+    warmups: dict[int, ExecutorIdentity]
+    load: Counter[ExecutorIdentity]
+    versions: ReplicaVersions
+    caught_up: int
+    """The replica version from which a warm-up may take its partition over."""
 
-def _move(
-    plan: Plan,
-    actives: dict[int, ExecutorIdentity],
-    kept: dict[int, list[ExecutorIdentity]],
-    load: Counter[ExecutorIdentity],
-    p: int,
-    target: ExecutorIdentity,
-) -> None:
-    """Move partition ``p``'s active to ``target``, a replica that caught up (rebalancing)."""
-    source = actives[p]
-    actives[p] = target
-    load[source] -= 1
-    load[target] += 1
-    # The old active holds the freshest copy: it is the first standby candidate.
-    kept[p] = [source, *(r for r in kept[p] if r not in (target, source))]
-    plan.moves.append(Move(p, source, target, "rebalance"))
+    def version(self, p: int, e: ExecutorIdentity) -> int:
+        return self.versions.get((p, e.host), -1)
 
+    def promote_warmups(self) -> None:
+        """Move partitions whose warm-up caught up; drop warm-ups that no longer even anything out."""
+        for p, warm in sorted(self.warmups.items()):
+            if self.load[self.actives[p]] - self.load[warm] < 2:
+                del self.warmups[p]
+            elif self.version(p, warm) >= self.caught_up:
+                del self.warmups[p]
+                self.move(p, warm)
 
-def _start_warmups(
-    actives: dict[int, ExecutorIdentity],
-    kept: dict[int, list[ExecutorIdentity]],
-    warmups: dict[int, ExecutorIdentity],
-    load: Counter[ExecutorIdentity],
-    version: Any,
-    latest_version: int,
-    acceptable_lag: int,
-    max_warmups: int,
-    plan: Plan,
-) -> None:
-    """Start warm-ups from the most to the least loaded executor while actives are uneven."""
-    incoming: Counter[ExecutorIdentity] = Counter(warmups.values())
-    outgoing: Counter[ExecutorIdentity] = Counter(actives[p] for p in warmups)
-    while len(warmups) < max_warmups:
-        planned = Counter({e: load[e] + incoming[e] - outgoing[e] for e in load})
-        source = max(planned, key=lambda e: (planned[e], _neg_order(e)))
-        target = min(planned, key=lambda e: (planned[e], _order(e)))
-        if planned[source] - planned[target] < 2:
-            return
-        movable = [p for p, a in sorted(actives.items()) if a == source and p not in warmups]
-        if not movable:
-            return
-        # A partition whose standby already sits on the target moves first (nothing to warm up).
-        p = max(movable, key=lambda q: (target in kept[q], version(q, target), -q))
-        if target in kept[p] and version(p, target) >= max(1, latest_version - acceptable_lag):
-            _move(plan, actives, kept, load, p, target)
-            continue
-        warmups[p] = target
-        incoming[target] += 1
-        outgoing[source] += 1
+    def start_warmups(self, max_warmups: int) -> None:
+        """Start warm-ups from the most to the least loaded executor while actives are uneven."""
+        incoming: Counter[ExecutorIdentity] = Counter(self.warmups.values())
+        outgoing: Counter[ExecutorIdentity] = Counter(self.actives[p] for p in self.warmups)
+        while len(self.warmups) < max_warmups:
+            planned = Counter({e: self.load[e] + incoming[e] - outgoing[e] for e in self.load})
+            source = max(planned, key=lambda e: (planned[e], _neg_order(e)))
+            target = min(planned, key=lambda e: (planned[e], _order(e)))
+            if planned[source] - planned[target] < 2:
+                return
+            movable = [p for p, a in sorted(self.actives.items()) if a == source and p not in self.warmups]
+            if not movable:
+                return
+            # A partition whose standby already sits on the target moves first (nothing to warm up).
+            p = max(movable, key=lambda q: (target in self.kept[q], self.version(q, target), -q))
+            if target in self.kept[p] and self.version(p, target) >= self.caught_up:
+                self.move(p, target)
+                continue
+            self.warmups[p] = target
+            incoming[target] += 1
+            outgoing[source] += 1
+
+    def move(self, p: int, target: ExecutorIdentity) -> None:
+        """Move partition ``p``'s active to ``target``, a replica that caught up."""
+        source = self.actives[p]
+        self.actives[p] = target
+        self.load[source] -= 1
+        self.load[target] += 1
+        # The old active holds the freshest copy: it is the first standby candidate.
+        self.kept[p] = [source, *(r for r in self.kept[p] if r not in (target, source))]
+        self.plan.moves.append(Move(p, source, target, "rebalance"))
 
 
 def _order(e: ExecutorIdentity) -> tuple[bool, int, str, str]:
