@@ -255,3 +255,19 @@ def test_a_replica_behind_deltas_that_retention_removed_loads_from_the_snapshot(
     with open_p(store, standby_host, committed) as state:
         assert dump(state) == h.models[committed.version]
         assert state.load_report.base_kind == "snapshot"
+
+
+def test_a_replica_behind_the_retained_versions_syncs_to_the_target(store: BlobStore, tmp_path: Path) -> None:
+    """Stepping version by version must not ask for versions retention no longer keeps restorable."""
+    h = History(store, tmp_path / "host-a", snapshot_every=3)
+    h.driver.retain = 2
+    standby_host = tmp_path / "host-b"
+    sync_replica(store, layout(standby_host), h.commit(), history_of(store))  # the replica stays at 1
+    for _ in range(8):
+        h.commit()
+        h.driver.cleanup(h.driver.log.read_commit(h.version))
+    target = h.driver.committed()
+    assert target is not None
+    report = sync_replica(store, layout(standby_host), target, history_of(store))
+    assert report.outcome == SYNC_SYNCED and report.version == target.version, report
+    assert replica_contents(standby_host) == h.models[target.version]

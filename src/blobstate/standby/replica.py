@@ -31,6 +31,7 @@ from typing import Any
 from blobstate.blobstore import BlobStore
 from blobstate.ids import CheckpointId
 from blobstate.layout import LocalPartitionLayout
+from blobstate.state.errors import StateLoadError
 from blobstate.state.history import PartitionHistory
 from blobstate.state.loader import catch_up
 from blobstate.state.localdirs import mark_clean, read_checkpoint_id
@@ -141,11 +142,14 @@ def sync_replica(
         if current == target:
             report.outcome = SYNC_CURRENT
             return report
-        behind = target.version - (current.version if current is not None else 0)
-        if current is None or current.version > target.version or behind > STEPWISE_MAX_LAG:
+        # Only retained versions are sure to be restorable: the first step goes no lower than those.
+        first = max(
+            current.version + 1 if current is not None else 0, history.commit(target.version).retained_from
+        )
+        if current is None or current.version > target.version or target.version - first >= STEPWISE_MAX_LAG:
             steps = [target]
         else:
-            steps = [_committed(history, v) for v in range(current.version + 1, target.version + 1)]
+            steps = [_committed(history, v) for v in range(first, target.version + 1)]
         report.outcome = SYNC_SYNCED
         for i, step in enumerate(steps):
             if i > 0 and stop_requested(layout):
@@ -165,7 +169,10 @@ def sync_replica(
 def _committed(history: PartitionHistory, version: int) -> CheckpointId:
     uid = history.uid(version)
     if uid is None:
-        raise ValueError(f"version {version} of {history.operator}/{history.partition} is not committed")
+        raise StateLoadError(
+            f"version {version} of {history.operator}/{history.partition} has no commit: its replica cannot"
+            " be synced to it"
+        )
     return CheckpointId(version, uid)
 
 
