@@ -12,4 +12,11 @@ class BlobstateError(Exception):
     """Base class of every error blobstate raises; its message names the thing at fault."""
 
 
-__all__ = ["BlobstateError"]
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (its type's name when the message is empty): for one-line
+    reports of errors whose text (Spark's, py4j's) may run to pages."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+__all__ = ["BlobstateError", "first_line"]

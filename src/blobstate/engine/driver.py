@@ -25,7 +25,7 @@ from blobstate.engine.outputs import (
 from blobstate.engine.replay import SourceProgress, check_batch
 from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
 from blobstate.engine.ticks import Ticks, wants_another_batch
-from blobstate.errors import BlobstateError
+from blobstate.errors import BlobstateError, first_line
 from blobstate.standby.assignment import (
     PartitionAssignment,
     Plan,
@@ -255,12 +255,14 @@ class BatchDriver:
             standby = self._standby_metrics(plan, metas)
             max_task = max((m["task_seconds"] for m in metas.values()), default=0.0)
             recovery = round(max(0.0, sink_started - stage_started - max_task), 3)
+            # Where partitions really ran (Spark may have moved a task to a replica during the batch).
+            ran = committed_assignment(plan.assignment, metas) if plan is not None else None
             commit = self._commit(
-                version, metas, spec.watermark_ms, started, previous, source, standby, recovery, plan
+                version, metas, spec.watermark_ms, started, previous, source, standby, recovery, ran
             )
         finally:
             stage.release()
-        self._after_commit(commit, plan, metas)
+        self._after_commit(commit, ran)
         finished = time.monotonic()
         report = BatchReport(
             batch_id=batch_id,
@@ -342,7 +344,7 @@ class BatchDriver:
                     "batch %d: outputs of the processing stage were lost before the sink read them (%s);"
                     " running the stage again (attempt %d of %d)",
                     spec.version,
-                    _first_line(error),
+                    first_line(error),
                     attempt + 1,
                     self.max_stage_attempts,
                 )
@@ -360,7 +362,7 @@ class BatchDriver:
         alive = set(self.placement_helper.executors())
         if all(a.active in alive for a in plan.assignment.values()):
             return plan
-        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        versions = self._replica_versions()
         return plan_assignment(
             self.num_partitions,
             self.config.standby_replicas,
@@ -432,10 +434,10 @@ class BatchDriver:
             return None
         alive = self.placement_helper.executors()
         before = self.assignment or parse_placement((previous.placement or {}) if previous else {})
-        versions = self.syncer.replica_versions() if self.syncer is not None else {}
         if not self.assignment and previous is not None and self.syncer is not None:
-            versions = {**replica_versions_of(previous.placement or {}), **versions}
-            self.syncer.seed_versions(versions)
+            # A restarted driver: the replica versions the last commit recorded.
+            self.syncer.seed_versions(replica_versions_of(previous.placement or {}))
+        versions = self._replica_versions()
         plan = plan_assignment(
             self.num_partitions,
             self.config.standby_replicas,
@@ -467,6 +469,10 @@ class BatchDriver:
             )
         return plan
 
+    def _replica_versions(self) -> dict[tuple[int, str], int]:
+        """The last reported version of each replica, by (partition, host)."""
+        return self.syncer.replica_versions() if self.syncer is not None else {}
+
     def _locations(self, plan: Plan | None) -> list[str | None]:
         """Each partition's candidates for the processing task: its active, then its replicas freshest
         first (the JVM helper picks the first one alive when the stage is submitted)."""
@@ -474,7 +480,7 @@ class BatchDriver:
 
         if plan is None or not plan.assignment:
             return [None] * self.num_partitions
-        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        versions = self._replica_versions()
         out: list[str | None] = []
         for p in range(self.num_partitions):
             a = plan.assignment.get(p)
@@ -502,7 +508,7 @@ class BatchDriver:
                 failovers += 1
             else:
                 cold += 1
-        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        versions = self._replica_versions()
         rounds = self.syncer.take_rounds() if self.syncer is not None else []
         latest = max((m["version"] for m in metas.values()), default=0) - 1
         lag = {
@@ -532,11 +538,11 @@ class BatchDriver:
             "sync": [r.totals() for r in rounds],
         }
 
-    def _after_commit(self, commit: Any, plan: Plan | None, metas: dict[int, dict[str, Any]]) -> None:
+    def _after_commit(self, commit: Any, ran: dict[int, PartitionAssignment] | None) -> None:
         """Remember where partitions ran, and start bringing their replicas to this commit."""
-        if plan is None:
+        if ran is None:
             return
-        self.assignment = committed_assignment(plan.assignment, metas)
+        self.assignment = ran
         if self.syncer is not None:
             self.syncer.start(commit.version, commit.checkpoints[self.config.operator], self.assignment)
 
@@ -594,7 +600,7 @@ class BatchDriver:
             if is_attempt_mismatch(error):
                 raise
             self.failure = SinkFailedError(
-                f"batch {batch_id}: the sink raised {type(error).__name__}: {_first_line(error)} (the batch"
+                f"batch {batch_id}: the sink raised {type(error).__name__}: {first_line(error)} (the batch"
                 " was not committed; a restart hands it to the sink again)"
             )
             raise
@@ -609,7 +615,7 @@ class BatchDriver:
         source: SourceProgress | None,
         standby: dict[str, Any] | None = None,
         spark_recovery_seconds: float = 0.0,
-        plan: Plan | None = None,
+        ran: dict[int, PartitionAssignment] | None = None,
     ) -> Any:
         from blobstate.lineage.commitlog import Commit
         from blobstate.lineage.refs import PartitionObjects
@@ -630,7 +636,7 @@ class BatchDriver:
                 }
             },
             retained_from=retained_from(previous, version, self.config.min_versions_to_retain),
-            placement=self._placement_record(metas, plan),
+            placement=self._placement_record(metas, ran),
             watermark_ms=new_watermark,
             metrics={
                 "eviction_watermark_ms": watermark,
@@ -646,12 +652,13 @@ class BatchDriver:
         self.commit_log.write_commit(commit)
         return commit
 
-    def _placement_record(self, metas: dict[int, dict[str, Any]], plan: Plan | None) -> dict[int, Any]:
+    def _placement_record(
+        self, metas: dict[int, dict[str, Any]], ran: dict[int, PartitionAssignment] | None
+    ) -> dict[int, Any]:
         """Each partition's executor and its replicas with their versions, so a restart resumes them."""
-        if plan is None:
+        if ran is None:
             return {p: {"executor_id": m["executor_id"], "host": m["host"]} for p, m in sorted(metas.items())}
-        versions = self.syncer.replica_versions() if self.syncer is not None else {}
-        return placement_json(committed_assignment(plan.assignment, metas), versions)
+        return placement_json(ran, self._replica_versions())
 
     # ------------------------------------------------------------------ post-commit
     def _cleanup(self, commit: Any) -> None:
@@ -707,8 +714,3 @@ class BatchDriver:
 def _partition_metrics(metas: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Each partition's ``PARTITION_METRICS`` from its metadata row, for the commit and the progress."""
     return {p: {k: m[k] for k in PARTITION_METRICS} for p, m in sorted(metas.items())}
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from blobstate.errors import first_line
 from blobstate.standby.assignment import PartitionAssignment
 from blobstate.standby.sync_task import SYNC_SCHEMA, SyncSpec, SyncTask, run_sync_task
 
@@ -204,10 +205,7 @@ class StandbySyncer:
             reports = [json.loads(row[0]) for row in rows]
             error = None
         except Exception as exc:  # a lost executor fails the job: the next round retries
-            reports, error = (
-                [],
-                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}",
-            )
+            reports, error = [], f"{type(exc).__name__}: {first_line(exc)}"
             log.warning(
                 "standby sync to version %d failed (retried after the next commit): %s", version, error
             )

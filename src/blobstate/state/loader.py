@@ -170,10 +170,10 @@ def catch_up(
     local_versions = _local_versions(layout, prior, working)
     # A local copy a few versions behind beats downloading a snapshot, unless retention already removed
     # the deltas between them: then (and only then) the snapshot is used after all.
-    prefer_local = [bool(local_versions)]
+    prefer_local = bool(local_versions)
 
     def local_below(version: int) -> bool:
-        return prefer_local[0] and any(v < version for v in local_versions)
+        return prefer_local and any(v < version for v in local_versions)
 
     data: dict[CheckpointId, bytes] = {}
     skip: list[CheckpointId] = []
@@ -193,8 +193,8 @@ def catch_up(
                 local_below=local_below,
             )
         except StateLoadError as error:
-            if isinstance(error, MissingObjectError) and prefer_local[0]:
-                prefer_local[0] = False
+            if isinstance(error, MissingObjectError) and prefer_local:
+                prefer_local = False
                 continue
             if first_error is None:
                 raise
@@ -212,9 +212,9 @@ def catch_up(
         try:
             records = _download_deltas(store, operator, partition, chain, data, report)
         except MissingObjectError:
-            if not prefer_local[0]:
+            if not prefer_local:
                 raise
-            prefer_local[0] = False
+            prefer_local = False
             continue
         try:
             base_info = _restore_base(store, layout, working, chain, prior, prior_info, report)
