@@ -271,3 +271,25 @@ def test_a_replica_behind_the_retained_versions_syncs_to_the_target(store: BlobS
     report = sync_replica(store, layout(standby_host), target, history_of(store))
     assert report.outcome == SYNC_SYNCED and report.version == target.version, report
     assert replica_contents(standby_host) == h.models[target.version]
+
+
+def test_a_sync_failing_part_way_leaves_the_replica_dirty_never_wrong(
+    store: BlobStore, tmp_path: Path
+) -> None:
+    h = History(store, tmp_path / "host-a", snapshot_every=100)
+    standby_host = tmp_path / "host-b"
+    sync_replica(store, layout(standby_host), h.commit(), history_of(store))
+    for _ in range(3):
+        target = h.commit()
+    faulty = FaultyStore(store)
+    third = h.driver.log.read_commit(3).checkpoint_id(OP, 0)
+    faulty.fail_when = lambda op, name: name.endswith(f"{third.name}.delta")  # fails at the step to 3
+    with pytest.raises(OSError, match="injected failure"):
+        sync_replica(faulty, layout(standby_host), target, history_of(faulty))
+    # Version 2 was completed and marked clean; the failed step to 3 left nothing claiming a checkpoint.
+    assert replica_checkpoint(layout(standby_host)) in (
+        None,
+        h.driver.log.read_commit(2).checkpoint_id(OP, 0),
+    )
+    done = sync_replica(store, layout(standby_host), target, history_of(store))
+    assert done.outcome == SYNC_SYNCED and replica_contents(standby_host) == h.models[target.version]
