@@ -23,6 +23,7 @@ _EXPORTS = {
     "MapState": "blobstate.processor",
     "TimerValues": "blobstate.processor",
     "ExpiredTimerInfo": "blobstate.processor",
+    "Adjunct": "blobstate.adjunct",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

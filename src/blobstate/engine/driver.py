@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -204,6 +205,11 @@ class BatchDriver:
     """Keeps standby (and warm-up) replicas at the latest commit; None without the JVM helper."""
     assignment: dict[int, PartitionAssignment] = field(default_factory=dict)
     """Where each partition ran in the last committed batch and where its replicas are kept."""
+    adjuncts: list[Any] = field(default_factory=list)
+    """The query's adjunct stores (:class:`blobstate.adjunct.spec.AdjunctSpec`), in declaration order."""
+    adjunct_sources: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Each adjunct's sources in Spark's offset log: (index of the first, how many)."""
+    _offsets: bytes | None = None
 
     def __post_init__(self) -> None:
         from blobstate.lineage.commitlog import CommitLog
@@ -245,7 +251,8 @@ class BatchDriver:
         previous = self.commit_log.read_commit(batch_id) if batch_id > 0 else None
         if source is not None:
             self._check_source(batch_id, None, previous, source)
-        spec = self._plan(batch_df, batch_id, previous, source)
+        broadcast = self._write_broadcast(batch_df, previous)
+        spec = self._plan(batch_df, batch_id, previous, source, broadcast)
         plan = self._assign(previous)
         stage_started = time.monotonic()
         stage, sink_started, attempts = self._stage_and_sink(batch_df, spec, plan)
@@ -258,7 +265,16 @@ class BatchDriver:
             # Where partitions really ran (Spark may have moved a task to a replica during the batch).
             ran = committed_assignment(plan.assignment, metas) if plan is not None else None
             commit = self._commit(
-                version, metas, spec.watermark_ms, started, previous, source, standby, recovery, ran
+                version,
+                metas,
+                spec.watermark_ms,
+                started,
+                previous,
+                source,
+                standby,
+                recovery,
+                ran,
+                broadcast,
             )
         finally:
             stage.release()
@@ -290,7 +306,12 @@ class BatchDriver:
         self._start_post_commit(commit)
 
     def _plan(
-        self, batch_df: DataFrame, batch_id: int, previous: Any, source: SourceProgress | None
+        self,
+        batch_df: DataFrame,
+        batch_id: int,
+        previous: Any,
+        source: SourceProgress | None,
+        broadcast: dict[str, Any] | None = None,
     ) -> TaskSpec:
         """The batch's plan, shipped to every task of its stage."""
         uids = previous.checkpoints[self.config.operator] if previous else {}
@@ -321,7 +342,37 @@ class BatchDriver:
             pandas_object_strings=self.config.pandas_object_strings,
             api=self.config.api,
             initial_state_key_columns=self.initial_state_key_columns if first_batch else None,
+            adjuncts=tuple(self.adjuncts),
+            broadcast={name: w.pending for name, w in (broadcast or {}).items()},
         )
+
+    def _write_broadcast(self, batch_df: DataFrame, previous: Any) -> dict[str, Any]:
+        """Write this batch's version of every broadcast adjunct store (the driver is its one writer)."""
+        from blobstate.adjunct.broadcast import write_version
+        from blobstate.adjunct.spec import BROADCAST, TAG_COLUMN
+        from blobstate.engine.config import resolve_local_dir
+        from blobstate.ids import CheckpointId, new_uid
+
+        written: dict[str, Any] = {}
+        for adjunct in self.adjuncts:
+            if adjunct.mode != BROADCAST:
+                continue
+            rows = batch_df.filter(F.col(TAG_COLUMN) == adjunct.name).toArrow()
+            committed = None
+            if previous is not None:
+                committed = CheckpointId(previous.version, previous.checkpoints[adjunct.operator][0])
+            written[adjunct.name] = write_version(
+                self.store,
+                resolve_local_dir(self.config.local_dir),
+                self.query_id,
+                adjunct,
+                committed,
+                rows,
+                uid=new_uid(),
+                snapshot_every=self.config.snapshot_every,
+                snapshot_delta_bytes=self.config.snapshot_delta_bytes,
+            )
+        return written
 
     def _stage_and_sink(
         self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None
@@ -385,7 +436,8 @@ class BatchDriver:
             return None
         if self._spark_metadata is None:  # written once when Spark's checkpoint is created
             self._spark_metadata = self._read_spark_file("metadata")
-        return SourceProgress.read(self._spark_metadata, self._read_spark_file(f"offsets/{batch_id}"))
+        self._offsets = self._read_spark_file(f"offsets/{batch_id}")
+        return SourceProgress.read(self._spark_metadata, self._offsets)
 
     def _read_spark_file(self, relative: str) -> bytes:
         """A file of Spark's checkpoint, through Hadoop's FileSystem (any filesystem Spark can use)."""
@@ -554,6 +606,12 @@ class BatchDriver:
         shuffled = frame.withColumn(
             PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
         ).repartition(self.num_partitions, *keys)
+        if spec.broadcast:  # broadcast side rows were applied by the driver
+            from blobstate.adjunct.spec import TAG_COLUMN
+
+            partitioned = [a.name for a in self.adjuncts if a.name not in spec.broadcast]
+            tag = F.col(TAG_COLUMN)
+            shuffled = shuffled.filter(tag.isNull() | tag.isin(partitioned) if partitioned else tag.isNull())
         helper = self.placement_helper
         if helper is not None and plan is not None and plan.assignment and self.use_preferred_locations:
             shuffled = helper.with_preferred_locations(shuffled, self._locations(plan))
@@ -616,6 +674,7 @@ class BatchDriver:
         standby: dict[str, Any] | None = None,
         spark_recovery_seconds: float = 0.0,
         ran: dict[int, PartitionAssignment] | None = None,
+        broadcast: dict[str, Any] | None = None,
     ) -> Any:
         from blobstate.lineage.commitlog import Commit
         from blobstate.lineage.refs import PartitionObjects
@@ -626,15 +685,21 @@ class BatchDriver:
             if seen:
                 candidate = max(seen) - self.config.watermark_delay_ms
                 new_watermark = candidate if watermark is None else max(watermark, candidate)
+        checkpoints = {self.config.operator: {p: m["uid"] for p, m in sorted(metas.items())}}
+        objects = {
+            self.config.operator: {
+                p: PartitionObjects.from_json(m["objects"]) for p, m in sorted(metas.items())
+            }
+        }
+        for name, written in (broadcast or {}).items():
+            operator = self._adjunct(name).operator
+            checkpoints[operator] = {0: written.pending.uid}
+            objects[operator] = {0: written.objects}
         commit = Commit(
             version=version,
             batch_id=version - 1,
-            checkpoints={self.config.operator: {p: m["uid"] for p, m in sorted(metas.items())}},
-            objects={
-                self.config.operator: {
-                    p: PartitionObjects.from_json(m["objects"]) for p, m in sorted(metas.items())
-                }
-            },
+            checkpoints=checkpoints,
+            objects=objects,
             retained_from=retained_from(previous, version, self.config.min_versions_to_retain),
             placement=self._placement_record(metas, ran),
             watermark_ms=new_watermark,
@@ -645,12 +710,61 @@ class BatchDriver:
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
                 "spark_recovery_seconds": spark_recovery_seconds,
                 "standby": standby or {},
+                **({"adjuncts": self._adjunct_metrics(metas, previous, broadcast)} if self.adjuncts else {}),
             },
+            adjunct_offsets=self._adjunct_offsets() if self.adjuncts else None,
             source=None if source is None else source.to_json(),
             writer=self.writer_id,
         )
         self.commit_log.write_commit(commit)
         return commit
+
+    def _adjunct(self, name: str) -> Any:
+        return next(a for a in self.adjuncts if a.name == name)
+
+    def _adjunct_metrics(
+        self, metas: dict[int, dict[str, Any]], previous: Any, broadcast: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """What each adjunct store took in this batch, and when it last changed (for its validity)."""
+        from blobstate.adjunct.records import ApplyStats
+
+        before = ((previous.metrics or {}).get("adjuncts") or {}) if previous is not None else {}
+        now_ms = int(time.time() * 1000)
+        out: dict[str, Any] = {}
+        for adjunct in self.adjuncts:
+            totals = ApplyStats()
+            if adjunct.name in (broadcast or {}):
+                totals.add(broadcast[adjunct.name].stats)  # type: ignore[index]
+            else:
+                for m in metas.values():
+                    applied = (m.get("adjuncts") or {}).get(adjunct.name)
+                    if applied:
+                        totals.add(ApplyStats(**applied))
+            last = before.get(adjunct.name) or {}
+            out[adjunct.name] = {
+                "mode": adjunct.mode,
+                **totals.to_json(),
+                "total_rows": int(last.get("total_rows", 0)) + totals.rows,
+                "created_ms": last.get("created_ms", now_ms),
+                "updated_ms": now_ms if totals.rows else last.get("updated_ms", now_ms),
+            }
+        return out
+
+    def _adjunct_offsets(self) -> dict[str, Any]:
+        """Each side stream's offsets for this batch, from Spark's offset log entry (None: unknown)."""
+        if self._offsets is None:
+            return {}
+        lines = self._offsets.decode("utf-8", errors="replace").splitlines()[2:]
+        out: dict[str, Any] = {}
+        for name, (first, count) in self.adjunct_sources.items():
+            parsed = []
+            for line in lines[first : first + count]:
+                try:
+                    parsed.append(json.loads(line))
+                except ValueError:
+                    parsed.append(line)
+            out[name] = parsed
+        return out
 
     def _placement_record(
         self, metas: dict[int, dict[str, Any]], ran: dict[int, PartitionAssignment] | None

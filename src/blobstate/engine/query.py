@@ -66,6 +66,7 @@ def transform_with_state(
     on_batch: Any = None,
     initial_state: Any = None,
     initial_state_key: str | Sequence[str] | None = None,
+    adjuncts: Sequence[Any] = (),
     **options: Any,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``processor`` per key with state kept by blobstate.
@@ -87,6 +88,11 @@ def transform_with_state(
     handed to the processor's ``handleInitialState`` in the query's first batch (ignored when the query
     resumes from a checkpoint), grouped by ``initial_state_key`` (default: its ``groupBy`` columns, else
     ``key``).
+    ``adjuncts`` declares side streams (:class:`blobstate.Adjunct`): each is materialized into a
+    read-only store the processor reads with ``handle.getAdjunct(name)``; its rows are never handed to
+    ``handleInputRows``. Side streams join the main stream in one query, so Spark's offset log records
+    their offsets with the main one's, every task of a batch sees the same adjunct version, and a
+    replayed batch sees the version its first run saw.
     Returns the running :class:`~pyspark.sql.streaming.StreamingQuery`.
     """
     if not df.isStreaming:
@@ -115,8 +121,11 @@ def transform_with_state(
             f"a blobstate query (id {running.id}) is already running on {checkpoint_url} in this process;"
             " stop it before starting another on the same checkpoint"
         )
+    from blobstate.adjunct.union import with_side_streams
+
+    combined, adjunct_specs = with_side_streams(df, key_columns, list(adjuncts))
     store = open_blob_store(store_url)
-    metadata = _ensure_metadata(store, num_partitions, config, key_columns)
+    metadata = _ensure_metadata(store, num_partitions, config, key_columns, adjunct_specs)
     from blobstate.engine.placement import PlacementHelper, PlacementUnavailableError
 
     placement_helper = PlacementHelper.get(spark)
@@ -150,12 +159,14 @@ def transform_with_state(
         initial_state_key_columns=initial_keys,
         on_batch=on_batch,
         spark_checkpoint=spark_checkpoint_location(checkpoint_url, config),
+        adjuncts=adjunct_specs,
+        adjunct_sources=_adjunct_sources(df, list(adjuncts)),
     )
     latest = driver.commit_log.latest_commit()
     if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
         driver._request_tick(latest)
     writer = (
-        ticks.with_ticks(spark, df)
+        ticks.with_ticks(spark, combined)
         .writeStream.foreachBatch(driver)
         .option("checkpointLocation", driver.spark_checkpoint)
     )
@@ -245,10 +256,31 @@ def _validate_processor(processor: Any, config: QueryConfig) -> None:
 
 
 def _ensure_metadata(
-    store: Any, num_partitions: int, config: QueryConfig, key_columns: tuple[str, ...]
+    store: Any, num_partitions: int, config: QueryConfig, key_columns: tuple[str, ...], adjuncts: Any = ()
 ) -> Any:
-    """Create the checkpoint's metadata, or check the query still matches it (partitions, key)."""
+    """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
+    stores: a broadcast store is an operator of its own with one partition)."""
     from blobstate.lineage.commitlog import CommitLog, QueryMetadata
 
-    wanted = QueryMetadata.new(num_partitions, {config.operator: {"key_columns": list(key_columns)}})
+    main: dict[str, Any] = {"key_columns": list(key_columns)}
+    if adjuncts:
+        main["adjuncts"] = {a.name: a.mode for a in adjuncts}
+    operators = {config.operator: main}
+    for a in adjuncts:
+        if a.mode == "broadcast":
+            operators[a.operator] = {"key_columns": list(a.key_in_union), "partitions": 1}
+    wanted = QueryMetadata.new(num_partitions, operators)
     return CommitLog(store).write_metadata(wanted)
+
+
+def _adjunct_sources(main: DataFrame, adjuncts: list[Any]) -> dict[str, tuple[int, int]]:
+    """Where each side stream's sources sit in Spark's offset log: after the main stream's, in order."""
+    from blobstate.adjunct.union import count_sources
+
+    out: dict[str, tuple[int, int]] = {}
+    position = count_sources(main)
+    for adjunct in adjuncts:
+        count = count_sources(adjunct.df)
+        out[adjunct.name] = (position, count)
+        position += count
+    return out

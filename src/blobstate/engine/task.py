@@ -10,6 +10,7 @@ always come from the same execution.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -62,6 +63,11 @@ class TaskSpec:
     initial_state_key_columns: tuple[str, ...] | None = None
     """Set in the first batch of a query started with ``initial_state``: the initial state's key columns
     (its rows reach the task beside the input, marked by ``INITIAL_COLUMN``)."""
+    adjuncts: tuple[Any, ...] = ()
+    """The query's adjunct stores (:class:`blobstate.adjunct.spec.AdjunctSpec`): partitioned ones' rows
+    arrive in the input, tagged; broadcast ones are read from the executor's copy."""
+    broadcast: dict[str, Any] = field(default_factory=dict)
+    """Each broadcast adjunct's version for this batch (``adjunct.broadcast.PendingVersion``)."""
 
     @property
     def stage_schema(self) -> pa.Schema:
@@ -182,10 +188,15 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     finally:
         clear_stop(layout)
     opened_at = time.time()
+    adjunct_scope = contextlib.ExitStack()
     try:
         load_seconds = time.monotonic() - started
         max_event_time: list[int | None] = [None]
         data: Any = _checked_input(batches, partition, stats)
+        views: dict[str, Any] = {}
+        if spec.adjuncts:
+            data, views, stats["adjuncts"] = _open_adjuncts(spec, data, state.store, adjunct_scope)
+            stats["input_rows"] -= sum(a.get("rows", 0) for a in stats["adjuncts"].values())
         initial_state = None
         if spec.initial_state_key_columns is not None:
             data, initial_state = _split_initial_state(data)
@@ -206,6 +217,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             api=spec.api,
             initial_state=initial_state,
             initial_state_key_columns=spec.initial_state_key_columns,
+            adjuncts=views,
         )
         for out in outputs:
             stats["output_rows"] += out.num_rows
@@ -221,6 +233,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             error.add_note(f"(partition {partition} of operator {spec.operator}, batch {spec.version})")
         raise
     finally:
+        adjunct_scope.close()
         state.close()
     meta = {
         "partition": partition,
@@ -246,6 +259,40 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         **stats,
     }
     yield _marker_batch(stage_schema, META_COLUMN, json.dumps(meta))
+
+
+def _open_adjuncts(
+    spec: TaskSpec, data: Any, store: Any, scope: contextlib.ExitStack
+) -> tuple[list[pa.RecordBatch], dict[str, Any], dict[str, Any]]:
+    """Apply the batch's partitioned side rows to the partition's store (before any main row) and open
+    the executor's broadcast copies at the batch's version; returns the main rows, the views by name
+    and what was applied."""
+    from blobstate.adjunct.broadcast import open_replica
+    from blobstate.adjunct.records import apply_side_rows, split_side_rows
+    from blobstate.adjunct.spec import PARTITIONED, TAG_COLUMN
+    from blobstate.adjunct.view import AdjunctView
+    from blobstate.engine.config import resolve_local_dir
+
+    partitioned = [a for a in spec.adjuncts if a.mode == PARTITIONED]
+    main, sides = split_side_rows(data, TAG_COLUMN, [a.name for a in partitioned])
+    views: dict[str, Any] = {}
+    applied: dict[str, Any] = {}
+    for adjunct in spec.adjuncts:
+        if adjunct.mode == PARTITIONED:
+            applied[adjunct.name] = apply_side_rows(store, adjunct, sides.get(adjunct.name)).to_json()
+            source = store
+        else:
+            pending = spec.broadcast[adjunct.name]
+            local_dir = resolve_local_dir(spec.local_dir)
+            replica, seconds = scope.enter_context(
+                open_replica(_blob_store(spec), local_dir, spec.query_id, adjunct, pending)
+            )
+            applied[adjunct.name] = {"version": pending.version, "catch_up_seconds": round(seconds, 4)}
+            source = replica
+        views[adjunct.name] = AdjunctView(
+            adjunct.name, source, adjunct.column_family, adjunct.schema, len(adjunct.key_in_union)
+        )
+    return main, views, applied
 
 
 def _with_null_meta(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

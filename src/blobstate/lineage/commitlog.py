@@ -94,8 +94,10 @@ class IncompleteCommitLogError(CommitLogError):
 class QueryMetadata:
     """What never changes for a checkpoint: query id, partition count, operators and their key columns.
 
-    ``operators`` maps operator id to ``{"key_columns": [...], ...}``; entries other than ``key_columns``
-    are free-form JSON.
+    ``operators`` maps operator id to ``{"key_columns": [...], ...}``. An operator may have its own
+    partition count (``"partitions": 1`` for a broadcast adjunct store) and the adjunct stores it keeps
+    (``"adjuncts": {name: mode}``); both are part of the checkpoint's identity. Other entries are
+    free-form JSON.
     """
 
     query_id: str
@@ -119,9 +121,22 @@ class QueryMetadata:
             "created_time_ms": self.created_time_ms,
         }
 
-    def identity(self) -> tuple[int, dict[str, list[str]]]:
-        """What must match for a query to resume this checkpoint: partition count and operator keys."""
-        return self.num_partitions, {op: list(v["key_columns"]) for op, v in self.operators.items()}
+    def identity(self) -> tuple[int, dict[str, Any]]:
+        """What must match for a query to resume this checkpoint: partition counts, operator keys and
+        adjunct stores."""
+        ops: dict[str, Any] = {}
+        for op, v in self.operators.items():
+            entry: dict[str, Any] = {"key_columns": list(v["key_columns"])}
+            for extra in ("partitions", "adjuncts"):
+                if extra in v:
+                    entry[extra] = v[extra]
+            ops[op] = entry
+        return self.num_partitions, ops
+
+    def partitions_of(self, operator: str) -> int:
+        """How many partitions ``operator`` has (its own count, else the query's)."""
+        own = self.operators.get(operator, {}).get("partitions")
+        return own if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else self.num_partitions
 
 
 @dataclass(frozen=True)
@@ -238,6 +253,13 @@ def _format_version(f: JsonFields, supported: int) -> int:
     return version
 
 
+def _adjunct_names(operators: dict[str, Any]) -> set[str]:
+    """The adjunct stores an identity's operators declare, as ``name (mode)``."""
+    return {
+        f"{name} ({mode})" for v in operators.values() for name, mode in (v.get("adjuncts") or {}).items()
+    }
+
+
 def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
     """Parse and validate ``metadata.json``; raises :class:`CommitLogFormatError` naming the field."""
     f = _fields(name, data)
@@ -266,6 +288,12 @@ def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
             lambda v: isinstance(v, list) and all(isinstance(c, str) and c for c in v),
             "a list of column names",
         )
+        if "partitions" in spec:
+            f.nested(spec, f"{where}.").get(
+                "partitions",
+                lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                "a positive integer",
+            )
         operators[op] = spec
     created = f.integer("created_time_ms", minimum=0)
     assert num_partitions is not None and created is not None
@@ -310,11 +338,11 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
             f.fail(where, str(error))
         if op not in metadata.operators:
             f.fail(where, f"operator {op!r} is not declared in {METADATA}")
-        checkpoints[op] = _every_partition(f, where, parts, n, "uid", validate_uid)
+        checkpoints[op] = _every_partition(f, where, parts, metadata.partitions_of(op), "uid", validate_uid)
     absent = sorted(set(metadata.operators) - set(checkpoints))
     if absent:
         f.fail("checkpoints", f"operators missing: {', '.join(absent)}")
-    objects = _objects(f, checkpoints, n)
+    objects = _objects(f, checkpoints, metadata)
     retained_from = f.integer("retained_from", minimum=1)
     assert retained_from is not None
     if retained_from > version:
@@ -379,7 +407,7 @@ def _every_partition(
 
 
 def _objects(
-    f: JsonFields, checkpoints: dict[str, dict[int, str]], n: int
+    f: JsonFields, checkpoints: dict[str, dict[int, str]], metadata: QueryMetadata
 ) -> dict[str, dict[int, PartitionObjects]]:
     """The ``objects`` field: a reference for exactly the (operator, partition)s of ``checkpoints``."""
     raw = f.mapping("objects")
@@ -389,6 +417,7 @@ def _objects(
         where = f"objects[{op!r}]"
         if op not in checkpoints:
             f.fail(where, f"operator {op!r} has no checkpoints in this commit")
+        n = metadata.partitions_of(op)
         out[op] = _every_partition(f, where, parts, n, "references", PartitionObjects.from_json)
     absent = sorted(set(checkpoints) - set(out))
     if absent:
@@ -460,6 +489,14 @@ class CommitLog:
                 what = f"{n_old} partitions, the query asks for {n_new}"
             else:
                 what = f"operators and key columns {ops_old}, the query has {ops_new}"
+            adjuncts_old = _adjunct_names(ops_old)
+            adjuncts_new = _adjunct_names(ops_new)
+            if adjuncts_old != adjuncts_new:
+                what = (
+                    f"adjunct stores {sorted(adjuncts_old)}, the query has {sorted(adjuncts_new)}: adding or"
+                    " removing a side stream changes the query's sources, which Spark also refuses on an"
+                    " existing checkpoint"
+                )
             raise MetadataConflictError(
                 f"{self._where(METADATA)} (query {existing.query_id}) records {what}; "
                 "a checkpoint's partitions and operators cannot change: use a new checkpoint location"

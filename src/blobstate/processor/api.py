@@ -24,6 +24,7 @@ from blobstate.processor.errors import (
     ImplicitKeyError,
     InvalidHandleStateError,
     InvalidTimeModeError,
+    StatefulProcessorError,
     StateVariableError,
 )
 from blobstate.processor.schema import to_struct_type
@@ -69,6 +70,7 @@ class _Session:
     """What the handle and its state variables share for one partition and one batch."""
 
     __slots__ = (
+        "adjuncts",
         "batch_timestamp_ms",
         "declared",
         "key",
@@ -94,6 +96,8 @@ class _Session:
         self.key_bytes: bytes | None = None
         self.declared: dict[str, _StateBase] = {}
         self.ttl_vars: list[_StateBase] = []
+        self.adjuncts: dict[str, Any] = {}
+        """The adjunct stores of the query by name (read-only views at the batch's version)."""
 
     def timer_values(self) -> TimerValues:
         """The TimerValues Spark passes to handlers: -1 for both in time mode None."""
@@ -633,6 +637,21 @@ class StatefulProcessorHandle:
                 store.clear(cf)
         if name not in self._s.declared and store.get(layout.META_CF, layout.meta_key(name)) is not None:
             store.delete(layout.META_CF, layout.meta_key(name))
+
+    # -- adjunct stores --------------------------------------------------------------------------
+
+    def getAdjunct(self, name: str) -> Any:
+        """The read-only store a side stream keeps (``transform_with_state(adjuncts=[...])``): an
+        :class:`~blobstate.adjunct.view.AdjunctView` with ``get``, ``get_many``, ``contains``, ``items``
+        and ``schema``. Every task of a batch sees it at the same version."""
+        view = self._s.adjuncts.get(name)
+        if view is None:
+            known = sorted(self._s.adjuncts)
+            raise StatefulProcessorError(
+                f"no adjunct store named {name!r}; the query declares {known or 'none'}"
+                " (transform_with_state(adjuncts=[Adjunct(name, ...)]))"
+            )
+        return view
 
     # -- timers ----------------------------------------------------------------------------------
 

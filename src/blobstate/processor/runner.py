@@ -114,6 +114,7 @@ def run_partition(
     max_rows_per_frame: int = grouping.DEFAULT_MAX_ROWS_PER_FRAME,
     flush_rows: int = DEFAULT_FLUSH_ROWS,
     api: str = "pandas",
+    adjuncts: dict[str, Any] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Run ``processor`` over one partition's rows for one micro-batch; yield its output batches.
 
@@ -132,7 +133,8 @@ def run_partition(
     input's largest event time in ms and ``stats`` the run's counters. ``api`` is ``pandas``
     (handlers get and yield pandas DataFrames, as ``transformWithStateInPandas``) or ``row``
     (``pyspark.sql.Row`` objects, as the row-based ``transformWithState``; see
-    :mod:`blobstate.processor.rows`).
+    :mod:`blobstate.processor.rows`). ``adjuncts`` are the read-only adjunct stores by name
+    (``handle.getAdjunct``), already at this batch's version.
 
     Arguments are checked at once; the work happens while the returned iterator is consumed, and
     the store holds this batch's complete state changes only once it is exhausted.
@@ -185,6 +187,7 @@ def run_partition(
         timezone=timezone,
         max_rows=max_rows_per_frame,
         api=api,
+        adjuncts=adjuncts or {},
     )
 
 
@@ -242,6 +245,7 @@ def _run(
     timezone: str,
     max_rows: int,
     api: str,
+    adjuncts: dict[str, Any],
 ) -> Iterator[pa.RecordBatch]:
     started = time.perf_counter()
     table = grouping.to_table(data)
@@ -258,6 +262,7 @@ def _run(
         max_event_time[0] = stats.max_event_time_ms
 
     session = _Session(store, time_mode, batch_timestamp_ms, watermark_ms)
+    session.adjuncts = adjuncts
     _check_mode_unchanged(store, layout.TIME_MODE_KEY, time_mode, "time mode")
     _check_mode_unchanged(store, b"outputMode", output_mode, "output mode")
     handle = StatefulProcessorHandle(session)

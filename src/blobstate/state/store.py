@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from rocksdict import (
+    AccessType,
     BlockBasedOptions,
     Cache,
     Checkpoint,
@@ -189,20 +190,29 @@ class RocksStateStore:
         self._counted = 0
         self._counted_bytes = 0
         self._pending = 0
+        self.read_only = False
+        """Opened with ``read_only``: nothing to flush on close, writes are refused by RocksDB."""
         for name in names:
             self._attach(name)
 
     # ------------------------------------------------------------------ opening and closing
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, create: bool = True) -> RocksStateStore:
+    def open(
+        cls, path: str | os.PathLike[str], *, create: bool = True, read_only: bool = False
+    ) -> RocksStateStore:
         """Open the store at ``path``, creating an empty one if ``create`` and the path is absent or empty.
+
+        ``read_only`` opens an existing store for reading only: any number of processes may hold it so
+        at once (a broadcast adjunct store shared by an executor's tasks); writes raise.
 
         Raises ``NotAStoreError`` when the path holds something other than a RocksDB store (or nothing
         and ``create`` is False), ``StoreLockedError`` when another open store holds it.
         """
         p = Path(path).absolute()
         exists = (p / "CURRENT").is_file()
+        if read_only and not exists:
+            raise NotAStoreError(p, "no RocksDB store here (no CURRENT file) to open read-only")
         if not exists:
             if p.exists() and not p.is_dir():
                 raise NotAStoreError(p, "exists and is not a directory")
@@ -231,17 +241,27 @@ class RocksStateStore:
                 names.append(rocks_name[len(_CF_PREFIX) :])
         families = {_CF_PREFIX + name: _cf_options() for name in names}
         try:
-            db = Rdict(str(p), _db_options(create), column_families=families)
+            if read_only:
+                db = Rdict(
+                    str(p),
+                    _db_options(False),
+                    column_families=families,
+                    access_type=AccessType.read_only(error_if_log_file_exist=False),
+                )
+            else:
+                db = Rdict(str(p), _db_options(create), column_families=families)
         except Exception as e:
             message = str(e)
             if "/LOCK" in message or "lock hold" in message:
                 raise StoreLockedError(p, f"locked by another open store ({message})") from e
             raise StateStoreError(p, f"cannot open: {message}") from e
         try:
-            return cls(p, db, names)
+            opened = cls(p, db, names)
         except BaseException:
             db.close()
             raise
+        opened.read_only = read_only
+        return opened
 
     def close(self) -> None:
         """Write pending changes to SST files and close the database. Idempotent.
@@ -253,7 +273,8 @@ class RocksStateStore:
         if db is None:
             return
         try:
-            self.flush()
+            if not self.read_only:
+                self.flush()
         finally:
             # rocksdict keeps the database open while any column family object refers to it.
             self._cfs = _ClosedHandles(str(self.path))

@@ -1,0 +1,203 @@
+"""Broadcast adjunct stores: one writer (the driver), one read-only copy per executor.
+
+The store is checkpointed as its own one-partition operator ``adjunct-<name>`` with the same deltas,
+snapshots and lineage as any partition, so retention, ``verify`` and ``gc`` treat it like the rest.
+
+* Driver (:func:`write_version`): before a batch's stage, it applies the batch's side rows to its own
+  copy at the last committed version and uploads version ``v+1`` under a fresh uid (pending until the
+  batch's commit names it, exactly like a partition's attempt).
+* Executors (:func:`open_replica`): the first task of the batch on an executor brings the executor's
+  copy (``<local_dir>/<query>/adjunct-<name>/0/standby``) to the committed version with the catch-up code
+  of standby replicas, then applies the batch's one pending delta, checked against its reference;
+  every task of the executor then reads that copy read-only, at the same version. Tasks hold a shared
+  lock while they read; the catch-up holds it exclusively, so a copy never changes under a reader.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blobstate.adjunct.records import ApplyStats, apply_side_rows
+from blobstate.adjunct.spec import AdjunctSpec
+from blobstate.blobstore import BlobStore
+from blobstate.ids import CheckpointId
+from blobstate.layout import LocalPartitionLayout, delta_name
+from blobstate.lineage.refs import ObjectRef
+from blobstate.state.errors import StateLoadError
+from blobstate.state.localdirs import LineageInfo, mark_clean, read_checkpoint_id
+
+READERS_LOCK = "ADJUNCT-READERS.lock"
+REPLICA_LOCK_TIMEOUT_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class PendingVersion:
+    """A broadcast store's version written for the running batch, as tasks need it."""
+
+    version: int
+    uid: str
+    base_uid: str | None
+    """The uid of the committed version below it (None: version 1 on an empty store)."""
+    delta_ref: dict[str, Any]
+    """The delta's :class:`ObjectRef` (size and checksum), checked before it is applied."""
+    delta_lineage: tuple[str, ...]
+    """The lineage record in the delta (the base's uid first; empty on an empty store)."""
+    snapshot: bool
+    """Whether the version also has a snapshot (a delta on top of it starts a new lineage)."""
+
+    @property
+    def next_lineage(self) -> tuple[str, ...]:
+        """The lineage of a delta written on top of this version (its own uid first)."""
+        return (self.uid,) if self.snapshot else (self.uid, *self.delta_lineage)
+
+    @property
+    def checkpoint_id(self) -> CheckpointId:
+        """``(version, uid)``."""
+        return CheckpointId(self.version, self.uid)
+
+
+@dataclass
+class Written:
+    """What the driver wrote for one broadcast adjunct in one batch."""
+
+    pending: PendingVersion
+    objects: Any
+    """The version's :class:`~blobstate.lineage.refs.PartitionObjects` (for the commit)."""
+    stats: ApplyStats
+    bytes_uploaded: int
+    snapshot: bool
+
+
+def write_version(
+    store: BlobStore,
+    local_dir: str,
+    query_id: str,
+    spec: AdjunctSpec,
+    committed: CheckpointId | None,
+    rows: Any,
+    *,
+    uid: str,
+    snapshot_every: int,
+    snapshot_delta_bytes: int,
+) -> Written:
+    """Apply ``rows`` (the batch's side rows of ``spec``) on top of ``committed`` and upload the result."""
+    from blobstate.state.partition import open_partition
+
+    state = open_partition(
+        store,
+        local_dir,
+        query_id,
+        spec.operator,
+        0,
+        committed,
+        snapshot_every=snapshot_every,
+        snapshot_delta_bytes=snapshot_delta_bytes,
+    )
+    try:
+        stats = apply_side_rows(state.store, spec, rows)
+        result = state.commit(uid)
+    except BaseException:
+        state.abort()
+        raise
+    finally:
+        state.close()
+    delta_ref = result.objects.delta
+    assert delta_ref is not None
+    snapshot = result.snapshot_name is not None
+    pending = PendingVersion(
+        result.checkpoint_id.version,
+        result.checkpoint_id.uid,
+        None if committed is None else committed.uid,
+        delta_ref.to_json(),
+        tuple(result.lineage),
+        snapshot,
+    )
+    return Written(pending, result.objects, stats, result.bytes_uploaded, snapshot)
+
+
+@contextmanager
+def _flock(path: Path, mode: int) -> Iterator[int]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, mode)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _replica_at(layout: LocalPartitionLayout, target: CheckpointId) -> bool:
+    return read_checkpoint_id(layout.standby) == target
+
+
+def _bring_to(store: BlobStore, layout: LocalPartitionLayout, pending: PendingVersion, history: Any) -> None:
+    """Catch the copy up to the committed base, then apply the pending delta (caller holds the locks)."""
+    from blobstate.lineage.delta import decode_delta
+    from blobstate.state.loader import catch_up
+    from blobstate.state.store import RocksStateStore
+
+    base = None if pending.base_uid is None else CheckpointId(pending.version - 1, pending.base_uid)
+    loaded = catch_up(store, layout, layout.standby, base, RocksStateStore.open, history)
+    try:
+        name = delta_name(layout.operator, layout.partition, pending.checkpoint_id)
+        data = store.get(name)
+        problem = ObjectRef.from_json(pending.delta_ref).problem(data)
+        if problem is not None:
+            raise StateLoadError(f"{name}: {problem}")
+        delta = decode_delta(data, name=name)
+        if tuple(delta.lineage) != pending.delta_lineage:
+            raise StateLoadError(
+                f"{name}: its lineage {list(delta.lineage)} does not continue the committed version"
+                f" {base} of broadcast store {layout.operator}"
+            )
+        loaded.store.apply(delta.records)
+    finally:
+        loaded.store.close()
+    mark_clean(layout.standby, LineageInfo(pending.checkpoint_id, pending.next_lineage, 0, 0))
+
+
+@contextmanager
+def open_replica(
+    store: BlobStore, local_dir: str, query_id: str, spec: AdjunctSpec, pending: PendingVersion
+) -> Iterator[Any]:
+    """This executor's copy of the broadcast store at ``pending``, open read-only for the block.
+
+    The first task on the executor to need the version brings the copy there; the others wait for it
+    and then share it. Yields ``(store, seconds spent bringing the copy up to date)``.
+    """
+    from blobstate.lineage.commitlog import CommitLog
+    from blobstate.state.history import CommitCache, PartitionHistory
+    from blobstate.state.locking import PartitionLock
+    from blobstate.state.store import RocksStateStore
+
+    layout = LocalPartitionLayout(Path(local_dir), query_id, spec.operator, 0)
+    readers = layout.root / READERS_LOCK
+    target = pending.checkpoint_id
+    started = time.monotonic()
+    with _flock(readers, fcntl.LOCK_SH) as fd:
+        if not _replica_at(layout, target):
+            fcntl.flock(fd, fcntl.LOCK_EX)  # no reader holds the copy while it changes
+            if not _replica_at(layout, target):
+                lock = PartitionLock(layout.lock_file)
+                lock.acquire(timeout=REPLICA_LOCK_TIMEOUT_SECONDS)
+                try:
+                    history = PartitionHistory(CommitCache(CommitLog(store)), spec.operator, 0)
+                    _bring_to(store, layout, pending, history)
+                finally:
+                    lock.release()
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if not _replica_at(layout, target):  # pragma: no cover - another writer between the locks
+                raise StateLoadError(f"broadcast store {spec.operator} on this executor moved off {target}")
+        seconds = time.monotonic() - started
+        replica = RocksStateStore.open(layout.standby, read_only=True)
+        try:
+            yield replica, seconds
+        finally:
+            replica.close()

@@ -1,0 +1,123 @@
+"""Apply a batch's side rows to an adjunct store: key and value extraction, the transform, deletes.
+
+The same function runs for a partitioned store (in the partition's task, before the batch's main rows)
+and a broadcast store (in the driver, before the stage), in bootstrap and in steady state, so a side
+row means the same everywhere: a null key is skipped, a null value deletes the key, and a row that
+cannot be converted follows the adjunct's one ``on_bad_record`` policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from blobstate.adjunct.spec import COLUMN_PREFIX, AdjunctRecordError, AdjunctSpec, column_name
+from blobstate.processor import codec
+from blobstate.processor.values import StateCodec
+from blobstate.state.interface import KeyValueStore
+
+
+@dataclass
+class ApplyStats:
+    """What applying one batch's side rows of one adjunct did."""
+
+    rows: int = 0
+    upserts: int = 0
+    deletes: int = 0
+    null_keys: int = 0
+    bad_records: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+    def add(self, other: ApplyStats) -> None:
+        """Add ``other``'s counts to these."""
+        for name, value in asdict(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
+
+def _value_of(spec: AdjunctSpec, row: dict[str, Any]) -> Any:
+    """The value a side row stores (None: delete the key)."""
+    if spec.transform is not None:
+        return spec.transform(row)
+    value = tuple(row[c] for c in spec.value_columns)
+    return None if all(v is None for v in value) else value
+
+
+def _as_tuple(value: Any, field_names: list[str]) -> tuple:
+    if isinstance(value, dict):
+        return tuple(value.get(n) for n in field_names)
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    return (value,)
+
+
+def apply_side_rows(store: KeyValueStore, spec: AdjunctSpec, table: pa.Table | None) -> ApplyStats:
+    """Upsert or delete one key of ``spec``'s column family per row of ``table`` (in row order).
+
+    ``table`` holds the adjunct's rows as they appear in the query's input (key columns under
+    ``spec.key_in_union``, side columns under :func:`column_name`). Raises
+    :class:`AdjunctRecordError` naming the adjunct, the key and the cause for a row that cannot be
+    converted when the policy is ``fail``; with ``skip`` it is counted in ``bad_records``.
+    """
+    stats = ApplyStats()
+    if table is None or table.num_rows == 0:
+        return stats
+    schema = spec.schema
+    names = schema.names
+    state_codec = StateCodec(f"adjunct {spec.name}", schema)
+    cf = spec.column_family
+    side = [column_name(spec.name, c) for c in spec.side_columns]
+    keys = table.select(list(spec.key_in_union)).to_pylist()
+    rows = table.select(side).rename_columns(list(spec.side_columns)).to_pylist()
+    for key_row, row in zip(keys, rows, strict=True):
+        stats.rows += 1
+        key = tuple(key_row[k] for k in spec.key_in_union)
+        if any(k is None for k in key):
+            stats.null_keys += 1
+            continue
+        try:
+            kb = codec.encode_key(key)
+            value = _value_of(spec, row)
+            if value is None:
+                store.delete(cf, kb)
+                stats.deletes += 1
+                continue
+            data = state_codec.encode(_as_tuple(value, names), None)
+        except Exception as error:
+            if spec.on_bad_record == "skip":
+                stats.bad_records += 1
+                continue
+            raise AdjunctRecordError(
+                f"adjunct {spec.name!r}: the side row with key {key!r} cannot be stored"
+                f" ({type(error).__name__}: {error}); use on_bad_record='skip' to skip such rows"
+            ) from None
+        store.put(cf, kb, data)
+        stats.upserts += 1
+    return stats
+
+
+def split_side_rows(
+    batches: Iterable[pa.RecordBatch], tag_column: str, side_names: Iterable[str]
+) -> tuple[list[pa.RecordBatch], dict[str, pa.Table]]:
+    """The main rows (tag null; the tag and side columns dropped) and each adjunct's rows, in input order."""
+    import pyarrow.compute as pc
+
+    collected = [b for b in batches if b.num_rows]
+    names = list(side_names)
+    if not collected:
+        return [], {}
+    table = pa.Table.from_batches(collected)
+    tag = table.column(tag_column)
+    own = [c for c in table.column_names if c != tag_column and not c.startswith(COLUMN_PREFIX)]
+    main = table.filter(pc.is_null(tag)).select(own)
+    sides = {}
+    for name in names:
+        rows = table.filter(pc.fill_null(pc.equal(tag, name), False))
+        if rows.num_rows:
+            sides[name] = rows
+    return main.to_batches(), sides

@@ -1,0 +1,203 @@
+"""A side stream as the user declares it (:class:`Adjunct`) and as tasks need it (:class:`AdjunctSpec`).
+
+A side stream is any streaming DataFrame. Its rows are never delivered to ``handleInputRows``: each one
+upserts (or, with a null value, deletes) one key of a read-only store the processor reads through
+``handle.getAdjunct(name)``. A *partitioned* store is keyed like the main stream and lives in the
+partition's own state; a *broadcast* store holds the whole side table, one copy per executor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import StructType
+
+from blobstate.errors import BlobstateError
+
+PARTITIONED = "partitioned"
+BROADCAST = "broadcast"
+MODES = (PARTITIONED, BROADCAST)
+ON_BAD_RECORD = ("fail", "skip")
+
+TAG_COLUMN = "__blobstate_adjunct"
+"""Set on side rows to the adjunct's name; null on the main stream's rows."""
+COLUMN_PREFIX = "__bsadj_"
+BROADCAST_OPERATOR_PREFIX = "adjunct-"
+"""A broadcast store is checkpointed as its own one-partition operator ``adjunct-<name>``."""
+STORE_CF_PREFIX = "$adjunct:"
+"""The column family holding an adjunct's rows (in the partition's store, or the broadcast store)."""
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
+
+
+class AdjunctError(BlobstateError, ValueError):
+    """An adjunct declaration that cannot work; the message names the adjunct."""
+
+
+class AdjunctRecordError(BlobstateError, ValueError):
+    """A side row that cannot be turned into a key and a value (with ``on_bad_record="fail"``)."""
+
+
+@dataclass(frozen=True)
+class Adjunct:
+    """A side stream materialized into a read-only store the processor reads (seed 003).
+
+    ``name`` names the store (``handle.getAdjunct(name)``); ``df`` is the side stream (any streaming
+    DataFrame); ``key`` its key column(s). The stored value is either the ``value`` column(s) (default:
+    every column that is not a key) or what ``transform(row)`` returns for the row as a dict (a tuple,
+    list, dict or Row of ``value_schema``, which ``transform`` requires). A null key is skipped; a null
+    value (every value column null, or ``transform`` returning None) deletes the key.
+
+    ``mode``: ``"partitioned"`` (keyed like the main stream: the key columns match the main key's
+    in number and order, and the store lives with each partition's state) or ``"broadcast"`` (a small
+    table; every executor keeps the whole of it, written once per batch by the driver).
+
+    ``bootstrap``: load the side stream's backlog before any main row is processed. ``persistent``:
+    keep the store in the checkpoint across restarts (a non-persistent store is rebuilt from the side
+    stream at every start). ``max_age_seconds``: a persistent store not updated for longer than this
+    at start-up is invalid and rebuilt. ``on_bad_record``: ``"fail"`` the batch on a row that cannot be
+    converted, or ``"skip"`` it and count it (the same policy in bootstrap and steady state).
+    """
+
+    name: str
+    df: Any
+    key: str | Sequence[str]
+    value: str | Sequence[str] | None = None
+    transform: Callable[[dict[str, Any]], Any] | None = None
+    value_schema: StructType | str | None = None
+    mode: str = PARTITIONED
+    bootstrap: bool = True
+    persistent: bool = True
+    max_age_seconds: float | None = None
+    on_bad_record: str = "fail"
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The side stream's key column(s)."""
+        return (self.key,) if isinstance(self.key, str) else tuple(self.key)
+
+    def validate(self, main_key_types: Sequence[Any]) -> None:
+        """Check the declaration against the side stream and the main key; raises AdjunctError."""
+        where = f"adjunct {self.name!r}"
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise AdjunctError(
+                f"adjunct name {self.name!r} must be a letter then letters, digits or '_' (at most 48)"
+            )
+        if not getattr(self.df, "isStreaming", False):
+            raise AdjunctError(f"{where}: df must be a streaming DataFrame (spark.readStream...)")
+        if self.mode not in MODES:
+            raise AdjunctError(f"{where}: mode must be one of {MODES}, not {self.mode!r}")
+        if self.on_bad_record not in ON_BAD_RECORD:
+            raise AdjunctError(
+                f"{where}: on_bad_record must be one of {ON_BAD_RECORD}, not {self.on_bad_record!r}"
+            )
+        if self.max_age_seconds is not None and not self.max_age_seconds > 0:
+            raise AdjunctError(f"{where}: max_age_seconds must be positive, not {self.max_age_seconds!r}")
+        columns = list(self.df.columns)
+        keys = self.key_columns
+        missing = [k for k in keys if k not in columns]
+        if not keys or missing:
+            raise AdjunctError(f"{where}: key column(s) {missing or list(keys)} not in its columns {columns}")
+        if self.mode == PARTITIONED and len(keys) != len(main_key_types):
+            raise AdjunctError(
+                f"{where}: a partitioned adjunct is keyed like the main stream, which has"
+                f" {len(main_key_types)} key column(s); its key has {len(keys)}"
+            )
+        if self.transform is not None:
+            if self.value is not None:
+                raise AdjunctError(f"{where}: give value columns or a transform, not both")
+            if self.value_schema is None:
+                raise AdjunctError(f"{where}: a transform needs value_schema (the schema of what it returns)")
+            if not callable(self.transform):
+                raise AdjunctError(f"{where}: transform must be callable")
+        else:
+            values = self.value_columns
+            missing = [v for v in values if v not in columns]
+            if not values or missing:
+                raise AdjunctError(
+                    f"{where}: value column(s) {missing or values} not in its columns {columns} (or no"
+                    " column besides the key)"
+                )
+
+    @property
+    def value_columns(self) -> list[str]:
+        """The value columns (without a transform): ``value``, else every non-key column."""
+        if self.value is not None:
+            return [self.value] if isinstance(self.value, str) else list(self.value)
+        return [c for c in self.df.columns if c not in self.key_columns]
+
+    def stored_schema(self) -> StructType:
+        """The schema of the stored values."""
+        if self.transform is not None:
+            from blobstate.processor.schema import to_struct_type
+
+            return to_struct_type(self.value_schema, what=f"value_schema of adjunct {self.name!r}")
+        fields = {f.name: f for f in self.df.schema.fields}
+        return StructType([fields[c] for c in self.value_columns])
+
+    def spec(self, main_key_columns: Sequence[str]) -> AdjunctSpec:
+        """What tasks and the driver need to apply this adjunct's rows (no DataFrame in it)."""
+        side_columns = tuple(self.df.columns)
+        if self.mode == PARTITIONED:
+            key_in_union = tuple(main_key_columns)
+        else:
+            key_in_union = tuple(column_name(self.name, k) for k in self.key_columns)
+        return AdjunctSpec(
+            name=self.name,
+            mode=self.mode,
+            key_in_union=key_in_union,
+            side_columns=side_columns,
+            value_columns=() if self.transform is not None else tuple(self.value_columns),
+            schema_json=self.stored_schema().json(),
+            transform=self.transform,
+            on_bad_record=self.on_bad_record,
+            bootstrap=self.bootstrap,
+            persistent=self.persistent,
+            max_age_seconds=self.max_age_seconds,
+        )
+
+
+def column_name(adjunct: str, column: str) -> str:
+    """The name of a side stream's column in the query's one input (unique per adjunct)."""
+    return f"{COLUMN_PREFIX}{adjunct}__{column}"
+
+
+@dataclass(frozen=True)
+class AdjunctSpec:
+    """An adjunct as the engine needs it: column names in the query's input, the value schema, the
+    transform and the policies. Shipped to tasks inside the batch's plan."""
+
+    name: str
+    mode: str
+    key_in_union: tuple[str, ...]
+    """The key columns of its rows in the query's input (the main key's names for a partitioned one)."""
+    side_columns: tuple[str, ...]
+    """The side stream's own columns (present in the input as :func:`column_name`)."""
+    value_columns: tuple[str, ...]
+    """The side columns stored as the value; empty when a transform computes it."""
+    schema_json: str
+    transform: Callable[[dict[str, Any]], Any] | None
+    on_bad_record: str
+    bootstrap: bool
+    persistent: bool
+    max_age_seconds: float | None
+
+    @property
+    def schema(self) -> StructType:
+        """The stored values' schema."""
+        import json
+
+        return StructType.fromJson(json.loads(self.schema_json))
+
+    @property
+    def column_family(self) -> str:
+        """The column family of its rows."""
+        return STORE_CF_PREFIX + self.name
+
+    @property
+    def operator(self) -> str:
+        """The operator a broadcast store is checkpointed as."""
+        return BROADCAST_OPERATOR_PREFIX + self.name
