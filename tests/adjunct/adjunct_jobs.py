@@ -155,16 +155,25 @@ def _at(tables: Sequence[pa.Table | None], i: int) -> pa.Table | None:
 
 # ---------------------------------------------------------------------------------------------- the query
 def start_query(spark: Any, base: Path, checkpoint: str, sink: Any, **options: Any) -> Any:
-    """The enrichment query over ``base/{clicks,profiles,discounts}``, one file per stream per batch."""
+    """The enrichment query over ``base/{clicks,profiles,discounts}``, one file per stream per batch.
+
+    ``bootstrap``, ``persistent`` and ``max_age_seconds`` options apply to both adjuncts (default: no
+    bootstrap, so batch ``i`` applies side file ``i`` before click file ``i``)."""
     import blobstate
     from blobstate import Adjunct
 
     def stream(name: str, schema: str) -> Any:
         return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(base / name))
 
+    bootstrap = options.pop("bootstrap", False)
+    persistent = options.pop("persistent", True)
+    max_age = options.pop("max_age_seconds", None)
+    common = {"bootstrap": bootstrap, "persistent": persistent, "max_age_seconds": max_age}
     adjuncts = [
-        Adjunct("profiles", stream("profiles", PROFILES), key="user", value="tier"),
-        Adjunct("discounts", stream("discounts", DISCOUNTS), key="tier", value="pct", mode="broadcast"),
+        Adjunct("profiles", stream("profiles", PROFILES), key="user", value="tier", **common),
+        Adjunct(
+            "discounts", stream("discounts", DISCOUNTS), key="tier", value="pct", mode="broadcast", **common
+        ),
     ]
     for directory in ("clicks", "profiles", "discounts"):
         (base / directory).mkdir(parents=True, exist_ok=True)

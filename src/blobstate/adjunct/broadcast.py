@@ -86,8 +86,10 @@ def write_version(
     uid: str,
     snapshot_every: int,
     snapshot_delta_bytes: int,
+    recreate: bool = False,
 ) -> Written:
-    """Apply ``rows`` (the batch's side rows of ``spec``) on top of ``committed`` and upload the result."""
+    """Apply ``rows`` (the batch's side rows of ``spec``, in order) on top of ``committed`` and upload the
+    result; ``recreate`` empties the store first."""
     from blobstate.state.partition import open_partition
 
     state = open_partition(
@@ -101,6 +103,8 @@ def write_version(
         snapshot_delta_bytes=snapshot_delta_bytes,
     )
     try:
+        if recreate and spec.column_family in state.store.column_families():
+            state.store.clear(spec.column_family)
         stats = apply_side_rows(state.store, spec, rows)
         result = state.commit(uid)
     except BaseException:

@@ -14,7 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from blobstate.adjunct.spec import COLUMN_PREFIX, AdjunctRecordError, AdjunctSpec, column_name
+from blobstate.adjunct.spec import (
+    COLUMN_PREFIX,
+    ORDER_COLUMNS,
+    AdjunctRecordError,
+    AdjunctSpec,
+    column_name,
+)
 from blobstate.processor import codec
 from blobstate.processor.values import StateCodec
 from blobstate.state.interface import KeyValueStore
@@ -119,5 +125,13 @@ def split_side_rows(
     for name in names:
         rows = table.filter(pc.fill_null(pc.equal(tag, name), False))
         if rows.num_rows:
-            sides[name] = rows
+            sides[name] = in_order(rows)
     return main.to_batches(), sides
+
+
+def in_order(table: pa.Table) -> pa.Table:
+    """Side rows in the order they are applied: a reloaded history first (by file, then row), then the
+    batch's own rows in input order (Spark's shuffle does not keep it)."""
+    if table.num_rows < 2 or ORDER_COLUMNS[0] not in table.column_names:
+        return table
+    return table.sort_by([(c, "ascending") for c in ORDER_COLUMNS])

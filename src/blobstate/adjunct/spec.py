@@ -25,6 +25,13 @@ ON_BAD_RECORD = ("fail", "skip")
 TAG_COLUMN = "__blobstate_adjunct"
 """Set on side rows to the adjunct's name; null on the main stream's rows."""
 COLUMN_PREFIX = "__bsadj_"
+PHASE_COLUMN = COLUMN_PREFIX + "phase"
+"""0 for rows of a reloaded history, 1 for the side stream's own rows: history first."""
+RANK_COLUMN = COLUMN_PREFIX + "rank"
+"""A reloaded row's file in the source's read order (0 for the stream's rows)."""
+ROW_COLUMN = COLUMN_PREFIX + "row"
+"""Increases with a row's position in its input: side rows of a batch are applied in input order."""
+ORDER_COLUMNS = (PHASE_COLUMN, RANK_COLUMN, ROW_COLUMN)
 BROADCAST_OPERATOR_PREFIX = "adjunct-"
 """A broadcast store is checkpointed as its own one-partition operator ``adjunct-<name>``."""
 STORE_CF_PREFIX = "$adjunct:"
@@ -149,6 +156,7 @@ class Adjunct:
             name=self.name,
             mode=self.mode,
             key_in_union=key_in_union,
+            side_key_columns=self.key_columns,
             side_columns=side_columns,
             value_columns=() if self.transform is not None else tuple(self.value_columns),
             schema_json=self.stored_schema().json(),
@@ -174,6 +182,8 @@ class AdjunctSpec:
     mode: str
     key_in_union: tuple[str, ...]
     """The key columns of its rows in the query's input (the main key's names for a partitioned one)."""
+    side_key_columns: tuple[str, ...]
+    """The key columns as the side stream names them."""
     side_columns: tuple[str, ...]
     """The side stream's own columns (present in the input as :func:`column_name`)."""
     value_columns: tuple[str, ...]

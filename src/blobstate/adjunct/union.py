@@ -13,28 +13,40 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from blobstate.adjunct.spec import PARTITIONED, TAG_COLUMN, Adjunct, AdjunctError, AdjunctSpec, column_name
+from blobstate.adjunct.spec import (
+    ORDER_COLUMNS,
+    PARTITIONED,
+    ROW_COLUMN,
+    TAG_COLUMN,
+    Adjunct,
+    AdjunctError,
+    AdjunctSpec,
+    column_name,
+)
 
 
-def _side_frame(adjunct: Adjunct, main_key_columns: Sequence[str], main_types: dict[str, Any]) -> DataFrame:
-    df = adjunct.df
+def side_rows(
+    adjunct: Adjunct | AdjunctSpec,
+    df: DataFrame,
+    main_key_columns: Sequence[str],
+    main_types: dict[str, Any],
+    order: Sequence[Any] | None = None,
+) -> DataFrame:
+    """``df``'s rows in the layout of the query's one input: key columns (for a partitioned adjunct named
+    and typed like the main key, so Spark's hash partitioning sends a side row to the partition of the
+    main rows with the same key), the side columns under :func:`column_name`, the order columns and the
+    tag. ``order`` gives the phase, rank and row expressions (default: the stream's own rows)."""
+    name = adjunct.name
+    key_columns = adjunct.key_columns if isinstance(adjunct, Adjunct) else adjunct.side_key_columns
     columns = []
     if adjunct.mode == PARTITIONED:
-        # Named and typed like the main key, so Spark's hash partitioning sends a side row to the
-        # partition of the main rows with the same key.
-        for main_key, side_key in zip(main_key_columns, adjunct.key_columns, strict=True):
+        for main_key, side_key in zip(main_key_columns, key_columns, strict=True):
             columns.append(F.col(f"`{side_key}`").cast(main_types[main_key]).alias(main_key))
-    else:
-        columns += [F.col(f"`{k}`").alias(column_name(adjunct.name, k)) for k in adjunct.key_columns]
-    keys_taken = (
-        {column_name(adjunct.name, k) for k in adjunct.key_columns} if adjunct.mode != PARTITIONED else set()
-    )
-    columns += [
-        F.col(f"`{c}`").alias(column_name(adjunct.name, c))
-        for c in df.columns
-        if column_name(adjunct.name, c) not in keys_taken
-    ]
-    return df.select(*columns, F.lit(adjunct.name).alias(TAG_COLUMN))
+    columns += [F.col(f"`{c}`").alias(column_name(name, c)) for c in df.columns if not c.startswith("__")]
+    if order is None:  # the row's position is set per micro-batch (streaming plans cannot number rows)
+        order = (F.lit(1), F.lit(0).cast("long"), F.lit(None).cast("long"))
+    columns += [expr.alias(col) for expr, col in zip(order, ORDER_COLUMNS, strict=True)]
+    return df.select(*columns, F.lit(name).alias(TAG_COLUMN))
 
 
 def with_side_streams(
@@ -58,9 +70,16 @@ def with_side_streams(
     combined = main.withColumn(TAG_COLUMN, F.lit(None).cast("string"))
     for adjunct in adjuncts:
         combined = combined.unionByName(
-            _side_frame(adjunct, main_key_columns, main_types), allowMissingColumns=True
+            side_rows(adjunct, adjunct.df, main_key_columns, main_types), allowMissingColumns=True
         )
     return combined, [a.spec(main_key_columns) for a in adjuncts]
+
+
+def numbered(batch_df: DataFrame) -> DataFrame:
+    """A micro-batch's input with each side row's position in it (Spark's shuffle does not keep the
+    input order; a replayed batch reads the same splits, so it numbers its rows the same)."""
+    row = F.col(ROW_COLUMN)
+    return batch_df.withColumn(ROW_COLUMN, F.coalesce(row, F.monotonically_increasing_id()))
 
 
 def count_sources(df: DataFrame) -> int:

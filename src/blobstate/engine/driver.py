@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -14,6 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from blobstate.adjunct.union import numbered
 from blobstate.blobstore import BlobStore
 from blobstate.engine.config import QueryConfig
 from blobstate.engine.outputs import (
@@ -209,6 +211,15 @@ class BatchDriver:
     """The query's adjunct stores (:class:`blobstate.adjunct.spec.AdjunctSpec`), in declaration order."""
     adjunct_sources: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Each adjunct's sources in Spark's offset log: (index of the first, how many)."""
+    start_decisions: dict[str, Any] = field(default_factory=dict)
+    """What each adjunct store does at this start (``adjunct.decision``): applied by the run's first batch."""
+    reload_sources: dict[str, Any] = field(default_factory=dict)
+    """The file source of each adjunct whose history the first batch reads again."""
+    main_types: dict[str, Any] = field(default_factory=dict)
+    """The main stream's column types (reloaded side rows are keyed like it)."""
+    waiting: set[str] = field(default_factory=set)
+    """Bootstrap adjuncts still loading a rate-limited side stream's backlog: main rows are held."""
+    _start_applied: bool = False
     _offsets: bytes | None = None
 
     def __post_init__(self) -> None:
@@ -251,8 +262,17 @@ class BatchDriver:
         previous = self.commit_log.read_commit(batch_id) if batch_id > 0 else None
         if source is not None:
             self._check_source(batch_id, None, previous, source)
-        broadcast = self._write_broadcast(batch_df, previous)
+        decisions = {} if self._start_applied else self.start_decisions
+        reload = self._reload_frames(decisions, previous)
+        if self.adjuncts:
+            batch_df = numbered(batch_df)
+        defer_main = self._still_waiting(previous)
+        broadcast = self._write_broadcast(batch_df, previous, decisions, reload)
         spec = self._plan(batch_df, batch_id, previous, source, broadcast)
+        if self.adjuncts:
+            recreate = tuple(n for n, d in decisions.items() if d.recreate and n not in broadcast)
+            spec = dataclasses.replace(spec, adjunct_recreate=recreate, defer_main=defer_main)
+            batch_df = self._with_reloaded(batch_df, reload, broadcast)
         plan = self._assign(previous)
         stage_started = time.monotonic()
         stage, sink_started, attempts = self._stage_and_sink(batch_df, spec, plan)
@@ -275,9 +295,11 @@ class BatchDriver:
                 recovery,
                 ran,
                 broadcast,
+                decisions,
             )
         finally:
             stage.release()
+        self._start_applied = True
         self._after_commit(commit, ran)
         finished = time.monotonic()
         report = BatchReport(
@@ -346,9 +368,16 @@ class BatchDriver:
             broadcast={name: w.pending for name, w in (broadcast or {}).items()},
         )
 
-    def _write_broadcast(self, batch_df: DataFrame, previous: Any) -> dict[str, Any]:
-        """Write this batch's version of every broadcast adjunct store (the driver is its one writer)."""
+    def _write_broadcast(
+        self, batch_df: DataFrame, previous: Any, decisions: dict[str, Any], reload: dict[str, DataFrame]
+    ) -> dict[str, Any]:
+        """Write this batch's version of every broadcast adjunct store (the driver is its one writer):
+        emptied first when the start decided to re-create it, its reloaded history, then the batch's
+        own side rows."""
+        import pyarrow as pa
+
         from blobstate.adjunct.broadcast import write_version
+        from blobstate.adjunct.records import in_order
         from blobstate.adjunct.spec import BROADCAST, TAG_COLUMN
         from blobstate.engine.config import resolve_local_dir
         from blobstate.ids import CheckpointId, new_uid
@@ -358,6 +387,10 @@ class BatchDriver:
             if adjunct.mode != BROADCAST:
                 continue
             rows = batch_df.filter(F.col(TAG_COLUMN) == adjunct.name).toArrow()
+            if adjunct.name in reload:
+                history = reload[adjunct.name].toArrow()
+                rows = pa.concat_tables([history, rows.select(history.column_names)])
+            rows = in_order(rows)
             committed = None
             if previous is not None:
                 committed = CheckpointId(previous.version, previous.checkpoints[adjunct.operator][0])
@@ -371,8 +404,73 @@ class BatchDriver:
                 uid=new_uid(),
                 snapshot_every=self.config.snapshot_every,
                 snapshot_delta_bytes=self.config.snapshot_delta_bytes,
+                recreate=adjunct.name in decisions and decisions[adjunct.name].recreate,
             )
         return written
+
+    def _reload_frames(self, decisions: dict[str, Any], previous: Any) -> dict[str, DataFrame]:
+        """The side stream history each re-created bootstrap store reads again: up to the offset of the
+        last committed batch, in the layout of the query's input (applied before the batch's side rows)."""
+        from blobstate.adjunct.history import files_up_to, history_frame
+        from blobstate.adjunct.union import side_rows
+
+        frames: dict[str, DataFrame] = {}
+        for name, decision in decisions.items():
+            if not decision.reload:
+                continue
+            recorded = ((previous.adjunct_offsets or {}).get(name) if previous is not None else None) or []
+            if not recorded:
+                continue  # no side offset recorded yet: nothing was read before
+            first, _ = self.adjunct_sources[name]
+            last = int(recorded[0]["logOffset"])
+            log_dir = f"sources/{first}"
+            logs = {n: self._read_spark_file(f"{log_dir}/{n}") for n in self._list_spark_dir(log_dir)}
+            files = files_up_to(logs, last)
+            if not files:
+                continue
+            history = history_frame(self.spark, self.reload_sources[name], files)
+            order = (F.lit(0), F.col("__rank"), F.col("__row"))
+            frames[name] = side_rows(self._adjunct(name), history, self.key_columns, self.main_types, order)
+        return frames
+
+    def _with_reloaded(
+        self, batch_df: DataFrame, reload: dict[str, DataFrame], broadcast: dict[str, Any]
+    ) -> DataFrame:
+        """The batch's input with the reloaded history of partitioned stores (tagged like side rows)."""
+        for name, frame in reload.items():
+            if name not in broadcast:
+                batch_df = batch_df.unionByName(frame, allowMissingColumns=True)
+        return batch_df
+
+    def _still_waiting(self, previous: Any) -> bool:
+        """Whether this batch holds its main rows back: a bootstrap adjunct of a new store is still
+        loading a rate-limited side stream's backlog. It is loaded once a batch finds no new side
+        rows (its side offsets are those of the batch before)."""
+        if not self.waiting:
+            return False
+        current = self._adjunct_offsets()
+        before = (previous.adjunct_offsets or {}) if previous is not None else {}
+        for name in sorted(self.waiting):
+            if previous is not None and name in before and before[name] == current.get(name):
+                self.waiting.discard(name)
+                log.info(
+                    "adjunct %s: the side stream's backlog is loaded; held main rows are processed", name
+                )
+        return bool(self.waiting)
+
+    def _list_spark_dir(self, relative: str) -> list[str]:
+        """The names in a directory of Spark's checkpoint (through Hadoop's FileSystem)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(f"{self.spark_checkpoint.rstrip('/')}/{relative}")
+        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        if not fs.exists(path):
+            return []
+        return sorted(
+            str(s.getPath().getName())
+            for s in fs.listStatus(path)
+            if not s.getPath().getName().startswith(".")
+        )
 
     def _stage_and_sink(
         self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None
@@ -675,6 +773,7 @@ class BatchDriver:
         spark_recovery_seconds: float = 0.0,
         ran: dict[int, PartitionAssignment] | None = None,
         broadcast: dict[str, Any] | None = None,
+        decisions: dict[str, Any] | None = None,
     ) -> Any:
         from blobstate.lineage.commitlog import Commit
         from blobstate.lineage.refs import PartitionObjects
@@ -710,7 +809,11 @@ class BatchDriver:
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
                 "spark_recovery_seconds": spark_recovery_seconds,
                 "standby": standby or {},
-                **({"adjuncts": self._adjunct_metrics(metas, previous, broadcast)} if self.adjuncts else {}),
+                **(
+                    {"adjuncts": self._adjunct_metrics(metas, previous, broadcast, decisions or {})}
+                    if self.adjuncts
+                    else {}
+                ),
             },
             adjunct_offsets=self._adjunct_offsets() if self.adjuncts else None,
             source=None if source is None else source.to_json(),
@@ -723,7 +826,11 @@ class BatchDriver:
         return next(a for a in self.adjuncts if a.name == name)
 
     def _adjunct_metrics(
-        self, metas: dict[int, dict[str, Any]], previous: Any, broadcast: dict[str, Any] | None
+        self,
+        metas: dict[int, dict[str, Any]],
+        previous: Any,
+        broadcast: dict[str, Any] | None,
+        decisions: dict[str, Any],
     ) -> dict[str, Any]:
         """What each adjunct store took in this batch, and when it last changed (for its validity)."""
         from blobstate.adjunct.records import ApplyStats
@@ -741,13 +848,22 @@ class BatchDriver:
                     if applied:
                         totals.add(ApplyStats(**applied))
             last = before.get(adjunct.name) or {}
+            decision = decisions.get(adjunct.name)
+            recreated = decision is not None and decision.recreate
             out[adjunct.name] = {
                 "mode": adjunct.mode,
                 **totals.to_json(),
-                "total_rows": int(last.get("total_rows", 0)) + totals.rows,
-                "created_ms": last.get("created_ms", now_ms),
-                "updated_ms": now_ms if totals.rows else last.get("updated_ms", now_ms),
+                "total_rows": (0 if recreated else int(last.get("total_rows", 0))) + totals.rows,
+                "created_ms": now_ms if recreated else last.get("created_ms", now_ms),
+                "updated_ms": now_ms if totals.rows or recreated else last.get("updated_ms", now_ms),
+                "waiting_for_backlog": adjunct.name in self.waiting,
+                **({"start": decision.to_json()} if decision is not None else {}),
             }
+        held = [m.get("adjuncts") or {} for m in metas.values()]
+        out["$held_rows"] = {
+            "deferred": sum(int(h.get("$deferred", 0)) for h in held),
+            "released": sum(int(h.get("$released", 0)) for h in held),
+        }
         return out
 
     def _adjunct_offsets(self) -> dict[str, Any]:
@@ -821,7 +937,8 @@ class BatchDriver:
         if self.ticks is None:
             return
         eviction = (commit.metrics or {}).get("eviction_watermark_ms")
-        if wants_another_batch(self.config.time_mode, eviction, commit.watermark_ms):
+        # While main rows are held for a bootstrap, the next batch must come even without new input.
+        if self.waiting or wants_another_batch(self.config.time_mode, eviction, commit.watermark_ms):
             self.ticks.request(commit.batch_id + 1)
 
 

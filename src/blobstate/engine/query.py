@@ -161,8 +161,11 @@ def transform_with_state(
         spark_checkpoint=spark_checkpoint_location(checkpoint_url, config),
         adjuncts=adjunct_specs,
         adjunct_sources=_adjunct_sources(df, list(adjuncts)),
+        main_types={f.name: f.dataType for f in df.schema.fields},
     )
     latest = driver.commit_log.latest_commit()
+    if adjunct_specs:
+        _decide_adjuncts(driver, list(adjuncts), latest)
     if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
         driver._request_tick(latest)
     writer = (
@@ -271,6 +274,26 @@ def _ensure_metadata(
             operators[a.operator] = {"key_columns": list(a.key_in_union), "partitions": 1}
     wanted = QueryMetadata.new(num_partitions, operators)
     return CommitLog(store).write_metadata(wanted)
+
+
+def _decide_adjuncts(driver: BatchDriver, adjuncts: list[Any], latest: Any) -> None:
+    """Seed 003's decision table for each adjunct store at this start (``adjunct.decision``)."""
+    import time
+
+    from blobstate.adjunct.decision import decide
+    from blobstate.adjunct.history import file_source_of, is_rate_limited
+
+    recorded = ((latest.metrics or {}).get("adjuncts") or {}) if latest is not None else {}
+    now_ms = int(time.time() * 1000)
+    for adjunct, spec in zip(adjuncts, driver.adjuncts, strict=True):
+        mine = recorded.get(spec.name) if latest is not None else None
+        decision = decide(spec, mine, now_ms, rate_limited=is_rate_limited(adjunct.df))
+        log.info("adjunct %s: store %s: %s", spec.name, decision.found, decision.reason)
+        driver.start_decisions[spec.name] = decision
+        if decision.reload:
+            driver.reload_sources[spec.name] = file_source_of(spec.name, adjunct.df)
+        if decision.wait_for_backlog or (mine or {}).get("waiting_for_backlog"):
+            driver.waiting.add(spec.name)
 
 
 def _adjunct_sources(main: DataFrame, adjuncts: list[Any]) -> dict[str, tuple[int, int]]:

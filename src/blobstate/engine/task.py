@@ -66,6 +66,10 @@ class TaskSpec:
     adjuncts: tuple[Any, ...] = ()
     """The query's adjunct stores (:class:`blobstate.adjunct.spec.AdjunctSpec`): partitioned ones' rows
     arrive in the input, tagged; broadcast ones are read from the executor's copy."""
+    adjunct_recreate: tuple[str, ...] = ()
+    """Partitioned adjunct stores emptied before this batch's side rows (the start's decision)."""
+    defer_main: bool = False
+    """Hold the main rows in the partition's state: a bootstrap adjunct is still loading its backlog."""
     broadcast: dict[str, Any] = field(default_factory=dict)
     """Each broadcast adjunct's version for this batch (``adjunct.broadcast.PendingVersion``)."""
 
@@ -196,7 +200,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         views: dict[str, Any] = {}
         if spec.adjuncts:
             data, views, stats["adjuncts"] = _open_adjuncts(spec, data, state.store, adjunct_scope)
-            stats["input_rows"] -= sum(a.get("rows", 0) for a in stats["adjuncts"].values())
+            side = [a for n, a in stats["adjuncts"].items() if not n.startswith("$")]
+            stats["input_rows"] -= sum(a.get("rows", 0) for a in side)
         initial_state = None
         if spec.initial_state_key_columns is not None:
             data, initial_state = _split_initial_state(data)
@@ -268,6 +273,7 @@ def _open_adjuncts(
     the executor's broadcast copies at the batch's version; returns the main rows, the views by name
     and what was applied."""
     from blobstate.adjunct.broadcast import open_replica
+    from blobstate.adjunct.deferred import DEFERRED_CF, defer, take_deferred
     from blobstate.adjunct.records import apply_side_rows, split_side_rows
     from blobstate.adjunct.spec import PARTITIONED, TAG_COLUMN
     from blobstate.adjunct.view import AdjunctView
@@ -279,6 +285,8 @@ def _open_adjuncts(
     applied: dict[str, Any] = {}
     for adjunct in spec.adjuncts:
         if adjunct.mode == PARTITIONED:
+            if adjunct.name in spec.adjunct_recreate and adjunct.column_family in store.column_families():
+                store.clear(adjunct.column_family)
             applied[adjunct.name] = apply_side_rows(store, adjunct, sides.get(adjunct.name)).to_json()
             source = store
         else:
@@ -292,6 +300,13 @@ def _open_adjuncts(
         views[adjunct.name] = AdjunctView(
             adjunct.name, source, adjunct.column_family, adjunct.schema, len(adjunct.key_in_union)
         )
+    if spec.defer_main:
+        applied["$deferred"] = defer(store, spec.version + 1, main)
+        main = []
+    elif DEFERRED_CF in store.column_families():
+        held = take_deferred(store, main[0].schema if main else None)
+        applied["$released"] = sum(b.num_rows for b in held)
+        main = held + main
     return main, views, applied
 
 

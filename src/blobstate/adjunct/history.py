@@ -1,0 +1,143 @@
+"""Re-read a side stream's history up to the offset Spark recorded (the reload of a re-created store).
+
+A side stream joins the main query, so Spark will not deliver its past rows again. To rebuild a store
+(seed 003: "re-create store, force bootstrap") blobstate reads them itself, exactly up to the recorded
+offset: for a file source, the files its log in Spark's checkpoint (``sources/<i>/``) lists for the
+batches up to that offset, read with the source's own format, schema and options. Other sources cannot
+be re-read this way: the start fails with a message naming the adjunct and the source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from blobstate.adjunct.spec import AdjunctError
+
+FILE_SOURCE_OPTIONS_DROPPED = {
+    "path",
+    "maxfilespertrigger",
+    "maxbytespertrigger",
+    "latestfirst",
+    "maxfileage",
+}
+"""Options of a streaming file source that mean nothing (or something else) to a batch read."""
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """A side stream that is a plain file source, possibly with some of its columns selected."""
+
+    format: str
+    options: dict[str, str]
+    schema_json: str | None
+    columns: tuple[str, ...]
+
+
+def file_source_of(name: str, df: Any) -> FileSource:
+    """The file source under side stream ``df`` of adjunct ``name``; AdjunctError when it is not one
+    (a single file source with at most a selection of its columns on top)."""
+    node = df._jdf.queryExecution().analyzed()
+    while True:
+        kind = node.getClass().getSimpleName()
+        children = node.children()
+        if kind == "Project":
+            exprs = node.projectList()
+            plain = all(
+                exprs.apply(i).getClass().getSimpleName() == "AttributeReference" for i in range(exprs.size())
+            )
+            if not plain:
+                break
+        elif kind not in ("SubqueryAlias",):
+            break
+        node = children.apply(0)
+    if node.getClass().getSimpleName() != "StreamingRelation" or not _is_file_format(node):
+        raise AdjunctError(
+            f"adjunct {name!r}: its store must be rebuilt from the side stream's history, which blobstate"
+            " can read again only for a file source read as it is (spark.readStream...load(path), at most"
+            " selecting columns; move computed columns into transform=); keep the store persistent without"
+            " max_age_seconds, or start on a new checkpoint"
+        )
+    source = node.dataSource()
+    options = _scala_map(source.options())
+    schema = source.userSpecifiedSchema()
+    return FileSource(
+        format=str(source.className()),
+        options={k: v for k, v in options.items() if k.lower() not in FILE_SOURCE_OPTIONS_DROPPED},
+        schema_json=str(schema.get().json()) if schema.isDefined() else None,
+        columns=tuple(df.columns),
+    )
+
+
+def _is_file_format(node: Any) -> bool:
+    name = str(node.dataSource().className()).lower()
+    return name in {"parquet", "json", "csv", "orc", "text", "avro"} or name.endswith("fileformat")
+
+
+def _scala_map(m: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    it = m.iterator()
+    while it.hasNext():
+        pair = it.next()
+        out[str(pair._1())] = str(pair._2())
+    return out
+
+
+def files_up_to(log_files: Mapping[str, bytes], last_batch: int) -> list[str]:
+    """The files a file source's log (``sources/<i>/`` entries by name) lists for batches up to
+    ``last_batch``, in the order the source read them (by batch, then as listed)."""
+    entries: dict[str, tuple[int, int]] = {}
+    for name, data in log_files.items():
+        lines = data.decode("utf-8").splitlines()
+        if not lines or lines[0] != "v1":
+            raise AdjunctError(f"file source log entry {name} is not in Spark's v1 format")
+        for position, line in enumerate(lines[1:]):
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            batch = int(entry["batchId"])
+            if batch <= last_batch:
+                entries.setdefault(str(entry["path"]), (batch, position))
+    return sorted(entries, key=lambda path: entries[path])
+
+
+def history_frame(spark: Any, source: FileSource, files: list[str]) -> Any:
+    """The rows of ``files`` with the side stream's columns, ``__rank`` (the file's place in the source's
+    read order) and ``__row`` (increasing with the row's position in its file)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    reader = spark.read.format(source.format).options(**source.options)
+    if source.schema_json is not None:
+        reader = reader.schema(StructType.fromJson(json.loads(source.schema_json)))
+    frame = reader.load(files).select(
+        *[F.col(f"`{c}`") for c in source.columns], F.input_file_name().alias("__file")
+    )
+    ranks = spark.createDataFrame([(path, i) for i, path in enumerate(files)], "__file STRING, __rank BIGINT")
+    joined = frame.join(F.broadcast(ranks), "__file")
+    row = F.monotonically_increasing_id().alias("__row")
+    return joined.select(*[F.col(f"`{c}`") for c in source.columns], F.col("__rank"), row)
+
+
+def is_rate_limited(df: Any) -> bool:
+    """Whether a source of ``df`` takes only part of its backlog per batch (a per-trigger limit or a
+    rate): then the first batch does not hold the whole side table."""
+    plan = df._jdf.queryExecution().analyzed()
+    leaves = plan.collectLeaves()
+    for i in range(leaves.size()):
+        leaf = leaves.apply(i)
+        kind = leaf.getClass().getSimpleName()
+        if kind == "StreamingRelation":
+            options = _scala_map(leaf.dataSource().options())
+        elif kind == "StreamingRelationV2":
+            options = {str(k): str(v) for k, v in dict(leaf.extraOptions().asCaseSensitiveMap()).items()}
+            if "rate" in str(leaf.sourceName()).lower():
+                return True
+        else:
+            continue
+        keys = {k.lower() for k in options}
+        if any("pertrigger" in k or k in ("rowspersecond", "rowsperbatch") for k in keys):
+            return True
+    return False
