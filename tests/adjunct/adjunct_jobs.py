@@ -149,6 +149,52 @@ def reference(
     return out
 
 
+class Model:
+    """The enrichment in plain Python, step by step: side files and click files applied in the order a
+    test says, stores emptied when a start re-creates them."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.profile: dict[str, str] = {}
+        self.discount: dict[str, int] = {}
+
+    def side(self, profile: pa.Table | None = None, discount: pa.Table | None = None) -> None:
+        """Apply side files (a null key is skipped, a null value deletes)."""
+        for table, store, value in ((profile, self.profile, "tier"), (discount, self.discount, "pct")):
+            for row in [] if table is None else table.to_pylist():
+                key = row[table.column_names[0]]
+                if key is None:
+                    continue
+                if row[value] is None:
+                    store.pop(key, None)
+                else:
+                    store[key] = row[value]
+
+    def clicks(self, *tables: pa.Table) -> list[Row]:
+        """Process click files; the rows the processor emits, sorted."""
+        rows: list[Row] = []
+        for table in tables:
+            for row in table.to_pylist():
+                user = row["user"]
+                self.counts[user] = self.counts.get(user, 0) + 1
+                tier = self.profile.get(user)
+                rows.append(
+                    (
+                        user,
+                        row["n"],
+                        self.counts[user],
+                        tier,
+                        None if tier is None else self.discount.get(tier),
+                    )
+                )
+        return sorted(rows, key=repr)
+
+    def reset_sides(self) -> None:
+        """Both adjunct stores re-created empty."""
+        self.profile.clear()
+        self.discount.clear()
+
+
 def _at(tables: Sequence[pa.Table | None], i: int) -> pa.Table | None:
     return tables[i] if i < len(tables) else None
 

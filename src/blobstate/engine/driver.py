@@ -389,7 +389,9 @@ class BatchDriver:
             rows = batch_df.filter(F.col(TAG_COLUMN) == adjunct.name).toArrow()
             if adjunct.name in reload:
                 history = reload[adjunct.name].toArrow()
-                rows = pa.concat_tables([history, rows.select(history.column_names)])
+                rows = pa.concat_tables(
+                    [history, rows.select(history.column_names)], promote_options="permissive"
+                )
             rows = in_order(rows)
             committed = None
             if previous is not None:
