@@ -1,8 +1,10 @@
-"""Shared fixtures: one real S3-protocol server (moto) and one SparkSession per test session."""
+"""Shared fixtures: one real S3-protocol server (moto), one SparkSession and one multi-host Spark cluster
+per test session."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from blobstate.blobstore import BlobStore, open_blob_store
+from cluster import ClusterUnavailableError, MultiHostCluster
 
 
 def _free_port() -> int:
@@ -134,3 +137,27 @@ def spark():
     )
     yield session
     session.stop()
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+@pytest.fixture(scope="session")
+def cluster_session() -> Iterator[MultiHostCluster]:
+    """One real multi-host Spark cluster per test session (standby and adjunct tests): a master plus three
+    workers on 127.0.0.2-4, each with a private disk and two cores (executors have one, but for the
+    Invariant 2 test); stopped at session end."""
+    cluster = MultiHostCluster(workers=3, worker_cores=2)
+    try:
+        cluster.start()
+    except ClusterUnavailableError as error:
+        pytest.skip(f"no multi-host cluster here: {error}")
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+@pytest.fixture
+def multihost_cluster(cluster_session: MultiHostCluster) -> MultiHostCluster:
+    """The session's cluster with every host up (a previous test may have killed some)."""
+    for i in range(cluster_session.workers):
+        cluster_session.start_host(i)
+    return cluster_session

@@ -248,16 +248,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--die-in-sink-of", type=int, default=None)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--local-dir", default=None)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--executors", type=int, default=0, help="wait for this many executors first")
+    parser.add_argument("--conf", action="append", default=[], help="k=v Spark conf")
     args = parser.parse_args(argv)
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
+    builder = (
+        SparkSession.builder.master(args.master)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
-        .getOrCreate()
     )
+    for item in args.conf:
+        key, _, value = item.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    deadline = time.monotonic() + 120
+    while (
+        args.executors and spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1 < args.executors
+    ):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"fewer than {args.executors} executors registered")
+        time.sleep(0.5)
     args.output.mkdir(parents=True, exist_ok=True)
 
     def sink(frame: Any, batch_id: int) -> None:
@@ -267,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(17)
         (args.output / f"batch-{batch_id}.json").write_text(json.dumps(rows))
 
-    query = start_query(spark, args.base, args.checkpoint, sink, local_dir=str(args.base / "local"))
+    local_dir = args.local_dir or str(args.base / "local")
+    query = start_query(
+        spark, args.base, args.checkpoint, sink, local_dir=local_dir, num_partitions=args.partitions
+    )
     query.processAllAvailable()
     query.stop()
     spark.stop()
