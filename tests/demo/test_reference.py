@@ -29,7 +29,7 @@ def test_gap_splits_sessions_and_watermark_closes_them() -> None:
         _batch([("b", t0 + 10 * GAP_MS + WATERMARK_DELAY_MS + 1)]),
     ]
     closed, still_open = reference_sessions(batches)
-    assert closed == [("a", t0, t0 + 1000, 2), ("a", t0 + GAP_MS + 2000, t0 + GAP_MS + 2000, 1)]
+    assert closed == [("a", t0, t0 + 1000, 2, None), ("a", t0 + GAP_MS + 2000, t0 + GAP_MS + 2000, 1, None)]
     assert set(still_open) == {"b"}
 
 
@@ -49,5 +49,21 @@ def test_generated_stream_ends_with_every_real_session_closed() -> None:
     batches = generate_batches(StreamShape(batches=4, events_per_batch=500, users=100))
     closed, still_open = reference_sessions(batches)
     assert set(still_open) == {SENTINEL_USER}
-    kept = sum(c for *_, c in closed)
+    kept = sum(session[3] for session in closed)
     assert 0 < kept <= 4 * 500
+
+
+def test_a_session_carries_the_tier_its_user_has_in_the_batch_that_closes_it() -> None:
+    from blobstate.demo.clickstream import PROFILE_SCHEMA
+
+    def profiles(rows: list[tuple[str, str | None]]) -> pa.Table:
+        return pa.table({"user": [u for u, _ in rows], "tier": [t for _, t in rows]}, schema=PROFILE_SCHEMA)
+
+    t0 = 10_000_000
+    far = t0 + 10 * GAP_MS + WATERMARK_DELAY_MS
+    batches = [_batch([("a", t0), ("c", t0)]), _batch([("b", far)]), _batch([("b", far + 1)])]
+    side = [profiles([("a", "free"), ("c", "plus")]), profiles([("a", "pro"), ("c", None)]), profiles([])]
+    closed, _ = reference_sessions(batches, side)
+    # Both sessions close in batch 2 (the watermark passed them after batch 1): a is "pro" by then and
+    # c has no profile any more.
+    assert sorted(closed) == [("a", t0, t0, 1, "pro"), ("c", t0, t0, 1, None)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from blobstate.blobstore import open_blob_store
-from blobstate.demo.clickstream import StreamShape, generate_batches, write_batches
+from blobstate.demo.clickstream import StreamShape, generate_batches, generate_profiles, write_batches
 from blobstate.lineage.commitlog import CommitLog
 
 BATCHES = 6
@@ -21,6 +21,7 @@ BATCHES = 6
 def test_partitions_stay_on_their_executor_across_batches(tmp_path: Path) -> None:
     batches = generate_batches(StreamShape(batches=BATCHES, events_per_batch=400, users=200))
     write_batches(batches[:BATCHES], tmp_path / "input")
+    write_batches(generate_profiles(StreamShape(users=200), BATCHES), tmp_path / "profiles", "profiles")
     checkpoint = tmp_path / "checkpoint"
     completed = subprocess.run(
         [
@@ -29,6 +30,8 @@ def test_partitions_stay_on_their_executor_across_batches(tmp_path: Path) -> Non
             "blobstate.demo.job",
             "--input",
             str(tmp_path / "input"),
+            "--profiles",
+            str(tmp_path / "profiles"),
             "--checkpoint",
             str(checkpoint),
             "--output",

@@ -62,18 +62,41 @@ def generate_batches(shape: StreamShape) -> list[pa.Table]:
     return tables
 
 
+PROFILE_SCHEMA = pa.schema([("user", pa.string()), ("tier", pa.string())])
+"""Columns of the user-profile side stream: user id and tier (a null tier deletes the profile)."""
+TIERS = ("free", "plus", "pro")
+
+
+def generate_profiles(shape: StreamShape, batches: int) -> list[pa.Table]:
+    """The user-profile side stream, one table per click batch: every user's tier with the first batch,
+    then about 2% of users changing tier (and a few losing their profile) with each later batch, so the
+    profiles change while the demo runs."""
+    rng = np.random.default_rng(shape.seed + 1)
+    users = [f"u{u:06d}" for u in range(shape.users)]
+    tables = [
+        pa.table(
+            {"user": users, "tier": [TIERS[i] for i in rng.integers(0, 3, len(users))]}, schema=PROFILE_SCHEMA
+        )
+    ]
+    for _ in range(1, batches):
+        changed = rng.choice(len(users), size=max(1, len(users) // 50), replace=False)
+        tiers = [None if rng.random() < 0.05 else TIERS[int(t)] for t in rng.integers(0, 3, len(changed))]
+        tables.append(pa.table({"user": [users[i] for i in changed], "tier": tiers}, schema=PROFILE_SCHEMA))
+    return tables
+
+
 def _table(users: list[str], ts: np.ndarray, pages: np.ndarray) -> pa.Table:
     micros = pa.array(ts * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
     return pa.table({"user": users, "ts": ts, "event_time": micros, "page": pages}, schema=SCHEMA)
 
 
-def write_batches(tables: list[pa.Table], directory: Path) -> list[Path]:
+def write_batches(tables: list[pa.Table], directory: Path, name: str = "clicks") -> list[Path]:
     """Write one parquet file per batch with increasing modification times (the file source's order)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     base = 1_600_000_000
     for i, table in enumerate(tables):
-        path = directory / f"clicks-{i:05d}.parquet"
+        path = directory / f"{name}-{i:05d}.parquet"
         pq.write_table(table, path)
         os.utime(path, (base + i, base + i))
         paths.append(path)

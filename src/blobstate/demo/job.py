@@ -1,7 +1,9 @@
 """The demo's streaming job, run as its own process so the demo can kill it mid-stream.
 
-``python -m blobstate.demo.job --input DIR --checkpoint DIR --output DIR`` processes every click file
-(one per micro-batch), prints one JSON line per batch on stdout, and exits when all are processed.
+``python -m blobstate.demo.job --input DIR --profiles DIR --checkpoint DIR --output DIR`` processes
+every click file (one per micro-batch) with the user-profile side stream (one file per micro-batch, kept
+in the ``profiles`` adjunct store), prints one JSON line per batch on stdout, and exits when all are
+processed.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the job until every input file is processed."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--input", type=Path, required=True)
+    parser.add_argument("--profiles", type=Path, required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--local-dir", required=True)
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import blobstate
-    from blobstate.demo.clickstream import SCHEMA
+    from blobstate.demo.clickstream import PROFILE_SCHEMA, SCHEMA
     from blobstate.demo.sessions import OUTPUT_SCHEMA, WATERMARK_DELAY_MS, SessionProcessor
     from blobstate.engine.driver import BatchReport
 
@@ -72,6 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         .option("maxFilesPerTrigger", 1)
         .parquet(str(args.input))
     )
+
+    # The profile side stream: applied to the "profiles" adjunct store before each batch's clicks. One
+    # file per batch, like the clicks, so profiles change while the job runs; the first file holds every
+    # user, so the store is filled before any click is processed.
+    profiles = (
+        spark.readStream.schema(from_arrow_schema(PROFILE_SCHEMA))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(args.profiles))
+    )
+    side = blobstate.Adjunct("profiles", profiles, key="user", value="tier", bootstrap=False)
 
     def report(batch: BatchReport) -> None:
         print(json.dumps(asdict(batch)), flush=True)
@@ -91,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         local_dir=args.local_dir,
         snapshot_every=5,
         on_batch=report,
+        adjuncts=[side],
     )
     query.processAllAvailable()
     query.stop()

@@ -16,7 +16,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from rich.console import Console
 
-from blobstate.demo.clickstream import SENTINEL_USER, StreamShape, generate_batches, write_batches
+from blobstate.demo.clickstream import (
+    SENTINEL_USER,
+    StreamShape,
+    generate_batches,
+    generate_profiles,
+    write_batches,
+)
 from blobstate.demo.sessions import reference_sessions
 
 
@@ -39,6 +45,8 @@ def _job_command(workdir: Path, partitions: int) -> list[str]:
         "blobstate.demo.job",
         "--input",
         str(workdir / "input"),
+        "--profiles",
+        str(workdir / "profiles"),
         "--checkpoint",
         str(workdir / "checkpoint"),
         "--output",
@@ -98,10 +106,14 @@ def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     batches = generate_batches(shape)
+    profiles = generate_profiles(shape, len(batches))
     write_batches(batches, workdir / "input")
+    write_batches(profiles, workdir / "profiles", "profiles")
     console.print(
         f"[bold]blobstate demo[/bold]: {len(batches)} micro-batches of clicks ({shape.events_per_batch:,}"
-        f" events, up to {shape.users:,} users) -> per-user sessions with an event-time timeout,"
+        f" events, up to {shape.users:,} users) -> per-user sessions with an event-time timeout, each"
+        f" tagged with the user's tier from a profile side stream ({profiles[0].num_rows:,} profiles, then"
+        f" ~{profiles[1].num_rows if len(profiles) > 1 else 0:,} changes per batch) kept in an adjunct store;"
         f" {partitions} state partitions, checkpoint {workdir / 'checkpoint'}"
     )
     header = ["run", "batch", "rows in", "rows out", "latency s", "restore s", "uploaded KB", "checkpoint"]
@@ -113,7 +125,7 @@ def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after:
     second = _run_job(command, console, "restarted", None, log)
 
     emitted = _read_sessions(workdir / "output")
-    closed, still_open = reference_sessions(batches)
+    closed, still_open = reference_sessions(batches, profiles)
     expected = Counter(closed)
     matches = emitted == expected and set(still_open) <= {SENTINEL_USER}
     result = DemoResult(
@@ -127,7 +139,8 @@ def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after:
     if matches:
         console.print(
             f"[bold green]OK[/bold green]: {result.sessions_emitted:,} sessions emitted across the kill and"
-            f" restart, identical to the reference computed without Spark ({result.seconds} s)"
+            f" restart, each with the tier its user had when it closed, identical to the reference computed"
+            f" without Spark ({result.seconds} s)"
         )
     else:
         missing = expected - emitted
@@ -144,5 +157,5 @@ def _read_sessions(output_dir: Path) -> Counter:
     sessions: Counter = Counter()
     for path in sorted(output_dir.glob("batch-*.parquet")):
         for row in pq.read_table(path).to_pylist():
-            sessions[(row["user"], row["start_ms"], row["end_ms"], row["clicks"])] += 1
+            sessions[(row["user"], row["start_ms"], row["end_ms"], row["clicks"], row["tier"])] += 1
     return sessions

@@ -3,7 +3,8 @@
 A session is a run of one user's clicks with gaps of at most ``GAP_MS``. The processor keeps the open
 session in a ValueState and an event-time timer at ``last click + GAP_MS``; it emits the session when a
 click arrives after the gap or when the watermark passes the timer. Clicks older than the batch's
-watermark are dropped, as Spark drops late rows.
+watermark are dropped, as Spark drops late rows. Each emitted session carries the user's tier from the
+``profiles`` adjunct store (a side stream of user profiles) as of the batch that closes it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
 
 GAP_MS = 90_000
 WATERMARK_DELAY_MS = 120_000
-OUTPUT_SCHEMA = "user string, start_ms long, end_ms long, clicks long"
+OUTPUT_SCHEMA = "user string, start_ms long, end_ms long, clicks long, tier string"
+COLUMNS = ["user", "start_ms", "end_ms", "clicks", "tier"]
 
-Session = tuple[str, int, int, int]
+Session = tuple[str, int, int, int, str | None]
 
 
 class SessionProcessor(StatefulProcessor):
@@ -30,6 +32,11 @@ class SessionProcessor(StatefulProcessor):
         """Declare the open session of each user."""
         self.handle = handle
         self.session = handle.getValueState("session", "start_ms LONG, last_ms LONG, clicks LONG")
+        self.profiles = handle.getAdjunct("profiles")
+
+    def _tier(self, user: str) -> str | None:
+        profile = self.profiles.get(user)
+        return None if profile is None else profile[0]
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
@@ -44,7 +51,7 @@ class SessionProcessor(StatefulProcessor):
         closed: list[Session] = []
         for t in times:
             if last is not None and t - last > GAP_MS:
-                closed.append((user, start, last, clicks))
+                closed.append((user, start, last, clicks, self._tier(user)))
                 start, clicks = None, 0
             if start is None:
                 start, last = t, t
@@ -53,7 +60,7 @@ class SessionProcessor(StatefulProcessor):
         self.session.update((start, last, clicks))
         self.handle.registerTimer(last + GAP_MS)
         if closed:
-            yield pd.DataFrame(closed, columns=["user", "start_ms", "end_ms", "clicks"])
+            yield pd.DataFrame(closed, columns=COLUMNS)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
         """The watermark passed the gap after the last click: the session is over."""
@@ -62,27 +69,37 @@ class SessionProcessor(StatefulProcessor):
         if current is not None:
             start, last, clicks = current
             self.session.clear()
-            yield pd.DataFrame(
-                [(user, start, last, clicks)], columns=["user", "start_ms", "end_ms", "clicks"]
-            )
+            yield pd.DataFrame([(user, start, last, clicks, self._tier(user))], columns=COLUMNS)
 
     def close(self) -> None:
         """Nothing to release."""
 
 
-def reference_sessions(batches: list[pa.Table]) -> tuple[list[Session], dict[str, tuple[int, int, int]]]:
+def reference_sessions(
+    batches: list[pa.Table], profiles: list[pa.Table] | None = None
+) -> tuple[list[Session], dict[str, tuple[int, int, int]]]:
     """Closed sessions and still-open sessions, computed batch by batch without Spark.
 
     Mirrors Spark's rules: the watermark starts at 0 and, after each batch, becomes the largest event
     time seen minus the delay. A batch fires timers at or before the current watermark but drops
     clicks older than the previous batch's watermark (one step behind). Input rows come before timers.
+    ``profiles[b]`` is the profile side stream's file read with click batch ``b``: applied before the
+    batch's clicks (a null tier deletes); a session carries its user's tier when it closes.
     """
     open_sessions: dict[str, tuple[int, int, int]] = {}
     closed: list[Session] = []
+    tier: dict[str, str] = {}
     watermark = 0
     late_watermark = 0
     max_seen: int | None = None
-    for table in batches:
+    for b, table in enumerate(batches):
+        for row in [] if profiles is None or b >= len(profiles) else profiles[b].to_pylist():
+            if row["user"] is None:
+                continue
+            if row["tier"] is None:
+                tier.pop(row["user"], None)
+            else:
+                tier[row["user"]] = row["tier"]
         rows = table.select(["user", "ts"]).to_pylist()
         rows = [r for r in rows if r["ts"] >= late_watermark]
         by_user: dict[str, list[int]] = {}
@@ -92,7 +109,7 @@ def reference_sessions(batches: list[pa.Table]) -> tuple[list[Session], dict[str
             start, last, clicks = open_sessions.get(user, (None, None, 0))
             for t in sorted(times):
                 if last is not None and t - last > GAP_MS:
-                    closed.append((user, start, last, clicks))
+                    closed.append((user, start, last, clicks, tier.get(user)))
                     start, clicks = None, 0
                 if start is None:
                     start, last = t, t
@@ -102,7 +119,7 @@ def reference_sessions(batches: list[pa.Table]) -> tuple[list[Session], dict[str
         for user in sorted(open_sessions):
             start, last, clicks = open_sessions[user]
             if last + GAP_MS <= watermark:
-                closed.append((user, start, last, clicks))
+                closed.append((user, start, last, clicks, tier.get(user)))
                 del open_sessions[user]
         batch_max = max((r["ts"] for r in rows), default=None)
         if batch_max is not None:
