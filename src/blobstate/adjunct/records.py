@@ -46,20 +46,29 @@ class ApplyStats:
             setattr(self, name, getattr(self, name) + value)
 
 
-def _value_of(spec: AdjunctSpec, row: dict[str, Any]) -> Any:
-    """The value a side row stores (None: delete the key)."""
-    if spec.transform is not None:
-        return spec.transform(row)
-    value = tuple(row[c] for c in spec.value_columns)
-    return None if all(v is None for v in value) else value
-
-
 def _as_tuple(value: Any, field_names: list[str]) -> tuple:
     if isinstance(value, dict):
         return tuple(value.get(n) for n in field_names)
     if isinstance(value, (tuple, list)):
         return tuple(value)
     return (value,)
+
+
+def _values(spec: AdjunctSpec, table: pa.Table, names: list[str]) -> Iterable[Any]:
+    """Each row's value to store (None: delete the key), or the exception converting it raised."""
+    if spec.transform is None:
+        columns = [table.column(column_name(spec.name, c)).to_pylist() for c in spec.value_columns]
+        for value in zip(*columns, strict=True):
+            yield None if all(v is None for v in value) else value
+        return
+    side = [column_name(spec.name, c) for c in spec.side_columns]
+    transform = spec.transform
+    for row in table.select(side).rename_columns(list(spec.side_columns)).to_pylist():
+        try:
+            value = transform(row)
+            yield None if value is None else _as_tuple(value, names)
+        except Exception as error:
+            yield error
 
 
 def apply_side_rows(store: KeyValueStore, spec: AdjunctSpec, table: pa.Table | None) -> ApplyStats:
@@ -75,35 +84,39 @@ def apply_side_rows(store: KeyValueStore, spec: AdjunctSpec, table: pa.Table | N
         return stats
     schema = spec.schema
     names = schema.names
-    state_codec = StateCodec(f"adjunct {spec.name}", schema)
+    encode = StateCodec(f"adjunct {spec.name}", schema).encode
+    encode_key = codec.encode_key
     cf = spec.column_family
-    side = [column_name(spec.name, c) for c in spec.side_columns]
-    keys = table.select(list(spec.key_in_union)).to_pylist()
-    rows = table.select(side).rename_columns(list(spec.side_columns)).to_pylist()
-    for key_row, row in zip(keys, rows, strict=True):
-        stats.rows += 1
-        key = tuple(key_row[k] for k in spec.key_in_union)
-        if any(k is None for k in key):
-            stats.null_keys += 1
+    key_columns = [table.column(k).to_pylist() for k in spec.key_in_union]
+    keys = [(k,) for k in key_columns[0]] if len(key_columns) == 1 else list(zip(*key_columns, strict=True))
+    skip = spec.on_bad_record == "skip"
+    put, delete = store.put, store.delete
+    null_keys = upserts = deletes = bad = 0
+    for key, value in zip(keys, _values(spec, table, names), strict=True):
+        if None in key:
+            null_keys += 1
             continue
         try:
-            kb = codec.encode_key(key)
-            value = _value_of(spec, row)
+            if isinstance(value, Exception):
+                raise value
+            kb = encode_key(key)
             if value is None:
-                store.delete(cf, kb)
-                stats.deletes += 1
+                delete(cf, kb)
+                deletes += 1
                 continue
-            data = state_codec.encode(_as_tuple(value, names), None)
+            data = encode(value, None)
         except Exception as error:
-            if spec.on_bad_record == "skip":
-                stats.bad_records += 1
+            if skip:
+                bad += 1
                 continue
             raise AdjunctRecordError(
                 f"adjunct {spec.name!r}: the side row with key {key!r} cannot be stored"
                 f" ({type(error).__name__}: {error}); use on_bad_record='skip' to skip such rows"
             ) from None
-        store.put(cf, kb, data)
-        stats.upserts += 1
+        put(cf, kb, data)
+        upserts += 1
+    stats.rows = table.num_rows
+    stats.null_keys, stats.upserts, stats.deletes, stats.bad_records = null_keys, upserts, deletes, bad
     return stats
 
 
