@@ -18,6 +18,8 @@ as plain data, never turned into classes).
 | ``$timersByKey``     | ``kb + ts8``     | ``b""``: listTimers/deleteTimer per key  |
 | ``$meta``            | ``var:<name>``   | JSON declaration of a state variable     |
 |                      | ``timeMode``     | the operator's time mode                 |
+| ``$adjunct:<name>``  | ``kb``           | a partitioned adjunct store's value ``v`` |
+| ``$adjunct-deferred``| ``be64(version)``| main rows held during a bootstrap (Arrow IPC) |
 
 User state names may not start with ``$`` (nor ``_``, reserved by Spark), so they never collide
 with the internal families.
