@@ -450,6 +450,10 @@ class BatchDriver:
         rows (its side offsets are those of the batch before)."""
         if not self.waiting:
             return False
+        if self._offsets is None:
+            log.warning("cannot read Spark's offset log: held main rows are processed now")
+            self.waiting.clear()
+            return False
         current = self._adjunct_offsets()
         before = (previous.adjunct_offsets or {}) if previous is not None else {}
         for name in sorted(self.waiting):
@@ -703,15 +707,15 @@ class BatchDriver:
         frame = batch_df
         if spec.initial_state_key_columns is not None and self.initial_state is not None:
             frame = self._with_initial_state(batch_df)
-        shuffled = frame.withColumn(
-            PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
-        ).repartition(self.num_partitions, *keys)
-        if spec.broadcast:  # broadcast side rows were applied by the driver
+        if spec.broadcast:  # the driver applied the broadcast side rows: they are not shuffled
             from blobstate.adjunct.spec import TAG_COLUMN
 
             partitioned = [a.name for a in self.adjuncts if a.name not in spec.broadcast]
             tag = F.col(TAG_COLUMN)
-            shuffled = shuffled.filter(tag.isNull() | tag.isin(partitioned) if partitioned else tag.isNull())
+            frame = frame.filter(tag.isNull() | tag.isin(partitioned) if partitioned else tag.isNull())
+        shuffled = frame.withColumn(
+            PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
+        ).repartition(self.num_partitions, *keys)
         helper = self.placement_helper
         if helper is not None and plan is not None and plan.assignment and self.use_preferred_locations:
             shuffled = helper.with_preferred_locations(shuffled, self._locations(plan))

@@ -197,14 +197,14 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         load_seconds = time.monotonic() - started
         max_event_time: list[int | None] = [None]
         data: Any = _checked_input(batches, partition, stats)
-        views: dict[str, Any] = {}
-        if spec.adjuncts:
-            data, views, stats["adjuncts"] = _open_adjuncts(spec, data, state.store, adjunct_scope)
-            side = [a for n, a in stats["adjuncts"].items() if not n.startswith("$")]
-            stats["input_rows"] -= sum(a.get("rows", 0) for a in side)
         initial_state = None
         if spec.initial_state_key_columns is not None:
             data, initial_state = _split_initial_state(data)
+        views: dict[str, Any] = {}
+        if spec.adjuncts:  # side rows are applied before any main row (which may be held back)
+            data, views, stats["adjuncts"] = _open_adjuncts(spec, data, state.store, adjunct_scope)
+            side = [a for n, a in stats["adjuncts"].items() if not n.startswith("$")]
+            stats["input_rows"] -= sum(a.get("rows", 0) for a in side)
         outputs = run_partition(
             spec.processor,
             state.store,
