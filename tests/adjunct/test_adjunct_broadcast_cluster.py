@@ -79,6 +79,10 @@ def test_each_executor_keeps_one_copy_written_by_one_writer_and_every_task_sees_
         for m in c.metrics["partitions"].values()
     }
     assert len(hosts_ran) == 2  # two executors, on two hosts
+    # Every task of a batch read the broadcast store at that batch's version.
+    for v in range(1, latest.version + 1):
+        parts = log.read_commit(v).metrics["partitions"].values()
+        assert {p["adjuncts"]["discounts"]["version"] for p in parts} == {v}
     # One writer: exactly one delta per version in the blob store, the committed one.
     store = open_blob_store(checkpoint)
     deltas = sorted(n for n in store.list(state_prefix(operator, 0)) if n.endswith(".delta"))

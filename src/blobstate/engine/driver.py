@@ -949,5 +949,11 @@ class BatchDriver:
 
 
 def _partition_metrics(metas: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Each partition's ``PARTITION_METRICS`` from its metadata row, for the commit and the progress."""
-    return {p: {k: m[k] for k in PARTITION_METRICS} for p, m in sorted(metas.items())}
+    """Each partition's ``PARTITION_METRICS`` from its metadata row, for the commit and the progress
+    (with side streams also ``adjuncts``: what it applied, and the broadcast versions it read)."""
+    out = {}
+    for p, m in sorted(metas.items()):
+        out[p] = {k: m[k] for k in PARTITION_METRICS}
+        if "adjuncts" in m:
+            out[p]["adjuncts"] = m["adjuncts"]
+    return out
