@@ -83,7 +83,8 @@ def resolve_credentials(
     """Choose the endpoint and credential of the store at ``url`` as Azure users expect (see module doc)."""
     env = os.environ if env is None else env
     location = parse_azure_url(url)
-    account = location.account or settings.account_name or env.get("AZURE_STORAGE_ACCOUNT_NAME") or None
+    named = location.account or settings.account_name  # a connection string must be for this account
+    account = named or env.get("AZURE_STORAGE_ACCOUNT_NAME") or None
     endpoint = settings.endpoint_url or env.get(ENDPOINT_ENV) or None
 
     def account_url(for_account: str | None) -> str:
@@ -100,7 +101,7 @@ def resolve_credentials(
 
     if settings.connection_string:
         return _from_connection_string(
-            settings.connection_string, "option connection_string", account, endpoint, url
+            settings.connection_string, "option connection_string", named, endpoint, url
         )
     if settings.account_key:
         return _with_key(account, settings.account_key, "option account_key", account_url, url)
@@ -110,7 +111,7 @@ def resolve_credentials(
         )
     if env.get("AZURE_STORAGE_CONNECTION_STRING"):
         return _from_connection_string(
-            env["AZURE_STORAGE_CONNECTION_STRING"], "AZURE_STORAGE_CONNECTION_STRING", account, endpoint, url
+            env["AZURE_STORAGE_CONNECTION_STRING"], "AZURE_STORAGE_CONNECTION_STRING", named, endpoint, url
         )
     if env.get("AZURE_STORAGE_ACCOUNT_KEY"):
         return _with_key(
@@ -228,13 +229,8 @@ class AzureBlobStore(BlobStore):
         """Translate Azure SDK errors about ``name`` into blob store errors naming container and blob."""
         try:
             yield
-        except ClientAuthenticationError as error:
-            raise BlobStoreError(
-                f"Azure refused the credentials ({self.credentials.source}) for {self._where(name)}"
-                f" (store {self.url}): {_first_line(error)}. Check the account key, SAS token (its expiry and"
-                " permissions: read, add, create, write, delete, list, tag) or the identity's role"
-                " (Storage Blob Data Contributor and Storage Blob Data Owner for tags)"
-            ) from error
+        except ClientAuthenticationError as error:  # raised by credentials before any request
+            raise self._refused(error, name) from error
         except HttpResponseError as error:
             raise self._http_error(error, name) from error
         except (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError) as error:
@@ -247,10 +243,21 @@ class AzureBlobStore(BlobStore):
             return self._no_container(name)
         if code == "BlobNotFound" or status == 404:
             return BlobNotFoundError(name, self.url)
+        if status in (401, 403):
+            return self._refused(error, name)
         if code in _TRANSIENT_CODES or status in (408, 429) or status >= 500:
             return TransientBlobError(f"{self._where(name)}: {code or status} {_first_line(error)}")
         return BlobStoreError(
             f"Azure error on {self._where(name)} (store {self.url}): {code or status} {_first_line(error)}"
+        )
+
+    def _refused(self, error: BaseException, name: str) -> BlobStoreError:
+        code = getattr(error, "error_code", None)
+        return BlobStoreError(
+            f"Azure refused the credentials ({self.credentials.source}) for {self._where(name)}"
+            f" (store {self.url}): {f'{code} ' if code else ''}{_first_line(error)}. Check the account key,"
+            " the SAS token (its expiry and permissions: read, add, create, write, delete, list, tag) or the"
+            " identity's role (Storage Blob Data Owner, or Contributor plus tag permissions)"
         )
 
     def _no_container(self, name: str) -> BucketNotFoundError:
