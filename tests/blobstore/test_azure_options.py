@@ -13,6 +13,7 @@ from blobstate.blobstore.azure_options import (
     AzureOptionError,
     AzureSettings,
     azure_url_with_options,
+    hadoop_url,
     parse_azure_url,
     parse_connection_string,
 )
@@ -208,3 +209,16 @@ def test_an_azure_url_without_the_sdk_says_which_extra_to_install() -> None:
         "BackendNotInstalledError az://state/prefix is an Azure checkpoint, which needs azure.storage.blob"
         " (not installed): pip install 'blobstate[azure]'"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("az://state@acct.blob.core.windows.net/q/1", "abfss://state@acct.dfs.core.windows.net/q/1"),
+        ("abfs://state@acct.dfs.core.windows.net/q", "abfss://state@acct.dfs.core.windows.net/q"),
+        ("abfss://state@acct.dfs.core.windows.net", "abfss://state@acct.dfs.core.windows.net"),
+        ("az://state/q", None),
+    ],
+)
+def test_hadoop_url_names_the_same_location_for_sparks_own_checkpoint(url: str, expected: str | None) -> None:
+    assert hadoop_url(url) == expected

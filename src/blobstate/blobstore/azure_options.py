@@ -238,3 +238,18 @@ def parse_connection_string(text: str) -> dict[str, str]:
             )
         pairs[key.strip()] = value.strip()
     return pairs
+
+
+def hadoop_url(url: str) -> str | None:
+    """The same location as Hadoop's ABFS driver names it (``abfss://container@account.dfs.../prefix``).
+
+    For Spark's own checkpoint (offsets) beside an Azure store, which Spark writes through Hadoop. None for
+    ``az://container/prefix``, which names no account: such a query gives ``spark_checkpoint`` itself.
+    """
+    location = parse_azure_url(url)
+    if location.account is None or location.blob_host is None:
+        return None
+    labels = location.blob_host.split(".")
+    labels[1] = "dfs" if labels[1] == "blob" else labels[1]
+    path = f"/{location.prefix.rstrip('/')}" if location.prefix else ""
+    return f"abfss://{location.container}@{'.'.join(labels)}{path}"
