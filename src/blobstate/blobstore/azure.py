@@ -390,6 +390,11 @@ class AzureBlobStore(BlobStore):
             " --policy @policy.json` (merge it into an existing policy instead of replacing that)"
         )
 
+    def expiry_problem(self) -> str | None:
+        """None: the lifecycle policy lives in the management plane, which a data-plane credential cannot
+        read, so it is not checked here (the README and :meth:`install_expiry_rule` say how to install it)."""
+        return None
+
     def close(self) -> None:
         """Shut down the I/O pool and the HTTP connections."""
         super().close()
