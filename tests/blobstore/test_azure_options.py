@@ -12,6 +12,7 @@ from blobstate.blobstore.azure import AZURITE_KEY, resolve_credentials
 from blobstate.blobstore.azure_options import (
     AzureOptionError,
     AzureSettings,
+    azure_options_from_spark_conf,
     azure_url_with_options,
     hadoop_url,
     parse_azure_url,
@@ -222,3 +223,24 @@ def test_an_azure_url_without_the_sdk_says_which_extra_to_install() -> None:
 )
 def test_hadoop_url_names_the_same_location_for_sparks_own_checkpoint(url: str, expected: str | None) -> None:
     assert hadoop_url(url) == expected
+
+
+def test_spark_conf_sets_azure_options_and_never_secrets() -> None:
+    conf = {
+        "spark.blobstate.azure.read_timeout": "60",
+        "spark.blobstate.azure.account_name": "acct",
+        "spark.blobstate.s3.read_timeout": "5",
+        "spark.blobstate.snapshot_every": "3",
+    }
+    options = azure_options_from_spark_conf(conf)
+    assert options == {"read_timeout": 60.0, "account_name": "acct"}
+    assert (
+        azure_url_with_options("az://state/p", options) == "az://state/p?account_name=acct&read_timeout=60.0"
+    )
+    with pytest.raises(AzureOptionError, match=r"spark\.blobstate\.azure\.account_key would show a secret"):
+        azure_options_from_spark_conf({"spark.blobstate.azure.account_key": "k"})
+    with pytest.raises(
+        AzureOptionError,
+        match=r"unknown Azure option.* in Spark conf spark\.blobstate\.azure\.<option>: region",
+    ):
+        azure_options_from_spark_conf({"spark.blobstate.azure.region": "x"})

@@ -253,3 +253,23 @@ def hadoop_url(url: str) -> str | None:
     labels[1] = "dfs" if labels[1] == "blob" else labels[1]
     path = f"/{location.prefix.rstrip('/')}" if location.prefix else ""
     return f"abfss://{location.container}@{'.'.join(labels)}{path}"
+
+
+AZURE_CONF_PREFIX = "spark.blobstate.azure."
+"""Spark conf keys ``spark.blobstate.azure.<option>`` set one Azure option of a query's checkpoint."""
+
+
+def azure_options_from_spark_conf(spark_conf: Mapping[str, str]) -> dict[str, Any]:
+    """The Azure options set as Spark conf ``spark.blobstate.azure.<option>``, converted and checked.
+
+    Secrets are refused here too: Spark conf is shown in the Spark UI and event logs.
+    """
+    raw = {k[len(AZURE_CONF_PREFIX) :]: v for k, v in spark_conf.items() if k.startswith(AZURE_CONF_PREFIX)}
+    secrets = sorted(SECRET_OPTIONS & set(raw))
+    if secrets:
+        raise AzureOptionError(
+            f"Spark conf {', '.join(AZURE_CONF_PREFIX + s for s in secrets)} would show a secret in the Spark"
+            " UI and event logs: set AZURE_STORAGE_* environment variables on the driver and executors"
+            " (spark.executorEnv.*) or use an identity (DefaultAzureCredential)"
+        )
+    return parse_azure_options(raw, f"Spark conf {AZURE_CONF_PREFIX}<option>")
