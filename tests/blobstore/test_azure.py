@@ -261,3 +261,16 @@ def test_an_endpoint_that_never_answers_fails_within_the_timeouts(silent_endpoin
     ):
         store.get("x")
     assert silent_endpoint.connections >= 1
+
+
+def test_parallel_block_uploads_reuse_their_connections(
+    azure_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Eight pool threads each uploading blocks four at a time need more than requests' default pool of
+    # ten connections; a pool too small discards connections (a warning each) and reconnects.
+    payload = os.urandom(12 * 1024 * KiB)
+    with open_blob_store(azure_url, max_single_put_size=1024 * KiB) as store:
+        with caplog.at_level("WARNING", logger="urllib3.connectionpool"):
+            store.run_parallel(lambda i: store.put(f"blobs/{i}", payload), range(store.io_threads))
+        assert store.get("blobs/3") == payload
+    assert not [r for r in caplog.records if "Connection pool is full" in r.getMessage()]

@@ -25,13 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
+import requests.adapters
 from azure.core.exceptions import (
     ClientAuthenticationError,
+    DecodeError,
     HttpResponseError,
     ResourceExistsError,
     ServiceRequestError,
     ServiceResponseError,
 )
+from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from blobstate.blobstore.azure_lifecycle import lifecycle_policy
@@ -202,9 +206,22 @@ class AzureBlobStore(BlobStore):
         parsed = parse_azure_url(location)
         self.container, self.prefix = parsed.container, parsed.prefix
         self.credentials = resolve_credentials(location, settings)
+        # Pool threads call Azure directly and each may move one object in up to _CHUNK_CONCURRENCY
+        # parallel ranges: size the connection pool for that, so connections are reused, not discarded.
+        session = requests.Session()
+        pool = settings.io_threads * (_CHUNK_CONCURRENCY + 1)
+        for scheme in ("http://", "https://"):
+            session.mount(scheme, requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool))
+        transport = RequestsTransport(
+            session=session,
+            session_owner=True,
+            connection_timeout=settings.connect_timeout,
+            read_timeout=settings.read_timeout,
+        )
         self._service = BlobServiceClient(
             self.credentials.account_url,
             credential=self.credentials.credential,
+            transport=transport,
             retry_total=0,  # the base class retries; the SDK's retries would multiply them
             connection_timeout=settings.connect_timeout,
             read_timeout=settings.read_timeout,
@@ -231,6 +248,8 @@ class AzureBlobStore(BlobStore):
             yield
         except ClientAuthenticationError as error:  # raised by credentials before any request
             raise self._refused(error, name) from error
+        except DecodeError as error:  # a body cut short or garbled in transit (IncompleteReadError)
+            raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
         except HttpResponseError as error:
             raise self._http_error(error, name) from error
         except (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError) as error:
