@@ -1,13 +1,17 @@
-"""Shared fixtures: one real S3-protocol server (moto), one SparkSession and one multi-host Spark cluster
-per test session."""
+"""Shared fixtures: one real S3-protocol server (moto), one Azure Blob server (azurite), one SparkSession
+and one multi-host Spark cluster per test session."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +43,103 @@ def s3_endpoint() -> Iterator[str]:
     os.environ["BLOBSTATE_S3_ENDPOINT"] = endpoint
     yield endpoint
     server.stop()
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NODE_PREFIX = REPO_ROOT / ".ci"
+"""Where CI (and the fixture, on first use) installs azurite from .ci/package-lock.json."""
+AZURITE_BIN = NODE_PREFIX / "node_modules" / ".bin" / "azurite-blob"
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _azurite_missing(why: str) -> None:
+    """Skip on a developer machine without Node; fail where azurite is required (CI sets the variable)."""
+    if os.environ.get("BLOBSTATE_REQUIRE_AZURITE") == "1":
+        pytest.fail(f"azurite is required (BLOBSTATE_REQUIRE_AZURITE=1) but {why}", pytrace=False)
+    pytest.skip(f"azurite not available: {why}")
+
+
+def _install_azurite() -> None:
+    if AZURITE_BIN.exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        _azurite_missing("npm is not installed (Node 20 and npm install it: npm ci --prefix .ci)")
+    done = subprocess.run(
+        [npm, "ci", "--prefix", str(NODE_PREFIX), "--no-audit", "--no-fund"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0 or not AZURITE_BIN.exists():
+        _azurite_missing(f"`npm ci --prefix .ci` failed: {done.stderr.strip()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def azurite_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Azure Blob server (azurite 3.35.0, in memory) on 127.0.0.1, for the whole session.
+
+    Installed from .ci/package-lock.json on first use. Sets AZURE_STORAGE_CONNECTION_STRING, so stores
+    opened by URL alone (also in spawned processes) reach it.
+    """
+    _install_azurite()
+    port = _free_port()
+    workdir = tmp_path_factory.mktemp("azurite")
+    log = (workdir / "azurite.log").open("wb")
+    process = subprocess.Popen(
+        [
+            str(AZURITE_BIN),
+            *("--blobHost", "127.0.0.1", "--blobPort", str(port)),
+            *("--skipApiVersionCheck", "--silent", "--inMemoryPersistence"),
+        ],
+        cwd=workdir,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, killed whole at the end
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"azurite exited with {process.returncode}: {(workdir / 'azurite.log').read_text()}"
+                )
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("azurite did not listen within 60 s")
+                time.sleep(0.1)
+        endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+        os.environ["AZURE_STORAGE_CONNECTION_STRING"] = (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={endpoint};"
+        )
+        yield endpoint
+    finally:
+        os.environ.pop("AZURE_STORAGE_CONNECTION_STRING", None)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+@pytest.fixture
+def azure_url(azurite_endpoint: str) -> str:
+    """A fresh container on the test azurite server, as an ``az://container/prefix`` URL."""
+    from azure.storage.blob import BlobServiceClient
+
+    container = f"test-{uuid.uuid4().hex[:12]}"
+    with BlobServiceClient.from_connection_string(os.environ["AZURE_STORAGE_CONNECTION_STRING"]) as service:
+        service.create_container(container)
+    return f"az://{container}/root"
 
 
 class SilentEndpoint:
@@ -100,19 +201,21 @@ def s3_url(s3_endpoint: str) -> str:
     return f"s3://{bucket}/root"
 
 
-@pytest.fixture(params=["local", "memory", "s3"])
+@pytest.fixture(params=["local", "memory", "s3", "azure"])
 def blob_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of a fresh, empty store on each backend in turn."""
     if request.param == "local":
         return str(tmp_path / "blobs")
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex}"
+    if request.param == "azure":
+        return request.getfixturevalue("azure_url")
     return request.getfixturevalue("s3_url")
 
 
 @pytest.fixture
 def blob_store(blob_store_url: str) -> Iterator[BlobStore]:
-    """A fresh, empty store on each backend in turn (local directory, memory, S3)."""
+    """A fresh, empty store on each backend in turn (local directory, memory, S3, Azure)."""
     store = open_blob_store(blob_store_url)
     yield store
     store.close()
