@@ -18,6 +18,9 @@ def _progress_bar() -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
     ) as bar:
