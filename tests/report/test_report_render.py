@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 import sys
 from pathlib import Path
@@ -96,3 +97,27 @@ def test_an_empty_checkpoint_is_an_error_naming_it(tmp_path: Path, capsys) -> No
         main(["report", url, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert err.startswith("error: ") and url in err and "no committed versions" in err
+
+
+def test_json_names_the_files_and_a_rerun_leaves_no_stale_plot(tmp_path: Path, capsys) -> None:
+    url = str(tmp_path / "checkpoint")
+    out = tmp_path / "report"
+    with open_blob_store(url) as store:
+        write_checkpoint(store, versions=3)
+    main_args = ["report", url, "--out", str(out), "--json"]
+    with pytest.raises(SystemExit) as exited:
+        main(main_args)
+    assert exited.value.code in (None, 0)
+    first = json.loads(capsys.readouterr().out)
+    assert first["page"] == str(out / PAGE_NAME) and first["versions"] == [1, 2, 3]
+    assert [Path(p).name for p in first["plots"]] == [f"{n}.png" for n, _, _ in PLOTS + STANDBY_PLOTS]
+
+    # the same directory, for a checkpoint without standbys: the standby PNGs go
+    url2 = str(tmp_path / "checkpoint2")
+    with open_blob_store(url2) as store:
+        write_checkpoint(store, versions=2, no_metrics=(1, 2))
+    with pytest.raises(SystemExit):
+        main(["report", url2, "--out", str(out), "--json"])
+    second = json.loads(capsys.readouterr().out)
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(Path(p).name for p in second["plots"])
+    assert not (out / "standby_lag.png").exists()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from blobstate.cli.lineage_cmds import UrlArgument
+from blobstate.cli.lineage_cmds import JsonOption, UrlArgument
 
 
 @contextmanager
@@ -47,6 +48,7 @@ def report(
             "--no-state-sizes", help="Do not read snapshot indexes for the state's size (fewer reads)."
         ),
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Write one self-contained HTML page with plots of every committed batch's metrics.
 
@@ -63,7 +65,22 @@ def report(
         summary, rows = load_batch_metrics(store, state_sizes=not no_state_sizes, progress=progress)
         if not rows:
             raise ReportError(f"{url} has no committed versions: nothing to report")
-        page = write_report(summary, rows, out, progress)
+        page, pngs = write_report(summary, rows, out, progress)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "page": str(page),
+                    "plots": [str(p) for p in pngs],
+                    "query_id": summary.query_id,
+                    "partitions": summary.num_partitions,
+                    "versions": [r.version for r in rows],
+                    "missing_versions": summary.missing,
+                },
+                indent=2,
+            )
+        )
+        return
     typer.echo(f"wrote {page} ({len(rows)} versions, {summary.num_partitions} partitions; PNGs next to it)")
 
 

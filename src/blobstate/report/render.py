@@ -378,15 +378,25 @@ def page_html(summary: CheckpointSummary, rows: Sequence[BatchMetrics], plots: S
 
 def write_report(
     summary: CheckpointSummary, rows: Sequence[BatchMetrics], out_dir: Path, progress: Progress | None = None
-) -> Path:
-    """Write ``index.html`` and one ``<plot>.png`` per plot into ``out_dir``; returns the page's path."""
+) -> tuple[Path, list[Path]]:
+    """Write ``index.html`` and one ``<plot>.png`` per plot into ``out_dir``; returns their paths.
+
+    A plot's PNG left in ``out_dir`` by an earlier report but not drawn this time is removed, so the
+    directory always matches the page.
+    """
     plots = render_plots(rows, progress)
     out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
     for plot in plots:
-        (out_dir / f"{plot.name}.png").write_bytes(plot.png)
+        path = out_dir / f"{plot.name}.png"
+        path.write_bytes(plot.png)
+        written.append(path)
+    for name, _, _ in PLOTS + STANDBY_PLOTS:
+        if name not in {p.name for p in plots}:
+            (out_dir / f"{name}.png").unlink(missing_ok=True)
     page = out_dir / PAGE_NAME
     page.write_text(page_html(summary, rows, plots), encoding="utf-8")
-    return page
+    return page, written
 
 
 __all__ = [
