@@ -121,3 +121,15 @@ def test_json_names_the_files_and_a_rerun_leaves_no_stale_plot(tmp_path: Path, c
     second = json.loads(capsys.readouterr().out)
     assert sorted(p.name for p in out.glob("*.png")) == sorted(Path(p).name for p in second["plots"])
     assert not (out / "standby_lag.png").exists()
+
+
+def test_many_versions_are_drawn_as_steps(tmp_path: Path) -> None:
+    from blobstate.report.render import MAX_BARS
+
+    with open_blob_store(str(tmp_path / "checkpoint")) as store:
+        write_checkpoint(store, versions=MAX_BARS + 10)
+        _, rows = load_batch_metrics(store, state_sizes=False)
+    plots = render_plots(rows)
+    assert [p.name for p in plots] == [name for name, _, _ in PLOTS + STANDBY_PLOTS]
+    for plot in plots:
+        check_png(plot.png)

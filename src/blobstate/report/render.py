@@ -20,6 +20,8 @@ from blobstate.errors import BlobstateError
 from blobstate.report.metrics import STAGE_SPLIT, BatchMetrics, CheckpointSummary, Progress
 
 PAGE_NAME = "index.html"
+MAX_BARS = 150
+"""Above this many versions, per-version counts are drawn as step lines instead of bars."""
 MAX_PARTITION_LINES = 12
 """Above this many partitions, per-partition plots show min, median and max instead of one line each."""
 
@@ -110,6 +112,18 @@ class _Figures:
         self.plt.close(fig)
         return buffer.getvalue()
 
+    def _bars(
+        self, ax: Any, values: Sequence[float], label: str, slot: int = 0, of: int = 1, **kw: Any
+    ) -> None:
+        """Bars per version (``slot`` of ``of`` side by side); a step line when there are too many
+        versions for bars to be legible (and thousands of bar patches take seconds to draw)."""
+        if len(self.versions) > MAX_BARS:
+            ax.step(self.versions, values, where="mid", label=label, linewidth=1, **kw)
+            return
+        width = 0.8 / of
+        xs = [v - 0.4 + width * (slot + 0.5) for v in self.versions]
+        ax.bar(xs, values, width, label=label, **kw)
+
     def latency(self) -> bytes:
         fig, ax = self._axes()
         ax.plot(self.versions, _series(self.rows, lambda r: r.seconds), marker="o", label="batch seconds")
@@ -134,29 +148,18 @@ class _Figures:
 
     def rows_in_out(self) -> bytes:
         fig, ax = self._axes()
-        width = 0.4
-        ax.bar(
-            [v - width / 2 for v in self.versions],
-            _series(self.rows, lambda r: r.input_rows),
-            width,
-            label="input rows",
-        )
-        ax.bar(
-            [v + width / 2 for v in self.versions],
-            _series(self.rows, lambda r: r.output_rows),
-            width,
-            label="output rows",
-        )
+        self._bars(ax, _series(self.rows, lambda r: r.input_rows), "input rows", 0, 2)
+        self._bars(ax, _series(self.rows, lambda r: r.output_rows), "output rows", 1, 2)
         ax.set_ylabel("rows")
         return self._png(fig, ax)
 
     def bytes_uploaded(self) -> bytes:
         fig, ax = self._axes()
         kib = 1024
-        ax.bar(
-            self.versions,
+        self._bars(
+            ax,
             _series(self.rows, lambda r: None if r.bytes_uploaded is None else r.bytes_uploaded / kib),
-            label="uploaded (deltas, snapshot blobs and indexes)",
+            "uploaded (deltas, snapshot blobs and indexes)",
         )
         ax.plot(
             self.versions,
@@ -208,9 +211,7 @@ class _Figures:
 
     def snapshots(self) -> bytes:
         fig, ax = self._axes()
-        ax.bar(
-            self.versions, [r.snapshots for r in self.rows], color="tab:green", label="partitions snapshotted"
-        )
+        self._bars(ax, [r.snapshots for r in self.rows], "partitions snapshotted", color="tab:green")
         ax.set_ylabel("snapshots")
         ax.yaxis.get_major_locator().set_params(integer=True)
         return self._png(fig, ax)
@@ -228,18 +229,15 @@ class _Figures:
 
     def failovers(self) -> bytes:
         fig, ax = self._axes()
-        width = 0.4
-        ax.bar(
-            [v - width / 2 for v in self.versions],
-            [0 if r.standby is None else r.standby.failovers for r in self.rows],
-            width,
-            label="to a standby",
+        self._bars(
+            ax, [0 if r.standby is None else r.standby.failovers for r in self.rows], "to a standby", 0, 2
         )
-        ax.bar(
-            [v + width / 2 for v in self.versions],
+        self._bars(
+            ax,
             [0 if r.standby is None else r.standby.failovers_without_standby for r in self.rows],
-            width,
-            label="cold (no standby)",
+            "cold (no standby)",
+            1,
+            2,
         )
         ax.set_ylabel("failovers")
         ax.yaxis.get_major_locator().set_params(integer=True)
