@@ -141,6 +141,32 @@ def test_commit_round_trip(log: CommitLog) -> None:
     assert CommitLog(log.store).read_commit(1).same_content(written)
 
 
+def test_metrics_keyed_by_partition_number_round_trip_beyond_ten_partitions(tmp_path) -> None:
+    # The driver keys metrics.partitions by int; JSON stores "10" before "2", so the digest must be of
+    # the stored form or every commit of a query with more than 10 partitions is refused.
+    from blobstate.blobstore import open_blob_store
+
+    n = 12
+    with open_blob_store(str(tmp_path / "checkpoint")) as store:
+        log_ = CommitLog(store)
+        log_.write_metadata(QueryMetadata.new(n, {"0": {"key_columns": ["k"]}}))
+        written = Commit(
+            version=1,
+            checkpoints={"0": {p: new_uid() for p in range(n)}},
+            writer="w",
+            objects={"0": {p: refs(p) for p in range(n)}},
+            retained_from=1,
+            metrics={
+                "partitions": {p: {"input_rows": p} for p in range(n)},
+                "objects": {p: [] for p in range(n)},
+            },
+        )
+        assert log_.write_commit(written) is True
+        read = CommitLog(store).read_commit(1)
+        assert read.same_content(written)
+        assert read.metrics is not None and read.metrics["partitions"]["11"] == {"input_rows": 11}
+
+
 def test_optional_fields_may_be_absent(log: CommitLog) -> None:
     bare = Commit(
         version=1, checkpoints=commit(1).checkpoints, writer="w", objects=all_refs(), retained_from=1

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
+from blobstate.errors import BlobstateError
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 UrlArgument = Annotated[
     str, typer.Argument(help="Query checkpoint: a path, file://, memory:// or s3:// URL.")
@@ -58,9 +60,17 @@ def _version_row(store: Any, history: Any, version: int, uid: str) -> dict[str, 
 
 
 def collect_lineage(
-    store: Any, *, partition: int | None = None, operator: str | None = None, limit: int = 20
+    store: Any,
+    *,
+    partition: int | None = None,
+    operator: str | None = None,
+    limit: int = 20,
+    version: int | None = None,
 ) -> dict[str, Any]:
-    """Committed versions (newest first, at most ``limit``) of every partition, with uids and sizes."""
+    """Committed versions (newest first, at most ``limit``) of every partition, with uids and sizes.
+
+    With ``version`` the listing starts at that version instead of the newest one.
+    """
     from blobstate.lineage.commitlog import CommitLog
     from blobstate.state.history import CommitCache, PartitionHistory
 
@@ -71,6 +81,7 @@ def collect_lineage(
         return out
     newest = log_.read_commit(latest)
     cache = CommitCache(log_, {latest: newest})
+    top = latest if version is None else version
     for op, parts in sorted(newest.checkpoints.items()):
         if operator is not None and op != operator:
             continue
@@ -78,40 +89,183 @@ def collect_lineage(
             if partition is not None and p != partition:
                 continue
             history = PartitionHistory(cache, op, p)
-            history.prefetch(range(max(1, latest - limit + 1), latest))
+            history.prefetch(range(max(1, top - limit + 1), top + 1))
             rows = []
-            for version in range(latest, max(0, latest - limit), -1):
-                uid = history.uid(version)
+            for v in range(top, max(0, top - limit), -1):
+                uid = history.uid(v)
                 if uid is None:
                     break
-                row = _version_row(store, history, version, uid)
+                row = _version_row(store, history, v, uid)
                 rows.append(row)
-                if version < newest.retained_from and row.get("delta_bytes") is None:
+                if v < newest.retained_from and row.get("delta_bytes") is None:
                     row["cleaned_up"] = True
                     break
             out["partitions"].append({"operator": op, "partition": p, "versions": rows})
     return out
 
 
+class VersionNotCommittedError(BlobstateError):
+    """``lineage --version V`` names a version that has no commit."""
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _time(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _version_json(row: Any, *, detail: bool) -> dict[str, Any]:
+    """One version's metrics as JSON (per-partition figures with ``detail``); None: not in the commit."""
+    from dataclasses import asdict
+
+    out: dict[str, Any] = {
+        "version": row.version,
+        "batch_id": row.batch_id,
+        "created_time_ms": row.created_time_ms,
+        "input_rows": row.input_rows,
+        "output_rows": row.output_rows,
+        "seconds": row.seconds,
+        "bytes_uploaded": row.bytes_uploaded,
+        "restore_seconds": row.restore_seconds,
+        "restore_bytes": row.restore_bytes,
+        "state_keys": row.state_keys,
+        "delta_bytes": row.delta_bytes,
+        "snapshots": row.snapshots,
+        "checkpoint": row.checkpoint_kind,
+    }
+    if detail:
+        out["partitions"] = {str(p): asdict(m) for p, m in sorted(row.partitions.items())}
+        out["standby"] = None if row.standby is None else asdict(row.standby)
+    return out
+
+
+def collect_versions(store: Any, *, limit: int = 20, version: int | None = None) -> list[Any]:
+    """The per-batch metrics (:class:`blobstate.report.BatchMetrics`) of the newest ``limit`` versions,
+    newest first, or of ``version`` alone (:class:`VersionNotCommittedError` when it has no commit)."""
+    from blobstate.lineage.commitlog import CommitLog
+    from blobstate.report.metrics import batch_row
+
+    log_ = CommitLog(store)
+    if version is not None:
+        if not log_.commit_exists(version):
+            latest = log_.latest_version()
+            raise VersionNotCommittedError(
+                f"version {version} of {store.url} has no commit (commits/{version}.json); the newest "
+                f"committed version is {latest}: run `blobstate lineage` to list them"
+            )
+        return [batch_row(log_.read_commit(version))]
+    versions = sorted(log_.versions(), reverse=True)[:limit]
+    commits = store.run_parallel(log_.read_commit, versions)
+    return [batch_row(c) for c in commits]
+
+
+_HEADER = (
+    f"{'version':>8}  {'committed (UTC)':<19}  {'rows in':>10}  {'rows out':>10}  {'batch s':>8}"
+    f"  {'uploaded':>11}  {'restore s':>9}  checkpoint"
+)
+
+
+def _version_line(row: Any) -> str:
+    return (
+        f"{row.version:>8}  {_time(row.created_time_ms):<19}  {_fmt(row.input_rows, ','):>10}"
+        f"  {_fmt(row.output_rows, ','):>10}  {_fmt(row.seconds, '.3f'):>8}"
+        f"  {_size(row.bytes_uploaded):>11}  {_fmt(row.restore_seconds, '.3f'):>9}  {row.checkpoint_kind}"
+    )
+
+
+def _partition_detail(row: Any, lineage_rows: dict[tuple[str, int], dict[str, Any]]) -> None:
+    typer.echo(
+        f"  {'partition':>9}  {'uid':<32}  {'rows in':>9}  {'rows out':>9}  {'restore s':>9}  {'load':<8}"
+        f"  {'uploaded':>11}  {'delta':>11}  {'snapshot':<8}  restore from"
+    )
+    for (op, p), info in sorted(lineage_rows.items()):
+        m = row.partitions.get(p)
+        name = f"{p}" if len({o for o, _ in lineage_rows}) == 1 else f"{op}/{p}"
+        restore = info.get("restore_error") or (f"{info['restore_from']} + {info['deltas_to_replay']} deltas")
+        snapshot = "yes" if info.get("snapshot") else "no"
+        if info.get("snapshot_error"):
+            snapshot = f"error: {info['snapshot_error']}"
+        typer.echo(
+            f"  {name:>9}  {info['uid']:<32}  {_fmt(m and m.input_rows, ','):>9}"
+            f"  {_fmt(m and m.output_rows, ','):>9}  {_fmt(m and m.restore_seconds, '.3f'):>9}"
+            f"  {(m and m.load_rule) or '-':<8}  {_size(m and m.bytes_uploaded):>11}"
+            f"  {_size(info.get('delta_bytes')):>11}  {snapshot:<8}  {restore}"
+        )
+
+
 def lineage(
     url: UrlArgument,
-    partition: Annotated[int | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+    version: Annotated[
+        int | None,
+        typer.Option("--version", "-v", help="Only this version, with each partition's figures and uid."),
+    ] = None,
+    partition: Annotated[
+        int | None,
+        typer.Option("--partition", "-p", help="List this partition's versions: uids, sizes, restore chain."),
+    ] = None,
     operator: Annotated[str | None, typer.Option("--operator", help="Only this operator.")] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many newest versions.")] = 20,
     as_json: JsonOption = False,
 ) -> None:
-    """Show committed versions with their uids, which have snapshots, and sizes."""
+    """Show committed versions: commit time, rows in/out, batch seconds, bytes uploaded, restore seconds
+    (slowest partition) and snapshot or delta; "-" where a commit predates a metric.
+
+    With --version, one version and every partition's figures, uid and restore chain; with --partition,
+    that partition's versions with their uids, sizes and restore chains.
+    """
     from blobstate.blobstore import open_blob_store
 
     with open_blob_store(url) as store:
-        result = collect_lineage(store, partition=partition, operator=operator, limit=limit)
+        rows = collect_versions(store, limit=limit, version=version)
+        result = collect_lineage(
+            store,
+            partition=partition,
+            operator=operator,
+            limit=1 if version is not None else limit,
+            version=version,
+        )
     if as_json:
+        result["versions"] = [_version_json(r, detail=version is not None) for r in rows]
         typer.echo(json.dumps(result, indent=2))
         return
     if not result["latest"]:
         typer.echo("no committed versions")
         return
     typer.echo(f"newest committed version: {result['latest']}")
+    if partition is None or version is not None:
+        typer.echo(_HEADER)
+        for row in rows:
+            typer.echo(_version_line(row))
+    if version is not None:
+        by_partition = {
+            (part["operator"], part["partition"]): part["versions"][0]
+            for part in result["partitions"]
+            if part["versions"]
+        }
+        _partition_detail(rows[0], by_partition)
+        return
+    if partition is None:
+        typer.echo("(--version V: one version with each partition; --partition P: a partition's lineage)")
+        return
+    _partition_listing(result)
+
+
+def _partition_listing(result: dict[str, Any]) -> None:
+    """Each selected partition's versions: uid, delta size, snapshot size and restore chain."""
     for part in result["partitions"]:
         typer.echo(f"operator {part['operator']} partition {part['partition']}:")
         for row in part["versions"]:

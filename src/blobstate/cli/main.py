@@ -1,4 +1,4 @@
-"""The ``blobstate`` command line: demo, backup, restore, inspect, lineage, verify, gc.
+"""The ``blobstate`` command line: demo, backup, restore, inspect, lineage, verify, gc, report.
 
 Errors are one ``error: ...`` line on stderr (exit status 1) that names the object at fault; the
 traceback is shown only with ``--debug`` (anywhere on the command line).
@@ -19,6 +19,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # typer's rich help shows every flag as "--json <bool>", as if it took a value; the plain help
+    # shows flags as flags.
+    rich_markup_mode=None,
 )
 
 DEBUG_FLAG = "--debug"
@@ -32,11 +35,12 @@ def _root(
 
 
 def _register() -> None:
-    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds
+    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds, report_cmd
 
     backup_cmds.register(app)
     gc_cmd.register(app)
     lineage_cmds.register(app)
+    report_cmd.register(app)
     demo_cmd.register(app)
 
 

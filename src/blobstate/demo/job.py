@@ -49,6 +49,59 @@ def idempotent_parquet_sink(output_dir: Path):
     return sink
 
 
+def start_query(
+    spark,
+    input_dir: Path,
+    checkpoint: str,
+    output_dir: Path,
+    local_dir: str,
+    partitions: int = 4,
+    on_batch=None,
+    *,
+    profiles_dir: Path,
+):
+    """Start the demo's streaming query on ``spark`` (one click file and one profile file per
+    micro-batch); returns it. The job's process runs it with its own session; tests run it with theirs.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    import blobstate
+    from blobstate.demo.clickstream import PROFILE_SCHEMA, SCHEMA
+    from blobstate.demo.sessions import OUTPUT_SCHEMA, WATERMARK_DELAY_MS, SessionProcessor
+
+    clicks = (
+        spark.readStream.schema(from_arrow_schema(SCHEMA))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(input_dir))
+    )
+    # The profile side stream: applied to the "profiles" adjunct store before each batch's clicks. One
+    # file per batch, like the clicks, so profiles change while the job runs; the first file holds every
+    # user, so the store is filled before any click is processed.
+    profiles = (
+        spark.readStream.schema(from_arrow_schema(PROFILE_SCHEMA))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(profiles_dir))
+    )
+    side = blobstate.Adjunct("profiles", profiles, key="user", value="tier", bootstrap=False)
+    return blobstate.transform_with_state(
+        clicks,
+        key="user",
+        processor=SessionProcessor(),
+        output_schema=OUTPUT_SCHEMA,
+        checkpoint=checkpoint,
+        sink=idempotent_parquet_sink(output_dir),
+        num_partitions=partitions,
+        time_mode="EventTime",
+        event_time_column="event_time",
+        watermark_delay_ms=WATERMARK_DELAY_MS,
+        output_mode="Append",
+        local_dir=local_dir,
+        snapshot_every=5,
+        on_batch=on_batch,
+        adjuncts=[side],
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the job until every input file is processed."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -62,49 +115,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locality-wait", default="3s", help="spark.locality.wait")
     args = parser.parse_args(argv)
 
-    import blobstate
-    from blobstate.demo.clickstream import PROFILE_SCHEMA, SCHEMA
-    from blobstate.demo.sessions import OUTPUT_SCHEMA, WATERMARK_DELAY_MS, SessionProcessor
     from blobstate.engine.driver import BatchReport
 
     spark = build_spark("blobstate-demo", args.master, args.locality_wait)
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    clicks = (
-        spark.readStream.schema(from_arrow_schema(SCHEMA))
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(args.input))
-    )
-
-    # The profile side stream: applied to the "profiles" adjunct store before each batch's clicks. One
-    # file per batch, like the clicks, so profiles change while the job runs; the first file holds every
-    # user, so the store is filled before any click is processed.
-    profiles = (
-        spark.readStream.schema(from_arrow_schema(PROFILE_SCHEMA))
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(args.profiles))
-    )
-    side = blobstate.Adjunct("profiles", profiles, key="user", value="tier", bootstrap=False)
 
     def report(batch: BatchReport) -> None:
         print(json.dumps(asdict(batch)), flush=True)
 
-    query = blobstate.transform_with_state(
-        clicks,
-        key="user",
-        processor=SessionProcessor(),
-        output_schema=OUTPUT_SCHEMA,
-        checkpoint=args.checkpoint,
-        sink=idempotent_parquet_sink(args.output),
-        num_partitions=args.partitions,
-        time_mode="EventTime",
-        event_time_column="event_time",
-        watermark_delay_ms=WATERMARK_DELAY_MS,
-        output_mode="Append",
-        local_dir=args.local_dir,
-        snapshot_every=5,
+    query = start_query(
+        spark,
+        args.input,
+        args.checkpoint,
+        args.output,
+        args.local_dir,
+        args.partitions,
         on_batch=report,
-        adjuncts=[side],
+        profiles_dir=args.profiles,
     )
     query.processAllAvailable()
     query.stop()

@@ -453,6 +453,9 @@ def _check_digest(f: JsonFields) -> None:
 
 def _dump(obj: dict[str, Any], name: str) -> bytes:
     try:
+        # The digest is of the object as a reader sees it: free-form maps (metrics) may have int keys,
+        # which JSON stores as strings, and "10" sorts before "2" where 10 sorted after 2.
+        obj = json.loads(json.dumps(obj, allow_nan=False))
         obj = {**obj, DIGEST_FIELD: content_digest(obj)}
         return json.dumps(obj, indent=1, allow_nan=False).encode("utf-8")
     except (TypeError, ValueError) as error:

@@ -1,0 +1,89 @@
+"""``blobstate report``: one HTML page (and PNGs) with a query checkpoint's per-batch metrics."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from blobstate.cli.lineage_cmds import JsonOption, UrlArgument
+
+
+@contextmanager
+def _progress_bar() -> Any:
+    """A progress callback drawing a bar on stderr (nothing when stderr is not a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(done: int, total: int, what: str) -> None:
+            if what not in tasks:
+                tasks[what] = bar.add_task(
+                    f"reading {what}" if what != "plots" else "drawing plots", total=total
+                )
+            bar.update(tasks[what], completed=done, total=total)
+
+        yield update
+
+
+def report(
+    url: UrlArgument,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Directory for index.html and the PNG plots (created).")
+    ] = Path("blobstate-report"),
+    no_state_sizes: Annotated[
+        bool,
+        typer.Option(
+            "--no-state-sizes", help="Do not read snapshot indexes for the state's size (fewer reads)."
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Write one self-contained HTML page with plots of every committed batch's metrics.
+
+    Plots: latency, rows in/out, bytes uploaded, restore seconds per partition, state size, snapshots,
+    and standby lag and failovers when the query ran with standbys. Needs matplotlib
+    (pip install 'blobstate[report]').
+    """
+    from blobstate.blobstore import open_blob_store
+    from blobstate.report.metrics import load_batch_metrics
+    from blobstate.report.render import ReportError, pyplot, write_report
+
+    pyplot()  # fail before reading anything when matplotlib is missing
+    with open_blob_store(url) as store, _progress_bar() as progress:
+        summary, rows = load_batch_metrics(store, state_sizes=not no_state_sizes, progress=progress)
+        if not rows:
+            raise ReportError(f"{url} has no committed versions: nothing to report")
+        page, pngs = write_report(summary, rows, out, progress)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "page": str(page),
+                    "plots": [str(p) for p in pngs],
+                    "query_id": summary.query_id,
+                    "partitions": summary.num_partitions,
+                    "versions": [r.version for r in rows],
+                    "missing_versions": summary.missing,
+                },
+                indent=2,
+            )
+        )
+        return
+    typer.echo(f"wrote {page} ({len(rows)} versions, {summary.num_partitions} partitions; PNGs next to it)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report`` to the CLI."""
+    app.command()(report)

@@ -1,0 +1,377 @@
+"""The commit log as a table of per-batch metrics: one :class:`BatchMetrics` per committed version.
+
+Every ``commits/<v>.json`` carries the batch's metrics (``metrics``: batch seconds, per-partition rows,
+upload and restore figures, standby figures; see ``docs/FORMATS.md``) and, always, which partitions took
+a snapshot and the size of every delta (``objects``). :func:`batch_metrics` reads them from parsed
+commits and nothing else, so it is pure and testable without Spark; :func:`load_batch_metrics` reads the
+commits (and, optionally, the snapshot indexes for the state's size on disk) from a blob store.
+
+``metrics`` is free-form JSON: a figure a commit does not carry (written before that metric existed, or
+by another writer) is ``None`` here, never 0, so tables print "-" and plots leave a gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from blobstate.lineage.commitlog import Commit, QueryMetadata
+
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, what)``: called as commits and snapshot indexes are read."""
+
+STAGE_SPLIT = ("stage_seconds", "sink_seconds", "commit_seconds")
+"""Driver-side parts of a batch's seconds, plotted when a commit's ``metrics`` carries them."""
+
+
+def _number(raw: Mapping[str, Any] | None, key: str) -> float | None:
+    """``raw[key]`` when it is a number (not a bool), else None: metrics are free-form JSON."""
+    if not isinstance(raw, Mapping):
+        return None
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def _integer(raw: Mapping[str, Any] | None, key: str) -> int | None:
+    value = _number(raw, key)
+    return None if value is None else int(value)
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    """The sum of the known values; None when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _maximum(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+@dataclass(frozen=True)
+class PartitionMetrics:
+    """One partition's figures at one version (``metrics.partitions[p]`` and the commit's ``objects``)."""
+
+    partition: int
+    snapshot: bool
+    """Whether the commit references a snapshot of this partition at this version."""
+    delta_bytes: int
+    """Size of the partition's delta(s) at this version, from the commit's references (always known)."""
+    input_rows: int | None = None
+    output_rows: int | None = None
+    bytes_uploaded: int | None = None
+    restore_seconds: float | None = None
+    """Seconds the task spent loading the partition's state (``load_seconds``)."""
+    restore_bytes: int | None = None
+    load_rule: str | None = None
+    state_keys: int | None = None
+    """RocksDB's estimate of the partition's keys after the batch."""
+    state_bytes: int | None = None
+    """Size of the partition's RocksDB files, known at versions with a readable snapshot index."""
+    task_seconds: float | None = None
+    process_seconds: float | None = None
+    commit_seconds: float | None = None
+    executor_id: str | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class StandbyMetrics:
+    """A batch's standby figures (``metrics.standby``), present only when standbys were configured."""
+
+    replicas: int | None
+    failovers: int
+    failovers_without_standby: int
+    active_failures: int
+    standby_failures: int
+    moves: int
+    max_lag_versions: int | None
+    """The largest lag (versions behind the committed one) of any standby of any partition."""
+    lag_versions: dict[int, int]
+    """Per partition: the largest lag of its standbys."""
+    sync_bytes: int | None
+
+    @property
+    def eventful(self) -> bool:
+        """Whether there is anything to plot: standbys configured, or a partition failed or moved."""
+        return bool(
+            self.replicas or self.lag_versions or self.failovers or self.failovers_without_standby
+        ) or bool(self.active_failures or self.moves)
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """The figures of one committed version (the state after batch ``version - 1``)."""
+
+    version: int
+    created_time_ms: int
+    partitions: dict[int, PartitionMetrics]
+    seconds: float | None = None
+    """The batch's seconds on the driver, from its start to its commit."""
+    input_rows: int | None = None
+    output_rows: int | None = None
+    bytes_uploaded: int | None = None
+    restore_seconds: float | None = None
+    """The slowest partition's load seconds (loads run in parallel)."""
+    restore_bytes: int | None = None
+    state_keys: int | None = None
+    max_task_seconds: float | None = None
+    spark_recovery_seconds: float | None = None
+    split: dict[str, float] = field(default_factory=dict)
+    """Whichever of :data:`STAGE_SPLIT` the commit carries."""
+    standby: StandbyMetrics | None = None
+    writer: str = ""
+    """The driver run that wrote the commit (it changes when the query restarts)."""
+
+    @property
+    def batch_id(self) -> int:
+        """The micro-batch that produced this version."""
+        return self.version - 1
+
+    @property
+    def snapshots(self) -> int:
+        """How many partitions took a snapshot at this version."""
+        return sum(1 for p in self.partitions.values() if p.snapshot)
+
+    @property
+    def delta_bytes(self) -> int:
+        """Total size of this version's deltas."""
+        return sum(p.delta_bytes for p in self.partitions.values())
+
+    @property
+    def checkpoint_kind(self) -> str:
+        """``snapshot`` (every partition), ``delta`` (none) or ``snapshot k/n`` (some)."""
+        n, k = len(self.partitions), self.snapshots
+        if k == 0:
+            return "delta"
+        return "snapshot" if k == n else f"snapshot {k}/{n}"
+
+    @property
+    def has_metrics(self) -> bool:
+        """Whether the commit carried the batch metrics at all (older commits do not)."""
+        return self.seconds is not None or any(p.input_rows is not None for p in self.partitions.values())
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    """What the report's header says about a checkpoint."""
+
+    url: str
+    query_id: str
+    num_partitions: int
+    operators: list[str]
+    created_time_ms: int
+    versions: list[int]
+    missing: list[int]
+    """Versions below the newest whose commit is missing (a hole in the log)."""
+
+    @property
+    def latest(self) -> int:
+        """The newest committed version (0: none)."""
+        return self.versions[-1] if self.versions else 0
+
+
+def _partition_entry(raw: Mapping[str, Any], partition: int) -> Mapping[str, Any] | None:
+    entry = raw.get(str(partition), raw.get(partition))  # type: ignore[call-overload]
+    return entry if isinstance(entry, Mapping) else None
+
+
+def _partitions(commit: Commit, state_bytes: Mapping[tuple[int, int], int]) -> dict[int, PartitionMetrics]:
+    metrics = commit.metrics or {}
+    per_partition = metrics.get("partitions")
+    per_partition = per_partition if isinstance(per_partition, Mapping) else {}
+    numbers = sorted({p for parts in commit.objects.values() for p in parts})
+    out: dict[int, PartitionMetrics] = {}
+    for p in numbers:
+        refs = [parts[p] for parts in commit.objects.values() if p in parts]
+        m = _partition_entry(per_partition, p)
+        rule = m.get("load_rule") if m else None
+        executor = m.get("executor_id") if m else None
+        host = m.get("host") if m else None
+        out[p] = PartitionMetrics(
+            partition=p,
+            snapshot=any(r.snapshot is not None for r in refs),
+            delta_bytes=sum(r.delta.size for r in refs),
+            input_rows=_integer(m, "input_rows"),
+            output_rows=_integer(m, "output_rows"),
+            bytes_uploaded=_integer(m, "bytes_uploaded"),
+            restore_seconds=_number(m, "load_seconds"),
+            restore_bytes=_integer(m, "restore_bytes"),
+            load_rule=rule if isinstance(rule, str) else None,
+            state_keys=_integer(m, "state_keys"),
+            state_bytes=state_bytes.get((commit.version, p)),
+            task_seconds=_number(m, "task_seconds"),
+            process_seconds=_number(m, "process_seconds"),
+            commit_seconds=_number(m, "commit_seconds"),
+            executor_id=executor if isinstance(executor, str) else None,
+            host=host if isinstance(host, str) else None,
+        )
+    return out
+
+
+def _standby(raw: object) -> StandbyMetrics | None:
+    if not isinstance(raw, Mapping) or not raw:
+        return None
+    lag: dict[int, int] = {}
+    lags = raw.get("lag_versions")
+    for key, hosts in (lags if isinstance(lags, Mapping) else {}).items():
+        values = [v for v in hosts.values() if isinstance(v, int)] if isinstance(hosts, Mapping) else []
+        if values and str(key).isdigit():
+            lag[int(key)] = max(values)
+    sync = raw.get("sync")
+    sync_bytes = (
+        _total(_integer(r, "bytes") for r in sync if isinstance(r, Mapping))
+        if isinstance(sync, list)
+        else None
+    )
+    moves = raw.get("moves")
+    return StandbyMetrics(
+        replicas=_integer(raw, "replicas"),
+        failovers=_integer(raw, "failovers") or 0,
+        failovers_without_standby=_integer(raw, "failovers_without_standby") or 0,
+        active_failures=_integer(raw, "active_failures") or 0,
+        standby_failures=_integer(raw, "standby_failures") or 0,
+        moves=len(moves) if isinstance(moves, list) else 0,
+        max_lag_versions=max(lag.values()) if lag else None,
+        lag_versions=lag,
+        sync_bytes=None if sync_bytes is None else int(sync_bytes),
+    )
+
+
+def batch_row(commit: Commit, state_bytes: Mapping[tuple[int, int], int] | None = None) -> BatchMetrics:
+    """The metrics of one commit; ``state_bytes`` maps (version, partition) to its snapshot's size."""
+    metrics = commit.metrics if isinstance(commit.metrics, Mapping) else {}
+    partitions = _partitions(commit, state_bytes or {})
+    parts = partitions.values()
+    return BatchMetrics(
+        version=commit.version,
+        created_time_ms=commit.created_time_ms,
+        partitions=partitions,
+        seconds=_number(metrics, "seconds"),
+        input_rows=_opt_int(_total(p.input_rows for p in parts)),
+        output_rows=_opt_int(_total(p.output_rows for p in parts)),
+        bytes_uploaded=_opt_int(_total(p.bytes_uploaded for p in parts)),
+        restore_seconds=_maximum(p.restore_seconds for p in parts),
+        restore_bytes=_opt_int(_total(p.restore_bytes for p in parts)),
+        state_keys=_opt_int(_total(p.state_keys for p in parts)),
+        max_task_seconds=_maximum(p.task_seconds for p in parts),
+        spark_recovery_seconds=_number(metrics, "spark_recovery_seconds"),
+        split={k: v for k in STAGE_SPLIT if (v := _number(metrics, k)) is not None},
+        standby=_standby(metrics.get("standby")),
+        writer=commit.writer,
+    )
+
+
+def _opt_int(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def batch_metrics(
+    commits: Iterable[Commit], state_bytes: Mapping[tuple[int, int], int] | None = None
+) -> list[BatchMetrics]:
+    """One :class:`BatchMetrics` per commit, oldest version first."""
+    return [batch_row(c, state_bytes) for c in sorted(commits, key=lambda c: c.version)]
+
+
+def summarize(url: str, metadata: QueryMetadata, versions: Sequence[int]) -> CheckpointSummary:
+    """The header of a report: the query, its partitions and operators, and which versions exist."""
+    present = sorted(versions)
+    latest = present[-1] if present else 0
+    missing = sorted(set(range(1, latest + 1)) - set(present))
+    return CheckpointSummary(
+        url=url,
+        query_id=metadata.query_id,
+        num_partitions=metadata.num_partitions,
+        operators=sorted(metadata.operators),
+        created_time_ms=metadata.created_time_ms,
+        versions=present,
+        missing=missing,
+    )
+
+
+def _read_all(items: Sequence[Any], read: Callable[[Any], Any], what: str, progress: Progress | None) -> list:
+    """``read`` every item on a few threads (blob stores are I/O bound), reporting progress in order."""
+    out: list[Any] = []
+    if progress is not None:
+        progress(0, len(items), what)
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="blobstate-report") as pool:
+        for i, result in enumerate(pool.map(read, items), start=1):
+            out.append(result)
+            if progress is not None:
+                progress(i, len(items), what)
+    return out
+
+
+def snapshot_sizes(store: Any, commits: Iterable[Commit], progress: Progress | None = None) -> dict:
+    """``(version, partition) -> bytes`` of every committed snapshot whose index can still be read.
+
+    Older snapshots removed by retention are simply absent (the plot leaves a gap).
+    """
+    from blobstate.blobstore import BlobNotFoundError
+    from blobstate.layout import snapshot_name
+    from blobstate.snapshot import SnapshotError, read_snapshot_index
+
+    wanted = [
+        (c.version, op, p, snapshot_name(op, p, c.checkpoint_id(op, p)))
+        for c in commits
+        for op, parts in sorted(c.objects.items())
+        for p, refs in sorted(parts.items())
+        if refs.snapshot is not None
+    ]
+
+    def read(item: tuple[int, str, int, str]) -> int | None:
+        try:
+            return read_snapshot_index(store, item[3]).total_size
+        except (BlobNotFoundError, SnapshotError):
+            return None
+
+    sizes: dict[tuple[int, int], int] = {}
+    for (version, _op, p, _name), size in zip(
+        wanted, _read_all(wanted, read, "snapshot indexes", progress), strict=True
+    ):
+        if size is not None:
+            sizes[(version, p)] = sizes.get((version, p), 0) + size
+    return sizes
+
+
+def load_batch_metrics(
+    store: Any,
+    *,
+    versions: Iterable[int] | None = None,
+    state_sizes: bool = True,
+    progress: Progress | None = None,
+) -> tuple[CheckpointSummary, list[BatchMetrics]]:
+    """Read a checkpoint's commit log (every version, or ``versions``) into its per-batch metrics.
+
+    With ``state_sizes`` the snapshot indexes are read too, for the state's size on disk. A commit that
+    fails to parse raises its commit log error naming ``commits/<v>.json``.
+    """
+    from blobstate.lineage.commitlog import CommitLog
+
+    log = CommitLog(store)
+    metadata = log.read_metadata()
+    present = log.versions()
+    summary = summarize(store.url, metadata, present)
+    chosen = present if versions is None else sorted(set(versions) & set(present))
+    commits = _read_all(chosen, log.read_commit, "commits", progress)
+    sizes = snapshot_sizes(store, commits, progress) if state_sizes else {}
+    return summary, batch_metrics(commits, sizes)
+
+
+__all__ = [
+    "STAGE_SPLIT",
+    "BatchMetrics",
+    "CheckpointSummary",
+    "PartitionMetrics",
+    "Progress",
+    "StandbyMetrics",
+    "batch_metrics",
+    "batch_row",
+    "load_batch_metrics",
+    "snapshot_sizes",
+    "summarize",
+]

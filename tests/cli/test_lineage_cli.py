@@ -1,0 +1,155 @@
+"""``blobstate lineage``: each version's time and batch metrics from its commit, one version in detail."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blobstate.blobstore import open_blob_store
+from blobstate.cli.main import main
+from blobstate.ids import new_uid
+from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
+from blobstate.lineage.refs import ObjectRef, PartitionObjects
+
+T0 = 1_763_816_742_000  # 2025-11-22 13:05:42 UTC
+
+
+def _checkpoint(root: Path) -> tuple[str, dict[int, dict[int, str]]]:
+    """Versions 1..3 of two partitions; version 1 predates the metrics; partition 1 snapshots at 3."""
+    url = str(root / "checkpoint")
+    uids: dict[int, dict[int, str]] = {}
+    with open_blob_store(url) as store:
+        log = CommitLog(store)
+        log.write_metadata(QueryMetadata.new(2, {"0": {"key_columns": ["k"]}}))
+        for v in (1, 2, 3):
+            uids[v] = {p: new_uid() for p in (0, 1)}
+            metrics: dict[str, Any] | None = None
+            if v > 1:
+                metrics = {
+                    "seconds": 1.25 * v,
+                    "partitions": {
+                        p: {
+                            "input_rows": 1000 * v + p,
+                            "output_rows": 10 * v + p,
+                            "bytes_uploaded": 2048 * (p + 1),
+                            "load_seconds": 0.5 * p + 0.125,
+                            "load_rule": "working",
+                            "state_keys": 7,
+                        }
+                        for p in (0, 1)
+                    },
+                }
+            snap = {1: ObjectRef.of(b"index")} if v == 3 else {}
+            log.write_commit(
+                Commit(
+                    version=v,
+                    checkpoints={"0": uids[v]},
+                    writer="w",
+                    objects={"0": {p: PartitionObjects(ObjectRef.of(b"x" * v), snap.get(p)) for p in (0, 1)}},
+                    retained_from=1,
+                    metrics=metrics,
+                    created_time_ms=T0 + 60_000 * v,
+                )
+            )
+    return url, uids
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    try:
+        main(args)
+    except SystemExit as exited:
+        assert exited.code in (None, 0), capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def _line(out: str, version: int) -> list[str]:
+    return next(line.split() for line in out.splitlines() if line.split()[:1] == [str(version)])
+
+
+def test_each_version_shows_time_rows_seconds_upload_restore_and_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = _checkpoint(tmp_path)
+    out = _run(["lineage", url], capsys)
+    assert "newest committed version: 3" in out
+    assert _line(out, 3) == [
+        "3",
+        "2025-11-22",
+        "13:08:42",
+        "6,001",
+        "61",
+        "3.750",
+        "6.0",
+        "KiB",
+        "0.625",
+        "snapshot",
+        "1/2",
+    ]
+    assert _line(out, 2)[3:] == ["4,001", "41", "2.500", "6.0", "KiB", "0.625", "delta"]
+    # version 1 was committed before the metrics existed
+    assert _line(out, 1) == ["1", "2025-11-22", "13:06:42", "-", "-", "-", "-", "-", "delta"]
+
+
+def test_one_version_shows_each_partition(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, uids = _checkpoint(tmp_path)
+    out = _run(["lineage", url, "--version", "2"], capsys)
+    assert _line(out, 2)[3] == "4,001"
+    assert not any(line.split()[:1] == ["3"] for line in out.splitlines())
+    rows = {
+        line.split()[0]: line.split() for line in out.splitlines() if uids[2][0] in line or uids[2][1] in line
+    }
+    assert rows["0"][1:6] == [uids[2][0], "2,000", "20", "0.125", "working"]
+    assert rows["1"][1:6] == [uids[2][1], "2,001", "21", "0.625", "working"]
+
+
+def test_json_keeps_the_partitions_and_adds_the_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, uids = _checkpoint(tmp_path)
+    result = json.loads(_run(["lineage", url, "--json"], capsys))
+    assert result["latest"] == 3
+    assert [v["version"] for v in result["versions"]] == [3, 2, 1]
+    assert result["versions"][0]["seconds"] == 3.75 and result["versions"][0]["checkpoint"] == "snapshot 1/2"
+    assert result["versions"][2]["seconds"] is None and result["versions"][2]["input_rows"] is None
+    parts = {p["partition"]: p for p in result["partitions"]}
+    assert [r["uid"] for r in parts[1]["versions"]] == [uids[3][1], uids[2][1], uids[1][1]]
+    assert [r["snapshot"] for r in parts[1]["versions"]] == [True, False, False]
+
+    one = json.loads(_run(["lineage", url, "--json", "--version", "2"], capsys))
+    assert [v["version"] for v in one["versions"]] == [2]
+    assert one["versions"][0]["partitions"]["1"]["restore_seconds"] == 0.625
+    assert [[r["uid"] for r in p["versions"]] for p in one["partitions"]] == [[uids[2][0]], [uids[2][1]]]
+
+
+def test_a_partition_lists_its_versions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, uids = _checkpoint(tmp_path)
+    out = _run(["lineage", url, "--partition", "1"], capsys)
+    assert "operator 0 partition 1:" in out and "partition 0:" not in out
+    assert [line.split()[0] for line in out.splitlines() if line.startswith("  ")] == [
+        f"{v}_{uids[v][1]}" for v in (3, 2, 1)
+    ]
+
+
+def test_an_uncommitted_version_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, _ = _checkpoint(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["lineage", url, "--version", "9"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "version 9" in err[0] and "commits/9.json" in err[0] and "is 3" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("command", "flags"), [("lineage", ["--json"]), ("verify", ["--json", "--checksums"])]
+)
+def test_help_shows_flags_as_flags(
+    command: str, flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run([command, "--help"], capsys)
+    for flag in flags:
+        line = next(line for line in out.splitlines() if line.strip().startswith(flag + " "))
+        assert "<bool>" not in line and "/--no-" not in line, line
+    assert "<bool>" not in out

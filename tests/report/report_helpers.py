@@ -1,0 +1,95 @@
+"""A query checkpoint's commit log written through the real commit log API, with driver-like metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blobstate.blobstore import BlobStore
+from blobstate.ids import new_uid
+from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
+from blobstate.lineage.refs import ObjectRef, PartitionObjects
+
+N = 3
+T0 = 1_763_816_742_000
+
+
+def partition_metrics(version: int, p: int) -> dict[str, Any]:
+    """What the driver records per partition (``PARTITION_METRICS``), with figures derived from v and p."""
+    return {
+        "input_rows": 100 * version + p,
+        "output_rows": 10 * version + p,
+        "bytes_uploaded": 1000 * version + 10 * p,
+        "load_seconds": 0.01 * version + 0.1 * p,
+        "load_rule": "working" if version > 1 else "empty",
+        "restore_bytes": 50 * p,
+        "process_seconds": 0.2,
+        "commit_seconds": 0.03,
+        "task_seconds": 0.5 + p,
+        "snapshot_repairs": [],
+        "state_keys": 1000 * version + p,
+        "snapshot_restore_bytes": 0,
+        "executor_id": f"exec-{p}",
+        "host": "10.0.0.1",
+        "started_at": 1.0,
+        "opened_at": 1.1,
+    }
+
+
+def standby_metrics(version: int) -> dict[str, Any]:
+    """``metrics.standby`` with one failover at version 3 and lags that grow with the version."""
+    return {
+        "replicas": 1,
+        "active_failures": 1 if version == 3 else 0,
+        "standby_failures": 0,
+        "failovers": 1 if version == 3 else 0,
+        "failovers_without_standby": 0,
+        "moves": [{"partition": 1, "from": "exec-1", "to": "exec-9", "reason": "standby"}]
+        if version == 3
+        else [],
+        "short_of_standbys": {},
+        "lag_versions": {str(p): {"10.0.0.2": version % 2 + p, "10.0.0.3": 0} for p in range(N)},
+        "sync": [{"seconds": 0.1, "bytes": 4096}],
+    }
+
+
+def write_checkpoint(
+    store: BlobStore, versions: int = 4, *, no_metrics: tuple[int, ...] = (1,)
+) -> QueryMetadata:
+    """Commits 1..versions; those in ``no_metrics`` carry none (as written before metrics existed).
+
+    Partition ``p`` has a snapshot at version ``v`` when ``(v + p) % 3 == 0``; deltas are ``100 * v + p``
+    bytes; versions from 2 carry standby metrics and version 3 the driver's stage/sink/commit split.
+    """
+    log = CommitLog(store)
+    meta = log.write_metadata(QueryMetadata.new(N, {"0": {"key_columns": ["user"]}}))
+    for v in range(1, versions + 1):
+        objects = {
+            p: PartitionObjects(
+                ObjectRef.of(b"d" * (100 * v + p)), ObjectRef.of(b"index") if (v + p) % 3 == 0 else None
+            )
+            for p in range(N)
+        }
+        metrics = None
+        if v not in no_metrics:
+            metrics = {
+                "eviction_watermark_ms": None,
+                "seconds": 1.5 * v,
+                "partitions": {p: partition_metrics(v, p) for p in range(N)},
+                "objects": {p: [] for p in range(N)},
+                "spark_recovery_seconds": 0.25,
+                "standby": standby_metrics(v),
+            }
+            if v == 3:
+                metrics.update({"stage_seconds": 2.0, "sink_seconds": 1.0, "commit_seconds": 0.5})
+        log.write_commit(
+            Commit(
+                version=v,
+                checkpoints={"0": {p: new_uid() for p in range(N)}},
+                writer="driver-a" if v < 3 else "driver-b",
+                objects={"0": objects},
+                retained_from=1,
+                metrics=metrics,
+                created_time_ms=T0 + 1000 * v,
+            )
+        )
+    return meta
