@@ -296,6 +296,11 @@ class BatchDriver:
                 ran,
                 broadcast,
                 decisions,
+                {
+                    "stage_seconds": round(sink_started - stage_started, 3),
+                    "sink_seconds": round(commit_started - sink_started, 3),
+                    "stage_attempts": attempts,
+                },
             )
         finally:
             stage.release()
@@ -780,6 +785,7 @@ class BatchDriver:
         ran: dict[int, PartitionAssignment] | None = None,
         broadcast: dict[str, Any] | None = None,
         decisions: dict[str, Any] | None = None,
+        timings: dict[str, Any] | None = None,
     ) -> Any:
         from blobstate.lineage.commitlog import Commit
         from blobstate.lineage.refs import PartitionObjects
@@ -814,6 +820,7 @@ class BatchDriver:
                 "partitions": _partition_metrics(metas),
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
                 "spark_recovery_seconds": spark_recovery_seconds,
+                **(timings or {}),
                 "standby": standby or {},
                 **(
                     {"adjuncts": self._adjunct_metrics(metas, previous, broadcast, decisions or {})}
