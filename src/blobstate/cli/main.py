@@ -32,7 +32,9 @@ def _root(
 
 
 def _register() -> None:
-    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds
+    from blobstate.cli import backup_cmds, demo_cmd, flags, gc_cmd, lineage_cmds
+
+    flags.install()
 
     backup_cmds.register(app)
     gc_cmd.register(app)

@@ -140,10 +140,11 @@ def restore_into(
     target: Path,
     scratch: Path,
 ) -> Any:
-    """Restore the partition's RocksDB at the checkpoint's version into ``target``; return it opened.
+    """Restore the partition's RocksDB at the checkpoint's version into ``target``.
 
-    ``scratch`` is a private directory for the load's bookkeeping (its partition layout root). The
-    caller closes the returned store.
+    Returns the load's :class:`~blobstate.state.loader.Loaded` (``.store`` open, ``.report`` how it was
+    loaded, ``.info`` its lineage). ``scratch`` is a private directory for the load's bookkeeping (its
+    partition layout root). The caller closes the store.
     """
     from blobstate.state.loader import catch_up
 
@@ -152,7 +153,7 @@ def restore_into(
     history = PartitionHistory(
         CommitCache(CommitLog(store), {cid.version: checkpoint.commit}), operator, partition
     )
-    return catch_up(store, layout, target, cid, _open_rocks, history).store
+    return catch_up(store, layout, target, cid, _open_rocks, history)
 
 
 @contextmanager
@@ -162,7 +163,7 @@ def restored_partition(
     """The partition's store at the version, restored into a temporary directory removed afterwards."""
     scratch = Path(tempfile.mkdtemp(prefix=f"blobstate-read-{partition}-"))
     try:
-        rocks = restore_into(store, checkpoint, operator, partition, scratch / "db", scratch / "load")
+        rocks = restore_into(store, checkpoint, operator, partition, scratch / "db", scratch / "load").store
         try:
             yield rocks
         finally:
