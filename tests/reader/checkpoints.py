@@ -5,6 +5,7 @@ engine's driver and tasks do (the driver's scheduling aside)."""
 from __future__ import annotations
 
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,29 @@ T0_MS = 1_763_000_000_000
 
 def partition_of(key: str, num_partitions: int) -> int:
     """The partition a key goes to here (any fixed rule will do)."""
-    return int(key[1:]) % num_partitions
+    return zlib.crc32(key.encode()) % num_partitions
 
 
 def build_checkpoint(
     url: str, batches: list[list[tuple[str, int]]], local: Path, *, num_partitions: int = 2, retain: int = 3
 ) -> list[dict[str, Any]]:
-    """Run every batch into the checkpoint at ``url``; return the reference state per version.
+    """Run :class:`EveryState` over every batch into the checkpoint at ``url``; return the reference
+    state per version."""
+    write_checkpoint(url, batches, local, EveryState, OUTPUT, num_partitions=num_partitions, retain=retain)
+    return reference(batches)
+
+
+def write_checkpoint(
+    url: str,
+    batches: list[list[tuple[str, int]]],
+    local: Path,
+    processor: Any,
+    output_schema: str,
+    *,
+    num_partitions: int = 2,
+    retain: int = 3,
+) -> None:
+    """Run ``processor()`` (time mode ProcessingTime) over every batch into the checkpoint at ``url``.
 
     Batch ``i`` runs at batch timestamp ``T0_MS + i * 1000``; a snapshot every 2 versions.
     """
@@ -49,7 +66,7 @@ def build_checkpoint(
                     store, local, QUERY_ID, "0", p, committed, snapshot_every=2, lock_timeout=5.0
                 ) as state:
                     for _ in run_partition(
-                        EveryState(), state.store, table, key_columns=["key"], output_schema=OUTPUT,
+                        processor(), state.store, table, key_columns=["key"], output_schema=output_schema,
                         time_mode="ProcessingTime", batch_timestamp_ms=T0_MS + i * 1000,
                     ):  # fmt: skip
                         pass
@@ -64,4 +81,3 @@ def build_checkpoint(
             log.write_commit(commit)
             after_commit(store, commit, commit_log=log)
             previous = commit
-    return reference(batches)

@@ -8,6 +8,7 @@ checkpoint is only read, never written.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from blobstate.reader.variables import TIMERS, StateReadError
@@ -41,6 +42,8 @@ def read_state(
     """
     from blobstate.reader.plan import plan_read
 
+    if "://" not in checkpoint:  # Python workers run elsewhere: a local path must not depend on our cwd
+        checkpoint = os.path.abspath(checkpoint)
     if timers and state_var not in (None, TIMERS):
         raise StateReadError("give either state_var or timers=True, not both")
     plan = plan_read(
