@@ -170,3 +170,22 @@ def test_help_shows_flags_as_flags() -> None:
         assert result.exit_code == 0
         assert "--partition" in result.stdout and "--version" in result.stdout
         assert "<bool>" not in result.stdout
+
+
+def test_inspect_and_restore_on_s3(s3_url: str, tmp_path: Path) -> None:
+    expected = build_checkpoint(s3_url, batches(2, seed=4), tmp_path / "local", num_partitions=2, retain=3)
+    before = fingerprint(s3_url)
+    info = json.loads(runner.invoke(app, ["inspect", s3_url, "--partition", "1", "--json"]).stdout)
+    totals = next(v for v in info["state_variables"] if v["name"] == "totals")
+    assert totals["rows"] == len(mine(expected[1]["totals"], 1))
+    result = runner.invoke(
+        app, ["restore", s3_url, str(tmp_path / "db"), "--partition", "1", "--version", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    rocks = ReadOnlyRocks(tmp_path / "db")
+    try:
+        got = {k[0]: v for k, v, _ in entries(rocks, declarations(rocks)["totals"], 1)}
+    finally:
+        rocks.close()
+    assert got == mine(expected[0]["totals"], 1)
+    assert fingerprint(s3_url) == before

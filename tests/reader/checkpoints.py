@@ -45,14 +45,17 @@ def write_checkpoint(
     *,
     num_partitions: int = 2,
     retain: int = 3,
+    operator_spec: dict[str, Any] | None = None,
 ) -> None:
-    """Run ``processor()`` (time mode ProcessingTime) over every batch into the checkpoint at ``url``.
+    """Run ``processor()`` (time mode ProcessingTime) over every batch into the checkpoint at ``url``;
+    ``operator_spec`` adds entries to the operator's ``metadata.json`` record.
 
     Batch ``i`` runs at batch timestamp ``T0_MS + i * 1000``; a snapshot every 2 versions.
     """
     with open_blob_store(url) as store:
         log = CommitLog(store)
-        log.write_metadata(QueryMetadata(QUERY_ID, num_partitions, {"0": {"key_columns": ["key"]}}))
+        spec = {"key_columns": ["key"], **(operator_spec or {})}
+        log.write_metadata(QueryMetadata(QUERY_ID, num_partitions, {"0": spec}))
         previous = None
         for i, rows in enumerate(batches):
             version = i + 1

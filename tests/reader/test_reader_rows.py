@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from checkpoints import T0_MS, build_checkpoint
-from reader_jobs import TTL_MS, batches
+from checkpoints import T0_MS, build_checkpoint, write_checkpoint
+from reader_jobs import OUTPUT, TTL_MS, EveryState, batches
 
 from blobstate.blobstore import open_blob_store
 from blobstate.reader import TIMERS, StateReadError
@@ -107,3 +107,22 @@ def test_not_a_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(StateReadError, match=r"not a blobstate query checkpoint: it has no metadata\.json"):
         plan_read(str(tmp_path / "empty"), state_var="totals")
+
+
+def test_a_recorded_key_schema_types_the_key(tmp_path: Path) -> None:
+    """A checkpoint whose operator records ``key_schema`` (StructType JSON) gets exactly those key types;
+    without one they are read off the stored keys (a string here)."""
+    key_schema = {
+        "type": "struct",
+        "fields": [{"name": "key", "type": "string", "nullable": False, "metadata": {}}],
+    }
+    url = str(tmp_path / "ckpt")
+    write_checkpoint(
+        url,
+        batches(2, seed=1),
+        tmp_path / "local",
+        EveryState,
+        OUTPUT,
+        operator_spec={"key_schema": key_schema},
+    )
+    assert plan_read(url, state_var="totals").schema["key"].dataType.jsonValue() == key_schema
