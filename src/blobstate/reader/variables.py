@@ -24,6 +24,8 @@ from blobstate.errors import BlobstateError
 from blobstate.processor import codec, layout
 from blobstate.processor.values import StateCodec
 
+_BEFORE_ANY_EXPIRY = -(1 << 63)
+
 TIMERS = "$timers"
 """The name that reads the registered timers instead of a state variable (``stateVarName``)."""
 
@@ -79,10 +81,12 @@ def entries(store: Any, var: StateVariable, arity: int) -> Iterator[tuple]:
     element, ``(key, user_key, value, expiry)`` per map entry; ``expiry`` is None without a TTL."""
     cf = layout.state_cf(var.name)
     values = StateCodec(var.name, var.value_type())
+    # decode_live's fast paths at a time before any expiry: every stored value, expired or not
+    decode, never = values.decode_live, _BEFORE_ANY_EXPIRY
     if var.kind == "value":
         for k, data in store.items(cf):
             key, _ = codec.decode_key(k, arity)
-            yield key, values.decode(data, key), values.expiry(data, key)
+            yield key, decode(data, never, key), values.expiry(data, key)
     elif var.kind == "list":
         for k, data in store.items(cf):
             key, end = codec.decode_key(k, arity)
@@ -96,7 +100,7 @@ def entries(store: Any, var: StateVariable, arity: int) -> Iterator[tuple]:
         for k, data in store.items(cf):
             key, end = codec.decode_key(k, arity)
             user_key, _ = codec.decode_key(k, user_arity, end)
-            yield key, user_key, values.decode(data, key), values.expiry(data, key)
+            yield key, user_key, decode(data, never, key), values.expiry(data, key)
 
 
 def timers(store: Any, arity: int) -> Iterator[tuple[tuple, int]]:
