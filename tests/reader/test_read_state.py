@@ -4,9 +4,11 @@ nothing in the checkpoint."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,8 +50,17 @@ def run_query(spark: Any, tmp_path: Path, checkpoint: str) -> list[dict[str, Any
     return reference(data)
 
 
-def read(spark: Any, url: str, version: int, **kw: Any) -> list[Any]:
-    return blobstate.read_state(spark, url, version=version, **kw).collect()
+def read_versions(spark: Any, url: str, versions: range, **kw: Any) -> dict[int, list[Any]]:
+    """The rows of each version, read in one Spark job (a union of one read per version)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    frames = [blobstate.read_state(spark, url, version=v, **kw).withColumn("v", F.lit(v)) for v in versions]
+    out: dict[int, list[Any]] = {v: [] for v in versions}
+    for row in reduce(lambda a, b: a.union(b), frames).collect():
+        out[row.v].append(row)
+    return out
 
 
 def check_every_retained_version(
@@ -59,29 +70,34 @@ def check_every_retained_version(
     assert latest is not None and latest.version == BATCHES
     retained = range(latest.retained_from, BATCHES + 1)
     assert list(retained) == [4, 5, 6]
+    reads = {
+        name: read_versions(spark, url, retained, state_var=name) for name in ("totals", "recent", "buckets")
+    }
+    reads["visits"] = read_versions(spark, url, retained, state_var="visits")
+    reads["$timers"] = read_versions(spark, url, retained, timers=True)
     for version in retained:
         want = expected[version - 1]
-        rows = read(spark, url, version, state_var="totals")
+        rows = reads["totals"][version]
         assert {r.key.key: tuple(r.value) for r in rows} == want["totals"]
         assert len(rows) == len(want["totals"])
 
-        rows = read(spark, url, version, state_var="recent")
+        rows = reads["recent"][version]
         got: dict[str, list] = {}
         for r in rows:
             got.setdefault(r.key.key, []).append(tuple(r.list_element))
         assert got == want["recent"]
 
-        rows = read(spark, url, version, state_var="buckets")
+        rows = reads["buckets"][version]
         assert {(r.key.key, r.user_map_key.bucket): tuple(r.user_map_value) for r in rows} == want["buckets"]
         assert len(rows) == len(want["buckets"])
 
-        rows = read(spark, url, version, state_var="visits")
+        rows = reads["visits"][version]
         assert {r.key.key: tuple(r.value) for r in rows} == want["visits"]
         assert all(
             started_ms + TTL_MS <= r.expiration_timestamp_ms <= time.time() * 1000 + TTL_MS for r in rows
         )
 
-        rows = read(spark, url, version, timers=True)
+        rows = reads["$timers"][version]
         assert sorted((r.key.key, r.expiration_timestamp_ms) for r in rows) == want["$timers"]
 
 
@@ -107,6 +123,7 @@ def test_reader_returns_the_reference_state_of_every_retained_version_local(
     started_ms = int(time.time() * 1000)
     expected = run_query(spark, tmp_path, url)
     before = fingerprint(url)
+    leftovers = set(glob.glob(os.path.join(tempfile.gettempdir(), "blobstate-read-*")))
     check_every_retained_version(spark, url, expected, started_ms)
     check_partitions(spark, url)
 
@@ -140,7 +157,7 @@ def test_reader_returns_the_reference_state_of_every_retained_version_local(
         spark.read.format("blobstate").option("stateVarName", "nope").load(url).collect()
 
     assert fingerprint(url) == before, "reading changed the checkpoint"
-    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("blobstate-read-*")), "temp dirs left behind"
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "blobstate-read-*"))) == leftovers
 
 
 @pytest.fixture
