@@ -70,10 +70,8 @@ def check_every_retained_version(
     assert latest is not None and latest.version == BATCHES
     retained = range(latest.retained_from, BATCHES + 1)
     assert list(retained) == [4, 5, 6]
-    reads = {
-        name: read_versions(spark, url, retained, state_var=name) for name in ("totals", "recent", "buckets")
-    }
-    reads["visits"] = read_versions(spark, url, retained, state_var="visits")
+    names = ("totals", "recent", "buckets", "visits")
+    reads = {name: read_versions(spark, url, retained, state_var=name) for name in names}
     reads["$timers"] = read_versions(spark, url, retained, timers=True)
     for version in retained:
         want = expected[version - 1]
