@@ -2,7 +2,8 @@
 
 Public names: :func:`transform_with_state`, :class:`StatefulProcessor` and the state API that mirrors
 PySpark's ``transformWithStateInPandas`` (``StatefulProcessorHandle``, ``ValueState``, ``ListState``,
-``MapState``, ``TimerValues``, ``ExpiredTimerInfo``), and :mod:`blobstate.blobstore`.
+``MapState``, ``TimerValues``, ``ExpiredTimerInfo``), :func:`read_state` (a checkpoint's state as a
+DataFrame) and :mod:`blobstate.blobstore`.
 Imports are lazy so the command line starts without loading Spark.
 """
 
@@ -24,6 +25,8 @@ _EXPORTS = {
     "TimerValues": "blobstate.processor",
     "ExpiredTimerInfo": "blobstate.processor",
     "Adjunct": "blobstate.adjunct",
+    "read_state": "blobstate.reader",
+    "register_reader": "blobstate.reader",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

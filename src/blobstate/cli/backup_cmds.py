@@ -1,5 +1,8 @@
 """``blobstate backup | restore | inspect``: a standalone backup repository of one directory.
 
+``restore`` and ``inspect`` also take a query checkpoint's URL: then they work on one partition's state
+at a committed version (``--partition``, ``--version``; :mod:`blobstate.cli.state_cmds`).
+
 The repository (:mod:`blobstate.snapshot.repository`) holds ``heads/<n>.json`` (the head log that fences
 concurrent backups), ``<n>_<uid>.snapshot`` indexes and ``blobs/``. Each backup is incremental against
 the newest committed snapshot and commits by creating its head; only then does it run the post-commit
@@ -21,6 +24,35 @@ from typing import Annotated
 import typer
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+PartitionOption = Annotated[
+    int | None, typer.Option("--partition", help="Query checkpoint: the partition to read (required there).")
+]
+VersionOption = Annotated[
+    int | None, typer.Option("--version", help="Query checkpoint: a retained version (default: the latest).")
+]
+OperatorOption = Annotated[
+    str | None, typer.Option("--operator", help="Query checkpoint: the operator (default: the only one).")
+]
+
+
+def _checkpoint_url(url: str, *, partition: int | None, version: int | None, operator: str | None) -> bool:
+    """Whether ``url`` is a query checkpoint; the checkpoint-only options are refused on a repository."""
+    from blobstate.cli.state_cmds import is_query_checkpoint
+    from blobstate.reader import StateReadError
+
+    if is_query_checkpoint(url):
+        return True
+    given = [
+        f
+        for f, v in (("--partition", partition), ("--version", version), ("--operator", operator))
+        if v is not None
+    ]
+    if given:
+        raise StateReadError(
+            f"{url} is not a query checkpoint (no metadata.json): {', '.join(given)} apply only to query"
+            " checkpoints; a backup repository takes --snapshot"
+        )
+    return False
 
 
 def _fail(message: str) -> typer.Exit:
@@ -90,8 +122,13 @@ def backup(
 
 
 def restore(
-    url: Annotated[str, typer.Argument(help="Backup repository URL.")],
-    directory: Annotated[Path, typer.Argument(help="Target directory (made identical to the snapshot).")],
+    url: Annotated[str, typer.Argument(help="Backup repository or query checkpoint URL.")],
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            help="Target directory (made identical to the snapshot; for a query checkpoint: empty or absent)."
+        ),
+    ],
     snapshot: Annotated[str | None, typer.Option(help="Snapshot name (default: the newest).")] = None,
     delete_extra: Annotated[
         bool,
@@ -101,9 +138,25 @@ def restore(
             "(without it, such a target is refused and left untouched).",
         ),
     ] = False,
+    partition: PartitionOption = None,
+    version: VersionOption = None,
+    operator: OperatorOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Restore the newest snapshot (or --snapshot NAME) at URL into DIRECTORY."""
+    """Restore the newest snapshot (or --snapshot NAME) at URL into DIRECTORY.
+
+    For a query checkpoint: materialise one partition's RocksDB at a version in DIRECTORY, for debugging.
+    """
+    if _checkpoint_url(url, partition=partition, version=version, operator=operator):
+        from blobstate.cli.state_cmds import restore_checkpoint
+        from blobstate.reader import StateReadError
+
+        if snapshot is not None or delete_extra:
+            raise StateReadError(
+                f"{url} is a query checkpoint: --snapshot and --delete-extra apply to backups"
+            )
+        restore_checkpoint(url, directory, partition, version, operator, as_json)
+        return
     from blobstate.blobstore import open_blob_store
     from blobstate.snapshot.repository import read_snapshot, restore_repository
     from blobstate.snapshot.restore import RestoreTargetError, check_restore_target
@@ -134,11 +187,28 @@ def restore(
 
 
 def inspect(
-    url: Annotated[str, typer.Argument(help="Backup repository URL.")],
+    url: Annotated[str, typer.Argument(help="Backup repository or query checkpoint URL.")],
     snapshot: Annotated[str | None, typer.Option(help="Snapshot name (default: the newest).")] = None,
+    partition: PartitionOption = None,
+    version: VersionOption = None,
+    operator: OperatorOption = None,
+    sample: Annotated[
+        int, typer.Option("--sample", min=0, help="Query checkpoint: rows shown per state variable.")
+    ] = 3,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a snapshot index: its files, sizes, checksums and blobs."""
+    """Show a snapshot index: its files, sizes, checksums and blobs.
+
+    For a query checkpoint: one partition's state variables and timers at a version, counted and sampled.
+    """
+    if _checkpoint_url(url, partition=partition, version=version, operator=operator):
+        from blobstate.cli.state_cmds import inspect_checkpoint
+        from blobstate.reader import StateReadError
+
+        if snapshot is not None:
+            raise StateReadError(f"{url} is a query checkpoint: --snapshot applies to backups; use --version")
+        inspect_checkpoint(url, partition, version, operator, sample, as_json)
+        return
     from blobstate.blobstore import open_blob_store
     from blobstate.snapshot.repository import read_snapshot
 

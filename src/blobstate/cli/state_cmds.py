@@ -1,0 +1,94 @@
+"""``inspect`` and ``restore`` on a query checkpoint (``metadata.json`` + ``commits/``): one partition's
+state at a committed version (:mod:`blobstate.reader.partition`). ``backup_cmds`` dispatches here when
+the URL holds a query checkpoint rather than a backup repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from blobstate.reader import StateReadError
+
+
+def is_query_checkpoint(url: str) -> bool:
+    """Whether ``url`` holds a query checkpoint (and not a backup repository)."""
+    from blobstate.blobstore import open_blob_store
+    from blobstate.reader.checkpoint import is_query_checkpoint as has_metadata
+    from blobstate.snapshot.repository import is_backup_repository
+
+    with open_blob_store(url) as store:
+        return has_metadata(store) and not is_backup_repository(store)
+
+
+def _need_partition(url: str, partition: int | None) -> int:
+    if partition is None:
+        raise StateReadError(f"{url} is a query checkpoint: choose a partition with --partition P")
+    return partition
+
+
+def _header(info: dict[str, Any]) -> str:
+    span = f"{info['retained_from']}..{info['latest']}"
+    return (
+        f"query checkpoint {info['url']}  operator {info['operator']}  partition {info['partition']}"
+        f"  version {info['version']} (uid {info['uid']}; retained versions {span})"
+    )
+
+
+def _loaded(load: dict[str, Any]) -> str:
+    base = f"{load['base_kind']} {load['base']}" if load["base"] else load["base_kind"]
+    return (
+        f"loaded from {base} + {load['deltas_replayed']} delta(s): {load['bytes_downloaded']:,} bytes"
+        f" downloaded in {load['seconds']} s"
+    )
+
+
+def inspect_checkpoint(
+    url: str, partition: int | None, version: int | None, operator: str | None, sample: int, as_json: bool
+) -> None:
+    """Print the partition's state variables (kind, schema, keys, rows, a sample) and its timers."""
+    from blobstate.reader.partition import inspect_partition
+
+    info = inspect_partition(
+        url, _need_partition(url, partition), version=version, operator=operator, sample=sample
+    )
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    typer.echo(_header(info))
+    typer.echo(f"key columns: {', '.join(info['key_columns'])}")
+    typer.echo(_loaded(info["load"]))
+    if not info["state_variables"]:
+        typer.echo("no state variables")
+    for var in info["state_variables"]:
+        schema = var["schema"]
+        if var["user_key_schema"] is not None:
+            schema = f"{var['user_key_schema']} -> {schema}"
+        ttl = ", with TTL" if var["ttl"] else ""
+        typer.echo(
+            f"{var['name']}: {var['kind']} state {schema}{ttl}: {var['keys']} keys, {var['rows']} rows"
+        )
+        for row in var["sample"]:
+            typer.echo(f"    {json.dumps(row)}")
+    timers = info["timers"]
+    typer.echo(f"timers: {timers['rows']} on {timers['keys']} keys")
+    for row in timers["sample"]:
+        typer.echo(f"    {json.dumps(row)}")
+
+
+def restore_checkpoint(
+    url: str, directory: Path, partition: int | None, version: int | None, operator: str | None, as_json: bool
+) -> None:
+    """Materialise the partition's RocksDB at the version in ``directory`` (empty or absent)."""
+    from blobstate.reader.partition import restore_partition
+
+    info = restore_partition(
+        url, directory, _need_partition(url, partition), version=version, operator=operator
+    )
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    typer.echo(_header(info))
+    typer.echo(f"restored into {info['directory']}; {_loaded(info['load'])}")

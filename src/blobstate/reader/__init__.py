@@ -1,0 +1,57 @@
+"""Reading a query checkpoint's state without running the query.
+
+:func:`read_state` returns a partition's (or every partition's) state at a retained version as a Spark
+DataFrame, through the ``blobstate`` Python data source (:mod:`blobstate.reader.datasource`); rows are
+flattened as Spark's own state reader flattens ``transformWithState`` state (:mod:`.schema`). The
+checkpoint is only read, never written.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from blobstate.reader.variables import TIMERS, StateReadError
+
+__all__ = ["TIMERS", "StateReadError", "read_state", "register_reader"]
+
+
+def register_reader(spark: Any) -> None:
+    """Register the ``blobstate`` data source with ``spark`` (idempotent)."""
+    from blobstate.reader.datasource import BlobstateDataSource
+
+    spark.dataSource.register(BlobstateDataSource)
+
+
+def read_state(
+    spark: Any,
+    checkpoint: str,
+    *,
+    version: int | None = None,
+    operator: str | None = None,
+    partition: int | None = None,
+    state_var: str | None = None,
+    timers: bool = False,
+) -> Any:
+    """The state of the query checkpoint at ``checkpoint`` as a DataFrame.
+
+    ``version`` defaults to the latest committed one and must be retained; ``partition`` None reads every
+    partition (in parallel, one Spark task each); ``state_var`` names the state variable (None: the only
+    one); ``timers=True`` reads the registered timers instead. The request is checked here, on the
+    driver, so a mistake is one :class:`StateReadError` naming what exists.
+    """
+    from blobstate.reader.plan import plan_read
+
+    if "://" not in checkpoint:  # Python workers run elsewhere: a local path must not depend on our cwd
+        checkpoint = os.path.abspath(checkpoint)
+    if timers and state_var not in (None, TIMERS):
+        raise StateReadError("give either state_var or timers=True, not both")
+    plan = plan_read(
+        checkpoint, version=version, operator=operator, partition=partition,
+        state_var=TIMERS if timers else state_var,
+    )  # fmt: skip
+    register_reader(spark)
+    reader = spark.read.format("blobstate").schema(plan.schema)
+    options = {"version": str(plan.version), "operator": plan.operator, "stateVarName": plan.state_var}
+    options["partition"] = ",".join(str(p) for p in plan.partitions)
+    return reader.options(**options).load(checkpoint)

@@ -1,0 +1,94 @@
+"""Planning a read on the driver: the version, operator, partitions, state variable and row schema.
+
+The state variable's declaration is read from the ``$meta`` of a partition restored at the version (the
+first one that declares it); that one restore is the price of a typed schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import StructType
+
+from blobstate.blobstore import open_blob_store
+from blobstate.reader.checkpoint import choose_operator, choose_partitions, open_version, restored_partition
+from blobstate.reader.schema import infer_key_schema, row_schema
+from blobstate.reader.variables import TIMERS, StateReadError, StateVariable, any_key, declarations
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What a read returns: checked against the checkpoint, ready to run on the executors."""
+
+    url: str
+    version: int
+    operator: str
+    partitions: list[int]
+    state_var: str
+    """A state variable's name, or :data:`TIMERS`."""
+    schema: StructType
+
+
+def _key_schema(spec: dict[str, Any]) -> StructType | None:
+    recorded = spec.get("key_schema")
+    if isinstance(recorded, dict) and recorded.get("type") == "struct":
+        return StructType.fromJson(recorded)
+    return None
+
+
+def plan_read(
+    url: str,
+    *,
+    version: int | None = None,
+    operator: str | None = None,
+    partition: Any = None,
+    state_var: str | None = None,
+    schema: StructType | None = None,
+) -> ReadPlan:
+    """Check the request against the checkpoint at ``url`` and work out the rows' schema.
+
+    ``state_var`` None picks the only state variable; :data:`TIMERS` reads the registered timers.
+    Raises :class:`StateReadError` (one line, naming what is known) for anything that does not exist.
+    With ``schema`` (already planned) and ``state_var`` given, nothing is restored: the version, operator
+    and partitions are checked and the plan returned.
+    """
+    with open_blob_store(url) as store:
+        checkpoint = open_version(store, version)
+        op = choose_operator(checkpoint, operator)
+        partitions = choose_partitions(checkpoint, partition)
+        if schema is not None and state_var is not None:
+            return ReadPlan(url, checkpoint.version, op, partitions, state_var, schema)
+        names = checkpoint.key_columns(op)
+        key_schema = _key_schema(checkpoint.metadata.operators[op])
+        var: StateVariable | None = None
+        known: set[str] = set()
+        for p in partitions:
+            with restored_partition(store, checkpoint, op, p) as rocks:
+                declared = declarations(rocks)
+                known.update(declared)
+                if state_var is None and len(declared) == 1:
+                    state_var = next(iter(declared))
+                if state_var is not None and state_var != TIMERS:
+                    var = declared.get(state_var, var)
+                if key_schema is None and (var is not None or state_var == TIMERS):
+                    key = any_key(rocks, [] if var is None else [var.name], len(names))
+                    if key is not None:
+                        key_schema = infer_key_schema(names, [key])
+            if key_schema is not None and (var is not None or state_var == TIMERS):
+                break
+    where = f"operator {op} of {store.url} at version {checkpoint.version}"
+    listed = ", ".join(repr(n) for n in sorted(known)) or "none"
+    if state_var is None:
+        raise StateReadError(
+            f"choose a state variable (stateVarName) of {where}: its state variables are {listed}; timers:"
+            f" {TIMERS!r}"
+        )
+    if state_var != TIMERS and var is None:
+        raise StateReadError(
+            f"{where} has no state variable {state_var!r}; its state variables are {listed} (timers:"
+            f" {TIMERS!r})"
+        )
+    if key_schema is None:  # nothing stored anywhere: any key type reads no rows
+        key_schema = infer_key_schema(names, [])
+    return ReadPlan(url, checkpoint.version, op, partitions, state_var, row_schema(key_schema, var))

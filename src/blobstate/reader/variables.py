@@ -1,0 +1,118 @@
+"""The state of one partition's RocksDB store read back as rows: state variables, their entries, timers.
+
+Reads what :mod:`blobstate.processor.api` writes (column families in :mod:`blobstate.processor.layout`):
+the declarations in ``$meta`` (JSON, read as data), grouping keys and MapState user keys with the tagged
+key decoder of :mod:`blobstate.processor.codec`, values with the schema-driven
+:class:`~blobstate.processor.values.StateCodec`. Nothing is unpickled or evaluated.
+
+Rows are flattened as Spark's state reader (``format("statestore")``) flattens them: one row per value,
+per list element, per map entry (user key, value) and per registered timer. Values with a TTL carry
+their expiry (epoch ms); values already past it that the TTL sweep had not removed at that version are
+returned too: the reader shows what the version stores, and the expiry says when it lapses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import StructType
+
+from blobstate.errors import BlobstateError
+from blobstate.processor import codec, layout
+from blobstate.processor.values import StateCodec
+
+_BEFORE_ANY_EXPIRY = -(1 << 63)
+
+TIMERS = "$timers"
+"""The name that reads the registered timers instead of a state variable (``stateVarName``)."""
+
+
+class StateReadError(BlobstateError, ValueError):
+    """The state asked for does not exist (an unknown state variable, operator, partition or version)."""
+
+
+@dataclass(frozen=True)
+class StateVariable:
+    """A state variable as its declaration in ``$meta`` records it."""
+
+    name: str
+    kind: str
+    """``value``, ``list`` or ``map``."""
+    schema: dict[str, Any]
+    """The value schema, ``StructType.jsonValue()`` form."""
+    user_key_schema: dict[str, Any] | None
+    ttl: bool
+
+    def value_type(self) -> StructType:
+        """The value schema as a StructType (built from the JSON by PySpark's parser of types)."""
+        return StructType.fromJson(self.schema)
+
+    def user_key_type(self) -> StructType | None:
+        """The MapState user key schema as a StructType (None for other kinds)."""
+        return None if self.user_key_schema is None else StructType.fromJson(self.user_key_schema)
+
+
+def declarations(store: Any) -> dict[str, StateVariable]:
+    """Every state variable declared in ``store`` (a RocksStateStore), by name."""
+    found: dict[str, StateVariable] = {}
+    prefix = layout.meta_key("")
+    for key, data in store.items(layout.META_CF, prefix):
+        name = bytes(key[len(prefix) :]).decode("utf-8")
+        decl = json.loads(data)
+        if not isinstance(decl, dict) or decl.get("kind") not in ("value", "list", "map"):
+            raise StateReadError(
+                f"the declaration of state variable {name!r} in $meta is not one blobstate wrote"
+            )
+        found[name] = StateVariable(
+            name=name,
+            kind=decl["kind"],
+            schema=decl["schema"],
+            user_key_schema=decl.get("userKeySchema"),
+            ttl=bool(decl.get("ttl")),
+        )
+    return found
+
+
+def entries(store: Any, var: StateVariable, arity: int) -> Iterator[tuple]:
+    """The rows of ``var``: ``(key, value, expiry)`` for value state, ``(key, element, expiry)`` per list
+    element, ``(key, user_key, value, expiry)`` per map entry; ``expiry`` is None without a TTL."""
+    cf = layout.state_cf(var.name)
+    values = StateCodec(var.name, var.value_type())
+    # decode_live's fast paths at a time before any expiry: every stored value, expired or not
+    decode, never = values.decode_live, _BEFORE_ANY_EXPIRY
+    if var.kind == "value":
+        for k, data in store.items(cf):
+            key, _ = codec.decode_key(k, arity)
+            yield key, decode(data, never, key), values.expiry(data, key)
+    elif var.kind == "list":
+        for k, data in store.items(cf):
+            key, end = codec.decode_key(k, arity)
+            if end == len(k):  # the list's head: the next chunk number, no values
+                continue
+            expiry = values.expiry(data, key)
+            for element in values.decode_list(data, key):
+                yield key, element, expiry
+    else:
+        user_arity = len((var.user_key_schema or {}).get("fields", ()))
+        for k, data in store.items(cf):
+            key, end = codec.decode_key(k, arity)
+            user_key, _ = codec.decode_key(k, user_arity, end)
+            yield key, user_key, decode(data, never, key), values.expiry(data, key)
+
+
+def timers(store: Any, arity: int) -> Iterator[tuple[tuple, int]]:
+    """The registered timers: ``(key, expiry ms)`` in key order, then time order."""
+    for k, _ in store.items(layout.TIMERS_BY_KEY_CF):
+        key, end = codec.decode_key(k, arity)
+        yield key, codec.decode_ts(k, end)
+
+
+def any_key(store: Any, names: list[str], arity: int) -> tuple | None:
+    """A grouping key stored in ``store`` (looking in ``names``' families, then the timers), or None."""
+    for cf in [*names, layout.TIMERS_BY_KEY_CF]:
+        for k, _ in store.items(cf):
+            return codec.decode_key(k, arity)[0]
+    return None
