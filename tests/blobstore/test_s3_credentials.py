@@ -191,3 +191,16 @@ def test_wrong_keys_give_one_error_naming_bucket_and_endpoint(
     assert "rejected the credentials" in message and "AKIAWRONG" in message
     assert SECRET not in message and SECRET not in str(caught_get.value)
     assert "rejected the credentials" in str(caught_get.value)
+
+
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"])
+def test_the_endpoint_falls_back_to_the_aws_variables(
+    s3_url: str, s3_endpoint: str, variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BLOBSTATE_S3_ENDPOINT")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv(variable, s3_endpoint)
+    with open_blob_store(s3_url) as store:
+        sent = _observe(store)
+        store.put("a", b"1")
+    assert sent[0].url.startswith(f"{s3_endpoint}/{s3_url.split('/')[2]}/root/a")  # path style by default
