@@ -32,7 +32,7 @@ def open_blob_store(url: str, **options: Any) -> BlobStore:
             from blobstate.blobstore.s3 import S3BlobStore
         except ModuleNotFoundError as error:
             raise BackendNotInstalledError(
-                f"{url} is an S3 checkpoint, which needs {error.name} (not installed):"
+                f"{url.partition('?')[0]} is an S3 checkpoint, which needs {error.name} (not installed):"
                 " pip install 'blobstate[s3]'"
             ) from error
 

@@ -54,12 +54,19 @@ from blobstate.blobstore.s3_options import S3Settings, split_s3_url
 ENDPOINT_ENV = "BLOBSTATE_S3_ENDPOINT"
 """Environment variable naming a non-AWS endpoint (used when no ``endpoint_url`` option is given)."""
 
+ENDPOINT_ENVS = (ENDPOINT_ENV, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+"""Where the endpoint comes from without an ``endpoint_url`` option, first set wins (the AWS ones are the
+names boto3 and the AWS CLI read)."""
+
 DEFAULT_REGION = "us-east-1"
 DEFAULT_LIFECYCLE_DAYS = round(DEFAULT_PENDING_TTL_SECONDS / 86400)
 _STREAM_CHUNK = 1024 * 1024
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _LIFECYCLE = "<lifecycle configuration>"
+_REJECTED_CREDENTIAL_CODES = frozenset(
+    {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "TokenRefreshRequired"}
+)
 _CREDENTIAL_ERRORS: tuple[type[BaseException], ...] = (
     bx.NoCredentialsError,
     bx.PartialCredentialsError,
@@ -95,17 +102,30 @@ _TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
 )
 
 
-_SESSION: boto3.session.Session | None = None
+_SESSIONS: dict[tuple[str | None, ...], boto3.session.Session] = {}
 _SESSION_LOCK = threading.Lock()
+_CONFIG_ENVS = ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
 
 
-def _new_client(**kwargs: Any) -> Any:
-    """An S3 client from one process-wide session: a fresh session reloads the service model (~0.4 s)."""
-    global _SESSION
+def _new_client(profile: str | None, **kwargs: Any) -> Any:
+    """An S3 client from a process-wide session per profile and AWS config files: a fresh session reloads
+    the service model (~0.4 s). The session resolves credentials by boto3's chain; keys passed in
+    ``kwargs`` win over it."""
+    key = (profile, *(os.environ.get(name) for name in _CONFIG_ENVS))
     with _SESSION_LOCK:  # sessions are not thread-safe; clients are
-        if _SESSION is None:
-            _SESSION = boto3.session.Session()
-        return _SESSION.client("s3", **kwargs)
+        session = _SESSIONS.get(key)
+        if session is None:
+            session = _SESSIONS[key] = boto3.session.Session(profile_name=profile)
+        return session.client("s3", **kwargs)
+
+
+def default_endpoint() -> str | None:
+    """The endpoint named by the environment (:data:`ENDPOINT_ENVS`, first set wins), else None (AWS)."""
+    for name in ENDPOINT_ENVS:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -133,7 +153,11 @@ class S3BlobStore(BlobStore):
         (5 s, 10 s, 4, 0.2 s) an endpoint that accepts connections and never answers fails an operation
         after at most 42.1 s, and a one-request operation takes at most 62.1 s in the worst case
         (``settings.worst_case_seconds``). Files of ``multipart_threshold`` bytes or more are uploaded in
-        parallel parts. Credentials come from boto3's usual chain.
+        parallel parts. Credentials: ``profile``, or ``access_key_id`` and ``secret_access_key`` (and
+        ``session_token``), else boto3's usual chain (environment keys, ``AWS_PROFILE``, the AWS config
+        files, container and instance roles). ``endpoint_url`` falls back to ``BLOBSTATE_S3_ENDPOINT``,
+        ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``; ``addressing_style`` / ``path_style`` choose
+        virtual-hosted or path-style requests (default: path style with a custom endpoint).
         """
         location, settings = S3Settings.resolve(url, options)
         super().__init__(
@@ -144,7 +168,7 @@ class S3BlobStore(BlobStore):
         )
         self.settings = settings
         self.bucket, self.prefix = parse_s3_url(location)
-        self.endpoint_url = settings.endpoint_url or os.environ.get(ENDPOINT_ENV) or None
+        self.endpoint_url = settings.endpoint_url or default_endpoint()
         self.region = (
             settings.region
             or os.environ.get("AWS_REGION")
@@ -160,13 +184,31 @@ class S3BlobStore(BlobStore):
             retries={"total_max_attempts": 1, "mode": "standard"},
             connect_timeout=settings.connect_timeout,
             read_timeout=settings.read_timeout,
-            s3={"addressing_style": "path"} if self.endpoint_url else None,
+            s3={"addressing_style": settings.resolved_addressing_style(self.endpoint_url is not None)},
+        )
+        keys = (
+            {
+                "aws_access_key_id": settings.access_key_id,
+                "aws_secret_access_key": settings.secret_access_key,
+                "aws_session_token": settings.session_token,
+            }
+            if settings.access_key_id is not None
+            else {}
         )
         try:
-            self._client = _new_client(endpoint_url=self.endpoint_url, region_name=self.region, config=config)
+            self._client = _new_client(
+                settings.profile,
+                endpoint_url=self.endpoint_url,
+                region_name=self.region,
+                config=config,
+                **keys,
+            )
         except bx.ProfileNotFound as error:
+            where = "the profile option" if settings.profile else "AWS_PROFILE"
             raise BlobStoreError(
-                f"cannot open {self.url}: {error}; set AWS_PROFILE to a profile in ~/.aws/config or unset it"
+                f"cannot open {self.url}: {error} (named by {where}); name a profile of the AWS config files"
+                " (AWS_CONFIG_FILE, default ~/.aws/config, and AWS_SHARED_CREDENTIALS_FILE, default"
+                " ~/.aws/credentials) or drop it to use the environment's credentials"
             ) from error
         self._transfer_config = TransferConfig(
             multipart_threshold=settings.multipart_threshold,
@@ -193,9 +235,12 @@ class S3BlobStore(BlobStore):
             raise self._client_error(error, name) from error
         except _CREDENTIAL_ERRORS as error:
             raise BlobStoreError(
-                f"no usable AWS credentials for {self.url} ({error}): set AWS_ACCESS_KEY_ID and"
-                " AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), or AWS_PROFILE naming a"
-                " profile in ~/.aws/credentials, or run where an instance profile or IAM role provides them"
+                f"no usable AWS credentials for {self.url} (bucket {self.bucket!r} at {self.endpoint}:"
+                f" {error}): give the options access_key_id and secret_access_key (and session_token) or"
+                " profile (keywords, URL query or Spark conf spark.blobstate.s3.<option>), or set"
+                " AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE"
+                " naming a profile in ~/.aws/credentials, or run where an instance profile or IAM role"
+                " provides them"
             ) from error
         except _TRANSIENT_EXCEPTIONS as error:
             raise TransientBlobError(f"{name!r} in {self.url}: {error}") from error
@@ -209,7 +254,19 @@ class S3BlobStore(BlobStore):
             return BlobNotFoundError(name, self.url)
         if code in _TRANSIENT_CODES or status == 429 or status >= 500:
             return TransientBlobError(f"{name!r} in {self.url}: {error}")
+        if code in _REJECTED_CREDENTIAL_CODES:
+            return self._rejected_credentials(name, code)
         return BlobStoreError(f"S3 error on {name!r} in {self.url}: {error}")
+
+    def _rejected_credentials(self, name: str, code: str) -> BlobStoreError:
+        """S3 refused the credentials: name bucket, endpoint and where they came from (never the secret)."""
+        return BlobStoreError(
+            f"S3 at {self.endpoint} rejected the credentials for bucket {self.bucket!r} ({code}, store"
+            f" {self.url}, while accessing {name!r}); they came from {self.settings.credentials_source}:"
+            " check the access key id and secret (options access_key_id/secret_access_key, the profile"
+            " option, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and that they belong to"
+            " this endpoint"
+        )
 
     def _no_bucket(self, name: str) -> BucketNotFoundError:
         return BucketNotFoundError(
@@ -226,6 +283,8 @@ class S3BlobStore(BlobStore):
                 code = str(error.response.get("Error", {}).get("Code", ""))
                 if code in _NOT_FOUND_CODES or code == "NoSuchBucket":
                     raise self._no_bucket(name) from error
+                if code in _REJECTED_CREDENTIAL_CODES:
+                    raise self._rejected_credentials(name, code) from error
                 if code in ("403", "AccessDenied", "Forbidden"):
                     return  # S3 answers 403, not 404, for a bucket that exists but is not ours to list
                 raise

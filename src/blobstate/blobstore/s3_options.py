@@ -5,6 +5,11 @@ parameters of the URL (``s3://bucket/prefix?connect_timeout=5&read_timeout=30&ma
 queries, as Spark conf ``spark.blobstate.s3.<option>``. Values given as text are converted; every value is
 checked, and unknown names are an error naming them.
 
+Credentials: ``profile`` (a profile of ``~/.aws/config`` / ``~/.aws/credentials``) or
+``access_key_id`` + ``secret_access_key`` (+ ``session_token``); given neither, boto3's standard chain
+applies (environment keys, ``AWS_PROFILE``, the config files, container and instance roles). The values of
+:data:`SECRET_OPTIONS` never appear in an error message or a ``repr``.
+
 Time budget: with the defaults an endpoint that accepts connections and never answers fails an operation
 after at most ``max_attempts * read_timeout + backoff`` = 4 * 10 s + 2.1 s = 42.1 s; the worst case of a
 one-request operation (each attempt's connection set up just inside ``connect_timeout``, then no answer
@@ -18,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
@@ -41,6 +46,19 @@ class S3Settings:
     """A non-AWS endpoint such as ``http://127.0.0.1:9000``; else ``BLOBSTATE_S3_ENDPOINT``, else AWS."""
     region: str | None = None
     """The signing region; else ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else us-east-1."""
+    profile: str | None = None
+    """A named profile of the AWS config files; else ``AWS_PROFILE``, else boto3's default chain."""
+    access_key_id: str | None = None
+    """An access key id, with ``secret_access_key``; they win over the environment and profiles."""
+    secret_access_key: str | None = field(default=None, repr=False)
+    """The secret of ``access_key_id`` (never shown in messages)."""
+    session_token: str | None = field(default=None, repr=False)
+    """The session token of temporary keys (never shown in messages)."""
+    addressing_style: str | None = None
+    """``auto``, ``virtual`` (``bucket.host/key``) or ``path`` (``host/bucket/key``); default: ``path``
+    with a custom endpoint (MinIO and most S3-protocol servers), else ``auto``."""
+    path_style: bool | None = None
+    """``true`` is ``addressing_style=path`` (as S3A's ``fs.s3a.path.style.access``), ``false`` virtual."""
     connect_timeout: float = 5.0
     """Seconds to wait for a TCP (and TLS) connection to the endpoint."""
     read_timeout: float = 10.0
@@ -57,6 +75,45 @@ class S3Settings:
     """Size of one part of a multipart upload (at least 5 MiB)."""
     list_page_size: int = 1000
     """Keys per listing request (1 to 1000)."""
+
+    def __post_init__(self) -> None:
+        """Check the options that only make sense together."""
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise S3OptionError(
+                "S3 options access_key_id and secret_access_key must be given together (got only "
+                + ("access_key_id" if self.access_key_id is not None else "secret_access_key")
+                + ")"
+            )
+        if self.session_token is not None and self.access_key_id is None:
+            raise S3OptionError("S3 option session_token needs access_key_id and secret_access_key")
+        if self.profile is not None and self.access_key_id is not None:
+            raise S3OptionError(
+                f"S3 options profile ({self.profile!r}) and access_key_id are both given: give one of them"
+            )
+        if self.addressing_style is not None and self.path_style is not None:
+            implied = "path" if self.path_style else "virtual"
+            if implied != self.addressing_style:
+                raise S3OptionError(
+                    f"S3 options path_style={str(self.path_style).lower()} and addressing_style="
+                    f"{self.addressing_style} disagree: give one of them"
+                )
+
+    def resolved_addressing_style(self, custom_endpoint: bool) -> str:
+        """The addressing style to use: the options', else ``path`` for a custom endpoint, else ``auto``."""
+        if self.addressing_style is not None:
+            return self.addressing_style
+        if self.path_style is not None:
+            return "path" if self.path_style else "virtual"
+        return "path" if custom_endpoint else "auto"
+
+    @property
+    def credentials_source(self) -> str:
+        """How credentials are found, for messages (never the secret itself)."""
+        if self.access_key_id is not None:
+            return f"access key id {self.access_key_id} (given as an option)"
+        if self.profile is not None:
+            return f"profile {self.profile!r} (given as an option)"
+        return "the AWS environment and config chain"
 
     @property
     def backoff_total_seconds(self) -> float:
@@ -84,6 +141,11 @@ _FIELDS = {f.name: f for f in dataclasses.fields(S3Settings)}
 S3_OPTION_NAMES: tuple[str, ...] = tuple(_FIELDS)
 """Every S3 option name, in the order of :class:`S3Settings`."""
 
+SECRET_OPTIONS: frozenset[str] = frozenset({"secret_access_key", "session_token"})
+"""Options whose values are secrets: never echoed in messages; :func:`redact_s3_url` masks them."""
+
+ADDRESSING_STYLES = ("auto", "virtual", "path")
+
 
 def parse_s3_options(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     """Convert and check S3 options (text or typed values); ``source`` says where they came from.
@@ -101,8 +163,14 @@ def parse_s3_options(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
 def _convert(name: str, value: Any, source: str) -> Any:
     kind = str(_FIELDS[name].type)
     try:
+        if name in SECRET_OPTIONS:
+            if not isinstance(value, str) or not value:
+                raise ValueError("expected a non-empty string")  # the value itself is never shown
+            return value
         if kind.startswith("str"):
             return _text(name, value)
+        if kind.startswith("bool"):
+            return _boolean(value)
         if kind == "int":
             return _checked(name, _integer(value))
         return _checked(name, _number(value))
@@ -115,7 +183,17 @@ def _text(name: str, value: Any) -> str:
         raise ValueError(f"expected a non-empty string, got {value!r}")
     if name == "endpoint_url" and urlsplit(value).scheme not in ("http", "https"):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    if name == "addressing_style" and value not in ADDRESSING_STYLES:
+        raise ValueError(f"expected one of {', '.join(ADDRESSING_STYLES)}, got {value!r}")
     return value
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"expected true or false, got {value!r}")
 
 
 def _integer(value: Any) -> int:
@@ -167,17 +245,19 @@ def split_s3_url(url: str) -> tuple[str, dict[str, str]]:
     """``(s3://bucket/prefix, {option: text})`` of a URL that may carry options as its query."""
     parts = urlsplit(url)
     if parts.fragment:
-        raise S3OptionError(f"S3 URL {url!r} must not have a fragment")
+        raise S3OptionError(f"S3 URL {redact_s3_url(url)!r} must not have a fragment")
     if not parts.query:
         return url, {}
     try:
         pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
     except ValueError:
-        raise S3OptionError(f"S3 URL {url!r}: the query must be name=value pairs joined by &") from None
+        raise S3OptionError(
+            f"S3 URL {redact_s3_url(url)!r}: the query must be name=value pairs joined by &"
+        ) from None
     options: dict[str, str] = {}
     for name, value in pairs:
         if name in options:
-            raise S3OptionError(f"S3 URL {url!r} gives option {name} twice")
+            raise S3OptionError(f"S3 URL {redact_s3_url(url)!r} gives option {name} twice")
         options[name] = value
     return url.split("?", 1)[0], options
 
@@ -192,13 +272,30 @@ def s3_url_with_options(url: str, options: Mapping[str, Any]) -> str:
 
 def _merged(url: str, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     location, from_url = split_s3_url(url)
-    merged = parse_s3_options(from_url, f"the query of {url!r}")
+    merged = parse_s3_options(from_url, f"the query of {redact_s3_url(url)!r}")
     given = parse_s3_options(options, "the options")
     for name in sorted(set(merged) & set(given)):
         if merged[name] != given[name]:
+            if name in SECRET_OPTIONS:
+                raise S3OptionError(
+                    f"S3 option {name} differs between the URL {redact_s3_url(location)!r} and the options:"
+                    " give it once"
+                )
             raise S3OptionError(
-                f"S3 option {name} is {merged[name]!r} in the URL {url!r} but {given[name]!r} as an"
-                " option: give it once"
+                f"S3 option {name} is {merged[name]!r} in the URL {redact_s3_url(url)!r} but"
+                f" {given[name]!r} as an option: give it once"
             )
     merged.update(given)
     return location, merged
+
+
+def redact_s3_url(url: str) -> str:
+    """``url`` with the values of secret options in its query replaced by ``***`` (for messages)."""
+    location, _, query = url.partition("?")
+    if not query:
+        return url
+    parts = []
+    for pair in query.split("&"):
+        name = pair.split("=", 1)[0]
+        parts.append(f"{name}=***" if name in SECRET_OPTIONS else pair)
+    return f"{location}?{'&'.join(parts)}"

@@ -257,7 +257,7 @@ class BatchDriver:
         if batch_id > 0 and not self.commit_log.commit_exists(batch_id):
             raise BatchError(
                 f"batch {batch_id} starts from version {batch_id}, but commits/{batch_id}.json does not exist"
-                f" in {self.checkpoint_url}: the blobstate checkpoint does not match Spark's checkpoint"
+                f" in {self.store.url}: the blobstate checkpoint does not match Spark's checkpoint"
             )
         previous = self.commit_log.read_commit(batch_id) if batch_id > 0 else None
         if source is not None:
@@ -571,7 +571,7 @@ class BatchDriver:
             committed,
             latest,
             source,
-            checkpoint=self.checkpoint_url,
+            checkpoint=self.store.url,  # without the URL's query: it may hold S3 secret options
             spark_checkpoint=self.spark_checkpoint,
         )
 

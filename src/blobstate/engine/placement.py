@@ -1,16 +1,18 @@
 """Preferred executor locations for the processing stage (DESIGN.md, "Placement and standby").
 
-Spark places tasks without regard to where blobstate's Python-side state lives. This module compiles
-``java/PreferredLocations.java`` against the running Spark's jars (once per source and Spark version,
-cached under ``~/.cache/blobstate``), loads it into the driver of an already running session and ships
-it to the executors. The helper wraps a DataFrame's RDD in a narrow 1:1 RDD whose partition ``i``
-prefers a given executor (``executor_<host>_<id>``, Spark's ``ExecutorCacheTaskLocation``, the
-mechanism of Spark's own state stores); operators applied on top of the result, such as
-``mapInArrow``, run in the same stage and inherit the preference. Each task of that stage also learns
-its executor (``executor_identity.current_executor()``).
+Spark places tasks without regard to where blobstate's Python-side state lives. This module loads the
+JVM helper (``java/*.java``) into the driver of an already running session and ships it to the
+executors: the jar prebuilt into the wheel when it was built for the running Spark's major.minor
+version (``helper_jar``), else one compiled against the running Spark's jars (once per source and Spark
+version, cached under ``~/.cache/blobstate``). The helper wraps a DataFrame's RDD in a narrow 1:1 RDD
+whose partition ``i`` prefers a given executor (``executor_<host>_<id>``, Spark's
+``ExecutorCacheTaskLocation``, the mechanism of Spark's own state stores); operators applied on top of
+the result, such as ``mapInArrow``, run in the same stage and inherit the preference. Each task of that
+stage also learns its executor (``executor_identity.current_executor()``).
 
-Without a JDK, when compilation or loading fails, or on Spark Connect, ``PlacementHelper.get`` returns
-None after logging one warning: tasks then go wherever Spark puts them, and state stays correct.
+Without a fitting shipped jar and a JDK, or when compilation or loading fails, ``PlacementHelper.get``
+returns None after logging one warning (the query then refuses to start, naming why); a Spark Connect
+session is one ``SparkConnectUnsupportedError``.
 Preferences are honoured by Spark's delay scheduling: a task waits up to ``spark.locality.wait.process``
 (default ``spark.locality.wait``, 3s) for its executor before it may run on another executor of the
 same host, then ``spark.locality.wait.node`` before any executor.
@@ -22,16 +24,25 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import weakref
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blobstate.engine.executor_identity import ExecutorIdentity
+from blobstate.engine.helper_jar import (
+    JAVA_DIR,
+    SOURCES_ATTRIBUTE,
+    SPARK_VERSION_ATTRIBUTE,
+    HelperCompileError,
+    compile_jar,
+    java_sources,
+    major_minor,
+    shipped_jar_for,
+    sources_digest,
+)
 from blobstate.errors import BlobstateError
 
 if TYPE_CHECKING:
@@ -39,29 +50,27 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-JAVA_DIR = Path(__file__).with_name("java")
-"""The helper's sources (preferred locations, ticks source, committed outputs), shipped as package data."""
-
-
-def java_sources() -> list[Path]:
-    """Every Java source of the helper, in a stable order."""
-    return sorted(JAVA_DIR.glob("*.java"))
-
-
 HELPER_CLASS = "org.apache.spark.sql.blobstate.PreferredLocations"
 """Fully qualified name of the helper class."""
 
 JAR_NAME = "blobstate-placement.jar"
 """File name of the compiled helper inside its cache directory."""
 
-JAVA_RELEASE = "17"
-"""Bytecode level of the helper (the oldest Java that Spark 4 runs on)."""
-
-COMPILE_TIMEOUT_SECONDS = 600
-
 
 class PlacementUnavailableError(BlobstateError, RuntimeError):
     """The placement helper cannot be built or loaded for a session; the message says why."""
+
+
+class SparkConnectUnsupportedError(PlacementUnavailableError):
+    """blobstate was given a Spark Connect session: its engine needs the driver's JVM in this process."""
+
+
+SPARK_CONNECT_MESSAGE = (
+    "blobstate does not support Spark Connect: its engine loads a JVM helper into the driver (to place"
+    " tasks, keep outputs off the driver and run batches for timers), and a Spark Connect client has no"
+    " JVM in its process; run the query with a classic SparkSession (SparkSession.builder.master(...),"
+    " without spark.remote or SPARK_REMOTE)"
+)
 
 
 def location_string(identity: ExecutorIdentity) -> str:
@@ -123,42 +132,13 @@ def build_jar(
     jar.parent.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=jar.parent.parent))
     try:
-        classes = work / "classes"
         staged = work / "out"
-        classes.mkdir()
         staged.mkdir()
-        # An argument file keeps long cluster class paths off the command line.
-        argfile = work / "javac.args"
-        argfile.write_text(
-            "\n".join(
-                _quote_arg(a)
-                for a in (
-                    "--release",
-                    JAVA_RELEASE,
-                    "-nowarn",
-                    "-cp",
-                    _expand_classpath(classpath),
-                    "-d",
-                    str(classes),
-                )
-            )
-            + "\n"
-        )
+        attributes = {SPARK_VERSION_ATTRIBUTE: spark_version, SOURCES_ATTRIBUTE: sources_digest()}
         try:
-            result = subprocess.run(
-                [compiler, f"@{argfile}", *(str(p) for p in java_sources())],
-                capture_output=True,
-                text=True,
-                timeout=COMPILE_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise PlacementUnavailableError(f"cannot run Java compiler {compiler}: {e}") from e
-        if result.returncode != 0:
-            raise PlacementUnavailableError(
-                f"compiling the helper in {JAVA_DIR} with {compiler} failed:\n{result.stderr.strip()[-4000:]}"
-            )
-        _write_jar(classes, staged / JAR_NAME)
+            compile_jar(java_sources(), classpath, staged / JAR_NAME, compiler, attributes)
+        except HelperCompileError as e:
+            raise PlacementUnavailableError(str(e)) from e
         try:
             staged.rename(jar.parent)
         except OSError:
@@ -169,26 +149,28 @@ def build_jar(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _expand_classpath(classpath: str) -> str:
-    """Expands ``dir/*`` entries to their jars: javac does not expand wildcards read from a file."""
-    entries: list[str] = []
-    for entry in classpath.split(os.pathsep):
-        if entry.endswith("*") and Path(entry[:-1] or ".").is_dir():
-            entries.extend(str(p) for p in sorted(Path(entry[:-1] or ".").glob("*.jar")))
-        elif entry:
-            entries.append(entry)
-    return os.pathsep.join(entries)
-
-
-def _quote_arg(arg: str) -> str:
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _write_jar(classes: Path, jar: Path) -> None:
-    with zipfile.ZipFile(jar, "w", compression=zipfile.ZIP_DEFLATED) as out:
-        out.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: blobstate\n\n")
-        for path in sorted(classes.rglob("*.class")):
-            out.write(path, path.relative_to(classes).as_posix())
+def helper_jar(
+    spark_version: str,
+    classpath: str,
+    *,
+    cache_dir: Path | None = None,
+    javac: str | None = None,
+    java_dir: Path = JAVA_DIR,
+) -> Path:
+    """The helper jar for a Spark version: the one shipped in the wheel (in ``java_dir``) when it was
+    built for this Spark major.minor, else one compiled for it (``build_jar``, cached). Raises
+    ``PlacementUnavailableError`` saying why neither works."""
+    shipped, why_not = shipped_jar_for(spark_version, java_dir)
+    if shipped is not None:
+        return shipped
+    try:
+        return build_jar(spark_version, classpath, cache_dir=cache_dir, javac=javac)
+    except PlacementUnavailableError as e:
+        raise PlacementUnavailableError(
+            f"{why_not}, and compiling it for Spark {spark_version} failed: {e}. Install a JDK 17+ (javac"
+            " on PATH or JAVA_HOME, or BLOBSTATE_JAVAC), or a blobstate wheel built with pyspark"
+            f" {'.'.join(map(str, major_minor(spark_version)))} installed"
+        ) from e
 
 
 # One entry per SparkContext (or Spark Connect session) and toolchain settings, failures included, so
@@ -217,10 +199,12 @@ class PlacementHelper:
         """The helper for ``spark``'s SparkContext, built and loaded on first use.
 
         Returns None, after logging one warning per SparkContext, when placement is unavailable (no
-        JDK, compilation or loading failed, Spark Connect); callers then run with Spark's default
-        placement.
+        shipped jar for this Spark and no JDK, compilation or loading failed). Raises
+        ``SparkConnectUnsupportedError`` for a Spark Connect session: one error naming the limitation.
         """
-        owner = spark.sparkContext if _is_classic(spark) else spark
+        if not _is_classic(spark):
+            raise SparkConnectUnsupportedError(SPARK_CONNECT_MESSAGE)
+        owner = spark.sparkContext
         settings = (find_javac(), default_cache_dir())
         with _HELPERS_LOCK:
             per_owner = _HELPERS.setdefault(owner, {})
@@ -244,10 +228,10 @@ class PlacementHelper:
     ) -> PlacementHelper:
         """Build (if needed) and load the helper into ``spark``; raises ``PlacementUnavailableError``."""
         if not _is_classic(spark):
-            raise PlacementUnavailableError("Spark Connect sessions cannot load JVM helpers")
+            raise SparkConnectUnsupportedError(SPARK_CONNECT_MESSAGE)
         jvm = spark._jvm
         classpath = jvm.java.lang.System.getProperty("java.class.path")
-        jar = build_jar(spark.version, classpath, cache_dir=cache_dir, javac=javac)
+        jar = helper_jar(spark.version, classpath, cache_dir=cache_dir, javac=javac)
         helper = cls(spark, jar)
         helper._helper_class()  # loads it into the driver, or raises
         try:
