@@ -14,6 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from blobstate.blobstore.azure_options import (
+    AZURE_CONF_PREFIX,
+    azure_options_from_spark_conf,
+    azure_url_with_options,
+    split_azure_url,
+)
+from blobstate.blobstore.open import AZURE_SCHEMES
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
 from blobstate.errors import BlobstateError
 
@@ -104,6 +111,10 @@ class QueryConfig:
     ``max_attempts``, ``endpoint_url``, ...; see :class:`blobstate.blobstore.s3_options.S3Settings`), for
     the driver and every task. Spark conf ``spark.blobstate.s3.<option>`` sets one option; the keyword
     ``blob_store_options={...}`` wins option by option."""
+    azure_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    """Options of an Azure checkpoint's store (``az://``, ``abfs[s]://``; see
+    :mod:`blobstate.blobstore.azure_options`), from Spark conf ``spark.blobstate.azure.<option>``
+    (secrets are refused there: give them by environment or identity)."""
 
     @classmethod
     def build(
@@ -125,14 +136,19 @@ class QueryConfig:
             if key.startswith(S3_CONF_PREFIX):
                 s3_conf[key[len(S3_CONF_PREFIX) :]] = raw
                 continue
+            if key.startswith(AZURE_CONF_PREFIX):
+                continue
             if not key.startswith(SPARK_CONF_PREFIX):
                 continue
             name = key[len(SPARK_CONF_PREFIX) :]
-            if name not in fields or name == "blob_store_options":
+            if name not in fields or name in ("blob_store_options", "azure_options"):
                 raise QueryConfigError(f"unknown Spark conf {key!r}: not a blobstate option")
             values[name] = _coerce(name, fields[name].type, raw)
         overrides = dict(overrides)
         store_options = _blob_store_options(s3_conf, overrides.pop("blob_store_options", None))
+        if "azure_options" in overrides:
+            raise UnknownOptionError("azure_options is set by Spark conf spark.blobstate.azure.<option>")
+        values["azure_options"] = azure_options_from_spark_conf(spark_conf)
         values.update({k: v for k, v in overrides.items() if v is not None})
         # As Spark does, modes are accepted in any case.
         for name, choices in MODES.items():
@@ -250,6 +266,8 @@ def checkpoint_store_url(checkpoint_url: str, config: QueryConfig) -> str:
     """
     if checkpoint_url.startswith("s3://"):
         return s3_url_with_options(checkpoint_url, config.blob_store_options)
+    if checkpoint_url.startswith(AZURE_SCHEMES):
+        return azure_url_with_options(checkpoint_url, config.azure_options)
     if config.blob_store_options:
         raise S3OptionError(
             f"blob_store_options {sorted(config.blob_store_options)} are S3 options, but the checkpoint"
@@ -263,6 +281,8 @@ def checkpoint_location(store_url: str) -> str:
     """The checkpoint's location without blob store options (an S3 URL's query is dropped)."""
     if store_url.startswith("s3://"):
         return split_s3_url(store_url)[0].rstrip("/")
+    if store_url.startswith(AZURE_SCHEMES):
+        return split_azure_url(store_url)[0].rstrip("/")
     return store_url
 
 

@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 from blobstate.blobstore import open_blob_store
 from blobstate.engine.config import (
     QueryConfig,
+    QueryConfigError,
     checkpoint_location,
     checkpoint_store_url,
     spark_blobstate_conf,
@@ -51,6 +52,18 @@ def spark_checkpoint_location(checkpoint: str, config: QueryConfig) -> str:
         return config.spark_checkpoint
     if checkpoint.startswith("s3://"):
         return "s3a://" + checkpoint[len("s3://") :] + "/_spark"
+    from blobstate.blobstore.open import AZURE_SCHEMES
+
+    if checkpoint.startswith(AZURE_SCHEMES):
+        from blobstate.blobstore.azure_options import hadoop_url
+
+        hadoop = hadoop_url(checkpoint)
+        if hadoop is None:
+            raise QueryConfigError(
+                f"the checkpoint {checkpoint} names no storage account, so Spark's own checkpoint cannot be"
+                " placed beside it: give spark_checkpoint (an abfss:// or other location Spark can write)"
+            )
+        return hadoop + "/_spark"
     return os.path.join(checkpoint, "_spark")
 
 
@@ -125,7 +138,8 @@ def transform_with_state(
 
     combined, adjunct_specs = with_side_streams(df, key_columns, list(adjuncts))
     store = open_blob_store(store_url)
-    metadata = _ensure_metadata(store, num_partitions, config, key_columns, adjunct_specs)
+    key_schema = df.select(*[f"`{k}`" for k in key_columns]).schema.jsonValue()
+    metadata = _ensure_metadata(store, num_partitions, config, key_columns, adjunct_specs, key_schema)
     from blobstate.engine.placement import PlacementHelper, PlacementUnavailableError
 
     placement_helper = PlacementHelper.get(spark)
@@ -259,13 +273,20 @@ def _validate_processor(processor: Any, config: QueryConfig) -> None:
 
 
 def _ensure_metadata(
-    store: Any, num_partitions: int, config: QueryConfig, key_columns: tuple[str, ...], adjuncts: Any = ()
+    store: Any,
+    num_partitions: int,
+    config: QueryConfig,
+    key_columns: tuple[str, ...],
+    adjuncts: Any = (),
+    key_schema: Any = None,
 ) -> Any:
     """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
     stores: a broadcast store is an operator of its own with one partition)."""
     from blobstate.lineage.commitlog import CommitLog, QueryMetadata
 
     main: dict[str, Any] = {"key_columns": list(key_columns)}
+    if key_schema is not None:  # the key's Spark types, for the state reader (not part of the identity)
+        main["key_schema"] = key_schema
     if adjuncts:
         main["adjuncts"] = {a.name: a.mode for a in adjuncts}
     operators = {config.operator: main}
