@@ -72,8 +72,9 @@ class CrashAfterHead:
 
 
 def expires(store: BlobStore) -> bool:
-    """Whether ``store.expire`` deletes pending objects itself (S3 leaves that to a lifecycle rule)."""
-    return not store.url.startswith("s3://")
+    """Whether ``store.expire`` deletes pending objects itself (S3 and Azure leave that to a lifecycle
+    rule)."""
+    return not store.url.startswith(("s3://", "az://", "abfs://", "abfss://"))
 
 
 # ---------------------------------------------------------------------------------------------- commits

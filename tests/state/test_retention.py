@@ -291,7 +291,7 @@ def test_lineage_and_verify_commands(tmp_path: Path) -> None:
     assert rows[1]["snapshot"] is True and rows[0]["snapshot"] is False
     assert rows[1]["snapshot_bytes"] > 0 and rows[0]["delta_bytes"] > 0
     assert rows[0]["restore_from"] == q.cids[4].name + ".snapshot" and rows[0]["deltas_to_replay"] == 1
-    text = runner.invoke(cli(), ["lineage", url])
+    text = runner.invoke(cli(), ["lineage", url, "--partition", "0"])
     assert text.exit_code == 0 and q.cids[5].name in text.output
 
     ok = runner.invoke(cli(), ["verify", url])
