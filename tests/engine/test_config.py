@@ -9,6 +9,7 @@ import pytest
 
 from blobstate.engine.config import (
     QueryConfig,
+    QueryConfigError,
     checkpoint_location,
     checkpoint_store_url,
     parse_duration_ms,
@@ -170,3 +171,22 @@ def test_spark_conf_set_at_run_time_is_honoured(spark: Any) -> None:
         spark.conf.unset("spark.blobstate.snapshot_every")
         spark.conf.unset("spark.blobstate.output_mode")
     assert (config.snapshot_every, config.output_mode) == (3, "Append")
+
+
+def test_azure_options_from_spark_conf_travel_with_the_store_url_and_secrets_are_refused() -> None:
+    from blobstate.blobstore.azure_options import AzureOptionError
+    from blobstate.engine.query import spark_checkpoint_location
+
+    config = QueryConfig.build({"spark.blobstate.azure.read_timeout": "45"}, {})
+    assert config.azure_options == {"read_timeout": 45.0}
+    url = checkpoint_store_url("az://box/ckpt", config)
+    assert url == "az://box/ckpt?read_timeout=45.0"
+    assert checkpoint_location(url) == "az://box/ckpt"
+    with pytest.raises(AzureOptionError, match="account_key"):
+        QueryConfig.build({"spark.blobstate.azure.account_key": "c2VjcmV0"}, {})
+    # Spark's own checkpoint sits beside an account-qualified URL through ABFS; a bare az:// URL names no
+    # account, so the query must say where Spark writes.
+    named = "abfss://box@acct.dfs.core.windows.net/ckpt"
+    assert spark_checkpoint_location(named, config) == "abfss://box@acct.dfs.core.windows.net/ckpt/_spark"
+    with pytest.raises(QueryConfigError, match="spark_checkpoint"):
+        spark_checkpoint_location("az://box/ckpt", config)
