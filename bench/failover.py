@@ -40,11 +40,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "standby"))
-
-from cluster import MultiHostCluster  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))
 
 from blobstate.processor import StatefulProcessor, StatefulProcessorHandle  # noqa: E402
+from cluster import MultiHostCluster  # noqa: E402
 
 PARTITIONS = 2
 VALUE_BYTES = 8192

@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
 from cluster import MultiHostCluster
 
 HERE = Path(__file__).resolve().parent
