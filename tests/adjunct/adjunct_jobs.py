@@ -236,6 +236,18 @@ def start_query(spark: Any, base: Path, checkpoint: str, sink: Any, **options: A
     )
 
 
+class RecordingSink:
+    """A sink keeping each batch's rows (sorted tuples), for batches with output."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, list[Row]] = {}
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        rows = rows_of(frame)
+        if rows:
+            self.rows[batch_id] = rows
+
+
 def rows_of(frame: Any) -> list[Row]:
     """A sink frame's rows as sorted tuples."""
     return sorted((tuple(r) for r in frame.collect()), key=repr)

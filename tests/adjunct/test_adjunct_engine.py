@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adjunct_jobs import clicks, discounts, profiles, reference, rows_of, start_query, write_files
+from adjunct_jobs import (
+    RecordingSink,
+    clicks,
+    discounts,
+    profiles,
+    reference,
+    start_query,
+    write_files,
+)
 
 from blobstate.blobstore import open_blob_store
 from blobstate.lineage.commitlog import CommitLog, MetadataConflictError
@@ -36,23 +44,13 @@ DISCOUNTS = [
 ]
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.rows: dict[int, list[Any]] = {}
-
-    def __call__(self, frame: Any, batch_id: int) -> None:
-        rows = rows_of(frame)
-        if rows:
-            self.rows[batch_id] = rows
-
-
 def test_enrichment_from_a_partitioned_and_a_broadcast_side_stream_equals_the_reference(
     spark: Any, tmp_path: Path
 ) -> None:
     write_files(tmp_path / "clicks", CLICKS)
     write_files(tmp_path / "profiles", PROFILES)
     write_files(tmp_path / "discounts", DISCOUNTS)
-    sink = Recorder()
+    sink = RecordingSink()
     checkpoint = str(tmp_path / "ckpt")
     query = start_query(
         spark, tmp_path, checkpoint, sink, local_dir=str(tmp_path / "local"), snapshot_every=2

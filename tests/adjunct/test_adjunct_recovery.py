@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adjunct_jobs import Model, clicks, discounts, profiles, rows_of, start_query, write_files
+from adjunct_jobs import Model, RecordingSink, clicks, discounts, profiles, start_query, write_files
 
 from blobstate.blobstore import open_blob_store
 from blobstate.lineage.commitlog import CommitLog
@@ -49,17 +49,7 @@ P = [
 D = [discounts([("gold", 10)]), discounts([("silver", 5)]), discounts([("gold", 15)])]
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.rows: dict[int, list[Any]] = {}
-
-    def __call__(self, frame: Any, batch_id: int) -> None:
-        rows = rows_of(frame)
-        if rows:
-            self.rows[batch_id] = rows
-
-
-def _run(spark: Any, base: Path, sink: Sink, until_version: int, **options: Any) -> None:
+def _run(spark: Any, base: Path, sink: RecordingSink, until_version: int, **options: Any) -> None:
     """Start the query, let it process everything, wait for commit ``until_version``, stop it."""
     query = start_query(spark, base, str(base / "ckpt"), sink, local_dir=str(base / "local"), **options)
     log = CommitLog(open_blob_store(str(base / "ckpt")))
@@ -82,7 +72,7 @@ def _adjuncts(base: Path, version: int) -> dict[str, Any]:
 
 def test_every_row_of_the_recovery_decision_table(spark: Any, tmp_path: Path) -> None:
     model = Model()
-    sink = Sink()
+    sink = RecordingSink()
     write_files(tmp_path / "clicks", C[:3])
     write_files(tmp_path / "profiles", P[:3])
     write_files(tmp_path / "discounts", D)
