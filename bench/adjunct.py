@@ -5,7 +5,9 @@ executor's catch-up of a broadcast store; prints JSON.
    enriched with each user's tier. blobstate: a row-API processor that looks the tier up in a partitioned
    adjunct store (one ``get`` per key and batch) and emits one row per click. Spark: the same stream
    joined (left) with the static profile table (``spark.read.parquet``; Spark broadcasts it), written
-   by ``foreachBatch`` to the ``noop`` sink, as blobstate's sink does. The first batch is warm-up; then
+   by ``foreachBatch`` to the ``noop`` sink, as blobstate's sink does. Beside them, blobstate with the
+   same processor emitting the same rows without a side stream or lookup (the cost of the adjunct is
+   the difference). The first batch is warm-up; then
    the remaining batches are timed: events per second and per CPU-second (the whole process tree:
    driver JVM and Python workers), ratio blobstate / Spark.
 2. ``bootstrap``: a new query whose partitioned adjunct's side stream holds ``--bootstrap-rows`` rows
@@ -149,6 +151,26 @@ def bench_lookups(spark: Any, work: Path, users: int, events: int, batches: int)
 
     out["blobstate"] = timed_batches(start_blobstate, base / "clicks", files)
     out["blobstate"]["lookups_per_batch"] = len(set(files[1].column("user").to_pylist()))
+
+    base = work / "lookups-blobstate-no-lookup"
+
+    def start_without_lookup() -> Any:
+        clicks = spark.readStream.schema(CLICKS).option("maxFilesPerTrigger", 1).parquet(str(base / "clicks"))
+        return blobstate.transform_with_state(
+            clicks,
+            key="user",
+            processor=NoLookup(),
+            output_schema=OUTPUT,
+            checkpoint=str(base / "ckpt"),
+            sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
+            num_partitions=2,
+            api="row",
+            local_dir=str(base / "local"),
+        )
+
+    out["blobstate_same_processor_without_side_stream"] = timed_batches(
+        start_without_lookup, base / "clicks", files
+    )
 
     base = work / "lookups-spark"
     write_file(base / "profiles", 0, profiles)
