@@ -13,7 +13,12 @@ each run in its own subprocess (a fresh JVM) one after the other, on Spark ``loc
 * ``tws_row``: Spark's row-based ``groupBy(key).transformWithState`` with the same processor class as
   ``blobstate_row``;
 * ``apply``: Spark's ``groupBy(key).applyInPandasWithState`` (GroupState holding count and sum);
-* ``native``: Spark's JVM-native ``groupBy(key).agg(count, sum)`` in update mode.
+* ``native``: Spark's JVM-native ``groupBy(key).agg(count, sum)`` in update mode;
+* ``floor``: the same pipeline without state, the cost no state layer can remove: the same source,
+  ``foreachBatch``, the same hash shuffle into ``--partitions`` partitions and one ``mapInArrow`` stage
+  that counts and sums each key's events of the batch with pyarrow (vectorized, no per-key Python
+  call), written to the ``noop`` sink. ``cpu_per_event_over_floor`` gives each implementation's CPU per
+  event over the floor's.
 
 Spark's queries use the RocksDB state store provider, changelog checkpointing and checkpoint format
 version 2, and write to the ``noop`` sink; blobstate's sink writes each batch's output DataFrame to
@@ -74,9 +79,9 @@ from blobstate.demo.running_count import RowRunningCount, RunningCount
 INPUT_SCHEMA = "key STRING, value BIGINT"
 OUTPUT_SCHEMA = "key STRING, count BIGINT, total BIGINT"
 STATE_SCHEMA = "count BIGINT, total BIGINT"
-IMPLEMENTATIONS = ("blobstate", "blobstate_row", "tws", "tws_row", "apply", "native")
+IMPLEMENTATIONS = ("blobstate", "blobstate_row", "tws", "tws_row", "apply", "native", "floor")
 DEFAULT_SET = ("blobstate", "blobstate_row", "tws", "tws_row", "apply")
-LARGE_SET = ("blobstate", "blobstate_row", "native")
+LARGE_SET = ("blobstate", "blobstate_row", "native", "floor")
 RESULT_FILE = "result.json"
 
 
@@ -303,6 +308,20 @@ def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) ->
             on_batch=on_batch,
             api="row" if impl == "blobstate_row" else "pandas",
         )
+    if impl == "floor":
+        partitions = spec["partitions"]
+
+        def stateless(frame: Any, batch_id: int) -> None:
+            shuffled = frame.repartition(partitions, "key")
+            shuffled.mapInArrow(count_sum_per_key, OUTPUT_SCHEMA).write.format("noop").mode(
+                "overwrite"
+            ).save()
+
+        return (
+            events.writeStream.foreachBatch(stateless)
+            .option("checkpointLocation", spec["checkpoint"])
+            .start()
+        )
     if impl in ("tws", "tws_row"):
         grouped = events.groupBy("key")
         rows = impl == "tws_row"
@@ -335,6 +354,20 @@ def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) ->
         .option("checkpointLocation", spec["checkpoint"])
         .start()
     )
+
+
+def count_sum_per_key(batches: Any) -> Any:
+    """The floor's Arrow stage: this batch's count and sum per key of one partition, vectorized."""
+    import pyarrow as pa
+
+    collected = [b for b in batches if b.num_rows]
+    if not collected:
+        return
+    table = pa.Table.from_batches(collected).group_by("key").aggregate([("value", "count"), ("value", "sum")])
+    table = table.rename_columns(
+        ["count" if c == "value_count" else "total" if c == "value_sum" else c for c in table.column_names]
+    )
+    yield from table.select(["key", "count", "total"]).to_batches()
 
 
 def worker(spec_path: Path) -> int:
@@ -756,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"]["calibration_us_end"] = calibration_us()
     report["implementations"] = results
     report["ratios_blobstate_over_other"] = ratios(results)
+    report["cpu_per_event_over_floor"] = over_floor(results)
     all_ok = all(e["status"] == "ok" for e in results.values())
     keep = args.keep or args.workdir is not None or not all_ok  # failures keep their logs
     report["workdir"] = str(workdir) if keep else None
@@ -768,6 +802,16 @@ def main(argv: list[str] | None = None) -> int:
 def is_blobstate(impl: str) -> bool:
     """Whether ``impl`` is one of blobstate's own implementations."""
     return impl.startswith("blobstate")
+
+
+def over_floor(results: dict[str, Any]) -> dict[str, Any]:
+    """Each implementation's CPU per event divided by the stateless floor's (1.0: no cost beyond it)."""
+    floor = ((results.get("floor") or {}).get("summary") or {}).get("events_per_cpu_s")
+    return {
+        impl: ratio(floor, (entry.get("summary") or {}).get("events_per_cpu_s"))
+        for impl, entry in results.items()
+        if impl != "floor"
+    }
 
 
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
