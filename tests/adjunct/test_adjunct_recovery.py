@@ -9,6 +9,8 @@
 | 4     | found, too old | no        | re-created empty; continue from the recorded offset    |
 | 5     | non-persistent | yes       | re-created; history reloaded                           |
 | 6     | non-persistent | no        | re-created empty; continue                             |
+| 7     | found, source  | yes       | re-created; reloaded from the files the source has     |
+|       | lost a file    |           |                                                        |
 
 Each start's outputs are checked against :class:`adjunct_jobs.Model`, which empties and refills its
 stores exactly as the table says; stores that continue and stores that are reloaded are told apart by
@@ -38,6 +40,7 @@ C = [
     clicks([("a", 10), ("d", 11)]),
     clicks([("b", 12), ("c", 13)]),
     clicks([("a", 14)]),
+    clicks([("b", 15), ("d", 16)]),
 ]
 P = [
     profiles([("a", "gold"), ("b", "silver")]),
@@ -146,3 +149,17 @@ def test_every_row_of_the_recovery_decision_table(spark: Any, tmp_path: Path) ->
     assert sink.rows == {8: model.clicks(C[7])}
     start = _adjuncts(tmp_path, 9)["discounts"]["start"]
     assert (start["found"], start["recreate"], start["reload"]) == ("found but not valid", True, False)
+
+    # 7. Persistent and recent, but the side source no longer has a file of the recorded offset (the
+    # first profile file was deleted): not valid; re-created and reloaded from what the source has.
+    (tmp_path / "profiles" / "batch-00000.parquet").unlink()
+    write_files(tmp_path / "clicks", C[8:9], first=8)
+    sink.rows.clear()
+    _run(spark, tmp_path, sink, 10, bootstrap=True, max_age_seconds=3600)
+    model.profile.clear()  # the discounts store is valid (and still empty since start 6): it continues
+    for p in P[1:]:
+        model.side(p)
+    assert sink.rows == {9: model.clicks(C[8])}
+    start = _adjuncts(tmp_path, 10)["profiles"]["start"]
+    assert (start["found"], start["reload"]) == ("found but not valid", True)
+    assert "batch-00000.parquet" in start["reason"]

@@ -172,20 +172,28 @@ def test_held_main_rows_round_trip_in_batch_order_and_refuse_another_schema(stor
         (True, None, 10**6, False, False, (VALID, False, False, False)),
         (False, None, 1, True, False, (INVALID, True, True, False)),
         (False, None, 1, False, False, (INVALID, True, False, False)),
+        # The side source no longer has a file of the recorded offset: the store is not valid.
+        (True, None, ["gone.parquet"], True, False, (INVALID, True, True, False)),
+        (True, None, ["gone.parquet"], False, False, (INVALID, True, False, False)),
     ],
 )
 def test_the_decision_table(
     persistent: bool,
     max_age: float | None,
-    recorded_age: float | None,
+    recorded_age: float | list[str] | None,
     bootstrap: bool,
     rate_limited: bool,
     expected: tuple[str, bool, bool, bool],
 ) -> None:
     now = 10**9
     s = spec(persistent=persistent, max_age_seconds=max_age, bootstrap=bootstrap)
+    lost = recorded_age if isinstance(recorded_age, list) else None
+    if lost is not None:
+        recorded_age = 1
     recorded = None if recorded_age is None else {"updated_ms": now - int(recorded_age * 1000)}
-    d = decide(s, recorded, now, rate_limited=rate_limited)
+    d = decide(s, recorded, now, rate_limited=rate_limited, lost=lost)
+    if lost:
+        assert "no longer has 1 file(s)" in d.reason and "gone.parquet" in d.reason
     assert (d.found, d.recreate, d.reload, d.wait_for_backlog) == expected
 
 

@@ -6,8 +6,9 @@
 | no bootstrap          | create it; continue  | re-create it; continue  | continue        |
 
 *Found* means the checkpoint's last commit records the store. A persistent store is *not valid* when it
-has not changed for longer than its ``max_age_seconds``; a non-persistent store is never kept across
-starts (found means re-created). *Bootstrap* means no main row is processed before the store holds the
+has not changed for longer than its ``max_age_seconds`` or when its side source no longer has the data
+up to the recorded offset (a file source's files deleted since); a non-persistent store is never kept
+across starts (found means re-created). *Bootstrap* means no main row is processed before the store holds the
 side stream up to its offset at start: for a new store, main rows wait (kept in the partition's state)
 while a rate-limited side stream still has backlog; for a re-created one, the side stream's history up
 to the offset Spark recorded is read again before the first batch's main rows. *Continue* means the side
@@ -45,12 +46,19 @@ class StartDecision:
 
 
 def decide(
-    spec: Any, recorded: dict[str, Any] | None, now_ms: int, *, rate_limited: bool = False
+    spec: Any,
+    recorded: dict[str, Any] | None,
+    now_ms: int,
+    *,
+    rate_limited: bool = False,
+    lost: list[str] | None = None,
 ) -> StartDecision:
     """The decision for adjunct ``spec`` given what the last commit records of it (None: not found).
 
     ``rate_limited``: the side source takes part of its backlog per batch, so a bootstrap of a new
     store holds main rows until the backlog is in (otherwise the first batch takes all of it).
+    ``lost``: what the side source no longer has of the recorded offset (files deleted since): a store
+    built from it is not valid (a reload reads what the source still has).
     """
     name = spec.name
     if recorded is None:
@@ -64,6 +72,11 @@ def decide(
         return StartDecision(name, NOT_FOUND, False, False, wait, f"new store; {how}")
     if not spec.persistent:
         found, why = INVALID, "not persistent"
+    elif lost:
+        found, why = (
+            INVALID,
+            f"the side source no longer has {len(lost)} file(s) of its recorded offset ({lost[0]})",
+        )
     elif spec.max_age_seconds is not None:
         updated = recorded.get("updated_ms")
         age = (now_ms - int(updated)) / 1000 if isinstance(updated, (int, float)) else float("inf")

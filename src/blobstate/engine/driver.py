@@ -418,7 +418,7 @@ class BatchDriver:
     def _reload_frames(self, decisions: dict[str, Any], previous: Any) -> dict[str, DataFrame]:
         """The side stream history each re-created bootstrap store reads again: up to the offset of the
         last committed batch, in the layout of the query's input (applied before the batch's side rows)."""
-        from blobstate.adjunct.history import files_up_to, history_frame
+        from blobstate.adjunct.history import history_frame
         from blobstate.adjunct.union import side_rows
 
         frames: dict[str, DataFrame] = {}
@@ -428,17 +428,38 @@ class BatchDriver:
             recorded = ((previous.adjunct_offsets or {}).get(name) if previous is not None else None) or []
             if not recorded:
                 continue  # no side offset recorded yet: nothing was read before
-            first, _ = self.adjunct_sources[name]
-            last = int(recorded[0]["logOffset"])
-            log_dir = f"sources/{first}"
-            logs = {n: self._read_spark_file(f"{log_dir}/{n}") for n in self._list_spark_dir(log_dir)}
-            files = files_up_to(logs, last)
+            # What the source no longer has cannot be read again (that made the store invalid).
+            files = [f for f in self.side_files(name, previous) if self._spark_path_exists(f)]
             if not files:
                 continue
             history = history_frame(self.spark, self.reload_sources[name], files)
             order = (F.lit(0), F.col("__rank"), F.col("__row"))
             frames[name] = side_rows(self._adjunct(name), history, self.key_columns, self.main_types, order)
         return frames
+
+    def side_files(self, name: str, commit: Any) -> list[str]:
+        """The files adjunct ``name``'s file source read up to ``commit``'s recorded offset, in order (from
+        the source's log in Spark's checkpoint; empty when nothing is recorded)."""
+        from blobstate.adjunct.history import files_up_to
+
+        recorded = ((commit.adjunct_offsets or {}).get(name) if commit is not None else None) or []
+        if not recorded or not isinstance(recorded[0], dict) or "logOffset" not in recorded[0]:
+            return []
+        first, _ = self.adjunct_sources[name]
+        log_dir = f"sources/{first}"
+        logs = {n: self._read_spark_file(f"{log_dir}/{n}") for n in self._list_spark_dir(log_dir)}
+        return files_up_to(logs, int(recorded[0]["logOffset"]))
+
+    def _spark_path_exists(self, uri: str) -> bool:
+        """Whether a file Spark's checkpoint names still exists (through Hadoop's FileSystem)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(uri)
+        return bool(path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).exists(path))
+
+    def lost_side_files(self, name: str, commit: Any) -> list[str]:
+        """The files up to the recorded offset that the side source no longer has."""
+        return [f for f in self.side_files(name, commit) if not self._spark_path_exists(f)]
 
     def _with_reloaded(
         self, batch_df: DataFrame, reload: dict[str, DataFrame], broadcast: dict[str, Any]

@@ -308,7 +308,8 @@ def _decide_adjuncts(driver: BatchDriver, adjuncts: list[Any], latest: Any) -> N
     now_ms = int(time.time() * 1000)
     for adjunct, spec in zip(adjuncts, driver.adjuncts, strict=True):
         mine = recorded.get(spec.name) if latest is not None else None
-        decision = decide(spec, mine, now_ms, rate_limited=is_rate_limited(adjunct.df))
+        lost = driver.lost_side_files(spec.name, latest) if mine is not None and spec.persistent else []
+        decision = decide(spec, mine, now_ms, rate_limited=is_rate_limited(adjunct.df), lost=lost)
         log.info("adjunct %s: store %s: %s", spec.name, decision.found, decision.reason)
         driver.start_decisions[spec.name] = decision
         if decision.reload:
