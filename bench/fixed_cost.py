@@ -1,0 +1,192 @@
+"""Where a small batch's time goes: blobstate's per-batch fixed cost against a stateless floor; prints JSON.
+
+Both queries read ``--events`` events per batch (one parquet file per batch, ``maxFilesPerTrigger=1``)
+over ``--keys`` keys on ``local[2]`` with ``--partitions`` partitions and write to the ``noop`` sink:
+
+* ``blobstate``: the row API's running count (``RowRunningCount``);
+* ``floor``: ``foreachBatch`` with the same hash shuffle and one ``mapInArrow`` stage that passes the
+  rows through, no state.
+
+Per batch (the first ``--warmup`` batches are left out), medians of Spark's own phases from the query
+progress (``durationMs``: latestOffset, getBatch, queryPlanning, walCommit, addBatch (the
+``foreachBatch`` call), commitOffsets, triggerExecution) and, for blobstate, of its ``BatchReport``:
+the stage (shuffle, tasks, persisting outputs), the sink, the commit (commit log write, progress,
+post-commit start), the slowest task and, inside it, load, process and commit of the partition.
+
+    .venv/bin/python bench/fixed_cost.py [--events 100] [--keys 50] [--batches 12] [--warmup 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PHASES = (
+    "latestOffset",
+    "getBatch",
+    "queryPlanning",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+    "triggerExecution",
+)
+
+
+def write_inputs(directory: Path, batches: int, events: int, keys: int) -> None:
+    directory.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    for b in range(batches):
+        table = pa.table(
+            {
+                "key": [f"k{i}" for i in rng.integers(0, keys, events)],
+                "value": rng.integers(0, 100, events).astype(np.int64),
+            }
+        )
+        path = directory / f"part-{b:05d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (1_600_000_000 + b, 1_600_000_000 + b))
+
+
+def passthrough(batches: Any) -> Any:
+    """The floor's stage: the partition's rows, unchanged."""
+    yield from batches
+
+
+def median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 4) if values else None
+
+
+def spark_phases(query: Any, warmup: int) -> dict[str, Any]:
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0][warmup:]
+    return {f"spark_{k}_ms": median([p["durationMs"].get(k, 0) for p in progress]) for k in PHASES} | {
+        "batches": len(progress)
+    }
+
+
+def run_blobstate(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    import blobstate
+    from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount
+
+    reports: list[Any] = []
+    events = (
+        spark.readStream.schema("key STRING, value BIGINT")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(work / "in"))
+    )
+    query = blobstate.transform_with_state(
+        events,
+        key="key",
+        processor=RowRunningCount(),
+        output_schema=RUNNING_COUNT_OUTPUT,
+        checkpoint=str(work / "blobstate-ckpt"),
+        sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
+        num_partitions=args.partitions,
+        api="row",
+        local_dir=str(work / "local"),
+        on_batch=reports.append,
+    )
+    query.processAllAvailable()
+    time.sleep(1)
+    out = spark_phases(query, args.warmup)
+    query.stop()
+    steady = [r for r in reports if not r.skipped and r.input_rows > 0][args.warmup :]
+
+    def part(name: str) -> float | None:
+        return median([max(float(m.get(name) or 0) for m in r.partitions.values()) for r in steady])
+
+    out |= {
+        "batch_seconds": median([r.seconds for r in steady]),
+        "stage_seconds": median([r.stage_seconds for r in steady]),
+        "sink_seconds": median([r.sink_seconds for r in steady]),
+        "commit_seconds": median([r.commit_seconds for r in steady]),
+        "slowest_task_seconds": median([r.max_task_seconds for r in steady]),
+        "task_load_seconds": part("load_seconds"),
+        "task_process_seconds": part("process_seconds"),
+        "task_commit_seconds": part("commit_seconds"),
+        "spark_recovery_seconds": median([r.spark_recovery_seconds for r in steady]),
+    }
+    return out
+
+
+def run_floor(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    events = (
+        spark.readStream.schema("key STRING, value BIGINT")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(work / "in"))
+    )
+    seconds: list[float] = []
+
+    def stateless(frame: Any, _: int) -> None:
+        started = time.perf_counter()
+        frame.repartition(args.partitions, "key").mapInArrow(passthrough, frame.schema).write.format(
+            "noop"
+        ).mode("overwrite").save()
+        seconds.append(time.perf_counter() - started)
+
+    query = (
+        events.writeStream.foreachBatch(stateless)
+        .option("checkpointLocation", str(work / "floor-ckpt"))
+        .start()
+    )
+    query.processAllAvailable()
+    time.sleep(1)
+    out = spark_phases(query, args.warmup)
+    query.stop()
+    out["stage_and_sink_seconds"] = median(seconds[args.warmup :])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=100)
+    parser.add_argument("--keys", type=int, default=50)
+    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=2)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="blobstate-bench-fixed-"))
+    write_inputs(work / "in", args.batches, args.events, args.keys)
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", str(args.partitions))
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    result = {
+        "events_per_batch": args.events,
+        "keys": args.keys,
+        "load_average": os.getloadavg(),
+        "floor": run_floor(spark, work, args),
+        "blobstate": run_blobstate(spark, work, args),
+    }
+    spark.stop()
+    b, f = result["blobstate"], result["floor"]
+    result["blobstate_over_floor_trigger_ms"] = (
+        round(b["spark_triggerExecution_ms"] / f["spark_triggerExecution_ms"], 2)
+        if b.get("spark_triggerExecution_ms") and f.get("spark_triggerExecution_ms")
+        else None
+    )
+    print(json.dumps(result, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
