@@ -15,10 +15,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from blobstate.blobstore.base import DEFAULT_IO_THREADS, BlobStoreError
 from blobstate.blobstore.names import validate_blob_name
+from blobstate.blobstore.url_query import split_url_query
 
 SCHEMES = ("az", "abfs", "abfss")
 SECRET_OPTIONS = frozenset({"account_key", "sas_token", "connection_string"})
@@ -137,23 +138,7 @@ def _convert(name: str, value: Any, source: str) -> Any:
 
 def split_azure_url(url: str) -> tuple[str, dict[str, str]]:
     """``(location, {option: text})`` of an Azure URL that may carry options as its query."""
-    parts = urlsplit(url)
-    if parts.fragment:
-        raise AzureOptionError(f"Azure URL {url!r} must not have a fragment")
-    if not parts.query:
-        return url, {}
-    try:
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
-    except ValueError:
-        raise AzureOptionError(
-            f"Azure URL {url.split('?', 1)[0]!r}: the query must be name=value pairs"
-        ) from None
-    options: dict[str, str] = {}
-    for name, value in pairs:
-        if name in options:
-            raise AzureOptionError(f"Azure URL {url!r} gives option {name} twice")
-        options[name] = value
-    return url.split("?", 1)[0], options
+    return split_url_query(url, backend="Azure", error=AzureOptionError, secrets=SECRET_OPTIONS)
 
 
 def azure_url_with_options(url: str, options: Mapping[str, Any]) -> str:

@@ -25,9 +25,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from blobstate.blobstore.base import DEFAULT_IO_THREADS, BlobStoreError
+from blobstate.blobstore.url_query import redact_query, split_url_query
 
 MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB
@@ -243,23 +244,7 @@ def _show(bound: float) -> str:
 
 def split_s3_url(url: str) -> tuple[str, dict[str, str]]:
     """``(s3://bucket/prefix, {option: text})`` of a URL that may carry options as its query."""
-    parts = urlsplit(url)
-    if parts.fragment:
-        raise S3OptionError(f"S3 URL {redact_s3_url(url)!r} must not have a fragment")
-    if not parts.query:
-        return url, {}
-    try:
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
-    except ValueError:
-        raise S3OptionError(
-            f"S3 URL {redact_s3_url(url)!r}: the query must be name=value pairs joined by &"
-        ) from None
-    options: dict[str, str] = {}
-    for name, value in pairs:
-        if name in options:
-            raise S3OptionError(f"S3 URL {redact_s3_url(url)!r} gives option {name} twice")
-        options[name] = value
-    return url.split("?", 1)[0], options
+    return split_url_query(url, backend="S3", error=S3OptionError, secrets=SECRET_OPTIONS)
 
 
 def s3_url_with_options(url: str, options: Mapping[str, Any]) -> str:
@@ -291,11 +276,4 @@ def _merged(url: str, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def redact_s3_url(url: str) -> str:
     """``url`` with the values of secret options in its query replaced by ``***`` (for messages)."""
-    location, _, query = url.partition("?")
-    if not query:
-        return url
-    parts = []
-    for pair in query.split("&"):
-        name = pair.split("=", 1)[0]
-        parts.append(f"{name}=***" if name in SECRET_OPTIONS else pair)
-    return f"{location}?{'&'.join(parts)}"
+    return redact_query(url, SECRET_OPTIONS)

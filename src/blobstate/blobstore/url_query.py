@@ -1,0 +1,42 @@
+"""Options carried as the query of a blob store URL (``s3://b/p?read_timeout=30``, ``az://c/p?...``):
+split off and checked the same way for every backend, with secret values kept out of messages."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from urllib.parse import parse_qsl, urlsplit
+
+
+def redact_query(url: str, secrets: Collection[str]) -> str:
+    """``url`` with the values of the ``secrets`` options in its query replaced by ``***`` (for messages)."""
+    location, _, query = url.partition("?")
+    if not query:
+        return url
+    parts = []
+    for pair in query.split("&"):
+        name = pair.split("=", 1)[0]
+        parts.append(f"{name}=***" if name in secrets else pair)
+    return f"{location}?{'&'.join(parts)}"
+
+
+def split_url_query(
+    url: str, *, backend: str, error: type[Exception], secrets: Collection[str]
+) -> tuple[str, dict[str, str]]:
+    """``(url without its query, {option: text})``; ``error`` (naming the ``backend`` and the URL with
+    its secrets redacted) for a fragment, a query that is not name=value pairs, or an option given twice."""
+    shown = redact_query(url, secrets)
+    parts = urlsplit(url)
+    if parts.fragment:
+        raise error(f"{backend} URL {shown!r} must not have a fragment")
+    if not parts.query:
+        return url, {}
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise error(f"{backend} URL {shown!r}: the query must be name=value pairs joined by &") from None
+    options: dict[str, str] = {}
+    for name, value in pairs:
+        if name in options:
+            raise error(f"{backend} URL {shown!r} gives option {name} twice")
+        options[name] = value
+    return url.split("?", 1)[0], options
