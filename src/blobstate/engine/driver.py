@@ -215,6 +215,8 @@ class BatchDriver:
     """What each adjunct store does at this start (``adjunct.decision``): applied by the run's first batch."""
     reload_sources: dict[str, Any] = field(default_factory=dict)
     """The file source of each adjunct whose history the first batch reads again."""
+    reload_files: dict[str, list[str]] = field(default_factory=dict)
+    """The files of that history the source still has, in the order it read them (listed at start)."""
     main_types: dict[str, Any] = field(default_factory=dict)
     """The main stream's column types (reloaded side rows are keyed like it)."""
     waiting: set[str] = field(default_factory=set)
@@ -263,7 +265,7 @@ class BatchDriver:
         if source is not None:
             self._check_source(batch_id, None, previous, source)
         decisions = {} if self._start_applied else self.start_decisions
-        reload = self._reload_frames(decisions, previous)
+        reload = self._reload_frames(decisions)
         if self.adjuncts:
             batch_df = numbered(batch_df)
         defer_main = self._still_waiting(previous)
@@ -415,21 +417,16 @@ class BatchDriver:
             )
         return written
 
-    def _reload_frames(self, decisions: dict[str, Any], previous: Any) -> dict[str, DataFrame]:
-        """The side stream history each re-created bootstrap store reads again: up to the offset of the
-        last committed batch, in the layout of the query's input (applied before the batch's side rows)."""
+    def _reload_frames(self, decisions: dict[str, Any]) -> dict[str, DataFrame]:
+        """The side stream history each re-created bootstrap store reads again: the files listed at start
+        (up to the offset of the last commit, those the source still has), in the layout of the query's
+        input (applied before the batch's side rows)."""
         from blobstate.adjunct.history import history_frame
         from blobstate.adjunct.union import side_rows
 
         frames: dict[str, DataFrame] = {}
         for name, decision in decisions.items():
-            if not decision.reload:
-                continue
-            recorded = ((previous.adjunct_offsets or {}).get(name) if previous is not None else None) or []
-            if not recorded:
-                continue  # no side offset recorded yet: nothing was read before
-            # What the source no longer has cannot be read again (that made the store invalid).
-            files = [f for f in self.side_files(name, previous) if self._spark_path_exists(f)]
+            files = self.reload_files.get(name) if decision.reload else None
             if not files:
                 continue
             history = history_frame(self.spark, self.reload_sources[name], files)
@@ -450,16 +447,10 @@ class BatchDriver:
         logs = {n: self._read_spark_file(f"{log_dir}/{n}") for n in self._list_spark_dir(log_dir)}
         return files_up_to(logs, int(recorded[0]["logOffset"]))
 
-    def _spark_path_exists(self, uri: str) -> bool:
+    def spark_path_exists(self, uri: str) -> bool:
         """Whether a file Spark's checkpoint names still exists (through Hadoop's FileSystem)."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(uri)
-        return bool(path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).exists(path))
-
-    def lost_side_files(self, name: str, commit: Any) -> list[str]:
-        """The files up to the recorded offset that the side source no longer has."""
-        return [f for f in self.side_files(name, commit) if not self._spark_path_exists(f)]
+        fs, path = self._hadoop_path(uri)
+        return bool(fs.exists(path))
 
     def _with_reloaded(
         self, batch_df: DataFrame, reload: dict[str, DataFrame], broadcast: dict[str, Any]
@@ -492,10 +483,7 @@ class BatchDriver:
 
     def _list_spark_dir(self, relative: str) -> list[str]:
         """The names in a directory of Spark's checkpoint (through Hadoop's FileSystem)."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(f"{self.spark_checkpoint.rstrip('/')}/{relative}")
-        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        fs, path = self._hadoop_path(f"{self.spark_checkpoint.rstrip('/')}/{relative}")
         if not fs.exists(path):
             return []
         return sorted(
@@ -569,13 +557,19 @@ class BatchDriver:
         self._offsets = self._read_spark_file(f"offsets/{batch_id}")
         return SourceProgress.read(self._spark_metadata, self._offsets)
 
+    def _hadoop_path(self, uri: str) -> tuple[Any, Any]:
+        """``(FileSystem, Path)`` of ``uri`` through Hadoop (any filesystem Spark can use)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(uri)
+        return path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()), path
+
     def _read_spark_file(self, relative: str) -> bytes:
         """A file of Spark's checkpoint, through Hadoop's FileSystem (any filesystem Spark can use)."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(f"{self.spark_checkpoint.rstrip('/')}/{relative}")
         try:
-            fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            fs, path = self._hadoop_path(f"{self.spark_checkpoint.rstrip('/')}/{relative}")
             stream = fs.open(path)
             try:
                 return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))

@@ -308,12 +308,20 @@ def _decide_adjuncts(driver: BatchDriver, adjuncts: list[Any], latest: Any) -> N
     now_ms = int(time.time() * 1000)
     for adjunct, spec in zip(adjuncts, driver.adjuncts, strict=True):
         mine = recorded.get(spec.name) if latest is not None else None
-        lost = driver.lost_side_files(spec.name, latest) if mine is not None and spec.persistent else []
+        # The files up to the recorded offset, listed once: those the source lost make a persistent
+        # store invalid, and a reload reads those it still has.
+        files = driver.side_files(spec.name, latest) if mine is not None else []
+        present = (
+            [f for f in files if driver.spark_path_exists(f)] if spec.persistent or spec.bootstrap else []
+        )
+        kept = set(present)
+        lost = [f for f in files if f not in kept] if spec.persistent else []
         decision = decide(spec, mine, now_ms, rate_limited=is_rate_limited(adjunct.df), lost=lost)
         log.info("adjunct %s: store %s: %s", spec.name, decision.found, decision.reason)
         driver.start_decisions[spec.name] = decision
         if decision.reload:
             driver.reload_sources[spec.name] = file_source_of(spec.name, adjunct.df)
+            driver.reload_files[spec.name] = present
         if decision.wait_for_backlog or (mine or {}).get("waiting_for_backlog"):
             driver.waiting.add(spec.name)
 
