@@ -123,71 +123,74 @@ def timed_batches(start: Any, clicks_dir: Path, files: list[pa.Table]) -> dict[s
     }
 
 
-def bench_lookups(spark: Any, work: Path, users: int, events: int, batches: int) -> dict[str, Any]:
+def noop_sink(frame: Any, _: int) -> None:
+    frame.write.format("noop").mode("overwrite").save()
+
+
+def start_enrichment(
+    spark: Any, base: Path, *, with_side: bool, one_file_per_batch: bool = True, on_batch: Any = None
+) -> Any:
+    """blobstate's enrichment query over ``base/clicks`` (with the ``base/profiles`` side stream and a
+    lookup per key, or the same output without either)."""
     import blobstate
 
+    reader = spark.readStream.schema(CLICKS)
+    if one_file_per_batch:
+        reader = reader.option("maxFilesPerTrigger", 1)
+    adjuncts = []
+    if with_side:
+        side = spark.readStream.schema(PROFILES).parquet(str(base / "profiles"))
+        adjuncts = [blobstate.Adjunct("profiles", side, key="user", value="tier")]
+    return blobstate.transform_with_state(
+        reader.parquet(str(base / "clicks")),
+        key="user",
+        processor=EnrichRows() if with_side else NoLookup(),
+        output_schema=OUTPUT,
+        checkpoint=str(base / "ckpt"),
+        sink=noop_sink,
+        num_partitions=2,
+        api="row",
+        local_dir=str(base / "local"),
+        adjuncts=adjuncts,
+        on_batch=on_batch,
+    )
+
+
+def bench_lookups(spark: Any, work: Path, users: int, events: int, batches: int) -> dict[str, Any]:
     profiles = profiles_table(users)
     files = [clicks_table(users, events, seed=10 + b) for b in range(batches)]
     out: dict[str, Any] = {"users": users, "events_per_batch": events, "timed_batches": batches - 1}
 
     base = work / "lookups-blobstate"
     write_file(base / "profiles", 0, profiles)
-
-    def start_blobstate() -> Any:
-        clicks = spark.readStream.schema(CLICKS).option("maxFilesPerTrigger", 1).parquet(str(base / "clicks"))
-        side = spark.readStream.schema(PROFILES).parquet(str(base / "profiles"))
-        return blobstate.transform_with_state(
-            clicks,
-            key="user",
-            processor=EnrichRows(),
-            output_schema=OUTPUT,
-            checkpoint=str(base / "ckpt"),
-            sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
-            num_partitions=2,
-            api="row",
-            local_dir=str(base / "local"),
-            adjuncts=[blobstate.Adjunct("profiles", side, key="user", value="tier")],
-        )
-
-    out["blobstate"] = timed_batches(start_blobstate, base / "clicks", files)
+    out["blobstate"] = timed_batches(
+        lambda: start_enrichment(spark, base, with_side=True), base / "clicks", files
+    )
     out["blobstate"]["lookups_per_batch"] = len(set(files[1].column("user").to_pylist()))
 
-    base = work / "lookups-blobstate-no-lookup"
-
-    def start_without_lookup() -> Any:
-        clicks = spark.readStream.schema(CLICKS).option("maxFilesPerTrigger", 1).parquet(str(base / "clicks"))
-        return blobstate.transform_with_state(
-            clicks,
-            key="user",
-            processor=NoLookup(),
-            output_schema=OUTPUT,
-            checkpoint=str(base / "ckpt"),
-            sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
-            num_partitions=2,
-            api="row",
-            local_dir=str(base / "local"),
-        )
-
+    plain = work / "lookups-blobstate-no-lookup"
     out["blobstate_same_processor_without_side_stream"] = timed_batches(
-        start_without_lookup, base / "clicks", files
+        lambda: start_enrichment(spark, plain, with_side=False), plain / "clicks", files
     )
 
-    base = work / "lookups-spark"
-    write_file(base / "profiles", 0, profiles)
+    joined_base = work / "lookups-spark"
+    write_file(joined_base / "profiles", 0, profiles)
 
     def start_spark() -> Any:
-        clicks = spark.readStream.schema(CLICKS).option("maxFilesPerTrigger", 1).parquet(str(base / "clicks"))
-        static = spark.read.schema(PROFILES).parquet(str(base / "profiles"))
-        joined = clicks.join(static, "user", "left")
+        clicks = (
+            spark.readStream.schema(CLICKS)
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(joined_base / "clicks"))
+        )
+        static = spark.read.schema(PROFILES).parquet(str(joined_base / "profiles"))
         return (
-            joined.writeStream.foreachBatch(
-                lambda frame, _: frame.write.format("noop").mode("overwrite").save()
-            )
-            .option("checkpointLocation", str(base / "ckpt"))
+            clicks.join(static, "user", "left")
+            .writeStream.foreachBatch(noop_sink)
+            .option("checkpointLocation", str(joined_base / "ckpt"))
             .start()
         )
 
-    out["spark_stream_static_join"] = timed_batches(start_spark, base / "clicks", files)
+    out["spark_stream_static_join"] = timed_batches(start_spark, joined_base / "clicks", files)
     b, s = out["blobstate"], out["spark_stream_static_join"]
     out["ratio_events_per_s"] = round(b["events_per_s"] / s["events_per_s"], 2)
     out["ratio_events_per_cpu_s"] = round(b["events_per_cpu_s"] / s["events_per_cpu_s"], 2)
@@ -195,31 +198,15 @@ def bench_lookups(spark: Any, work: Path, users: int, events: int, batches: int)
 
 
 def bench_bootstrap(spark: Any, work: Path, rows: int) -> dict[str, Any]:
-    import blobstate
-
     out: dict[str, Any] = {"side_rows": rows}
     for name, with_side in (("without_side_stream", False), ("with_side_stream", True)):
         base = work / f"bootstrap-{name}"
         write_file(base / "clicks", 0, clicks_table(rows, 1000, seed=3))
-        reports: list[Any] = []
-        adjuncts = []
         if with_side:
             write_file(base / "profiles", 0, profiles_table(rows, seed=4))
-            side = spark.readStream.schema(PROFILES).parquet(str(base / "profiles"))
-            adjuncts = [blobstate.Adjunct("profiles", side, key="user", value="tier")]
-        clicks = spark.readStream.schema(CLICKS).parquet(str(base / "clicks"))
-        query = blobstate.transform_with_state(
-            clicks,
-            key="user",
-            processor=EnrichRows() if with_side else NoLookup(),
-            output_schema=OUTPUT,
-            checkpoint=str(base / "ckpt"),
-            sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
-            num_partitions=2,
-            api="row",
-            local_dir=str(base / "local"),
-            adjuncts=adjuncts,
-            on_batch=reports.append,
+        reports: list[Any] = []
+        query = start_enrichment(
+            spark, base, with_side=with_side, one_file_per_batch=False, on_batch=reports.append
         )
         query.processAllAvailable()
         query.stop()
