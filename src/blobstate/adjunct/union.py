@@ -26,7 +26,7 @@ from blobstate.adjunct.spec import (
 
 
 def side_rows(
-    adjunct: Adjunct | AdjunctSpec,
+    adjunct: AdjunctSpec,
     df: DataFrame,
     main_key_columns: Sequence[str],
     main_types: dict[str, Any],
@@ -37,10 +37,9 @@ def side_rows(
     main rows with the same key), the side columns under :func:`column_name`, the order columns and the
     tag. ``order`` gives the phase, rank and row expressions (default: the stream's own rows)."""
     name = adjunct.name
-    key_columns = adjunct.key_columns if isinstance(adjunct, Adjunct) else adjunct.side_key_columns
     columns = []
     if adjunct.mode == PARTITIONED:
-        for main_key, side_key in zip(main_key_columns, key_columns, strict=True):
+        for main_key, side_key in zip(main_key_columns, adjunct.side_key_columns, strict=True):
             columns.append(F.col(f"`{side_key}`").cast(main_types[main_key]).alias(main_key))
     columns += [F.col(f"`{c}`").alias(column_name(name, c)) for c in df.columns if not c.startswith("__")]
     if order is None:  # the row's position is set per micro-batch (streaming plans cannot number rows)
@@ -67,12 +66,12 @@ def with_side_streams(
                 f"adjuncts must be blobstate.Adjunct declarations, not {type(adjunct).__name__}"
             )
         adjunct.validate([main_types[k] for k in main_key_columns])
+    specs = [a.spec(main_key_columns) for a in adjuncts]
     combined = main.withColumn(TAG_COLUMN, F.lit(None).cast("string"))
-    for adjunct in adjuncts:
-        combined = combined.unionByName(
-            side_rows(adjunct, adjunct.df, main_key_columns, main_types), allowMissingColumns=True
-        )
-    return combined, [a.spec(main_key_columns) for a in adjuncts]
+    for adjunct, spec in zip(adjuncts, specs, strict=True):
+        side = side_rows(spec, adjunct.df, main_key_columns, main_types)
+        combined = combined.unionByName(side, allowMissingColumns=True)
+    return combined, specs
 
 
 def numbered(batch_df: DataFrame) -> DataFrame:
