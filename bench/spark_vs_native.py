@@ -8,6 +8,8 @@ each run in its own subprocess (a fresh JVM) one after the other, on Spark ``loc
 
 * ``blobstate``: ``blobstate.transform_with_state`` with :class:`RunningCountSum`;
 * ``blobstate_row``: the same with ``api="row"`` and :class:`RowRunningCountSum` (Rows, no pandas);
+* ``blobstate_arrow``: the same with ``api="arrow"`` and :class:`ArrowRunningCountSum` (vectorized: one
+  call per partition and batch, state read and written for every key at once);
 * ``tws``: Spark's ``groupBy(key).transformWithStateInPandas`` with the same processor class as
   ``blobstate``;
 * ``tws_row``: Spark's row-based ``groupBy(key).transformWithState`` with the same processor class as
@@ -74,14 +76,23 @@ from typing import Any
 
 import pandas as pd
 
-from blobstate.demo.running_count import RowRunningCount, RunningCount
+from blobstate.demo.running_count import ArrowRunningCount, RowRunningCount, RunningCount
 
 INPUT_SCHEMA = "key STRING, value BIGINT"
 OUTPUT_SCHEMA = "key STRING, count BIGINT, total BIGINT"
 STATE_SCHEMA = "count BIGINT, total BIGINT"
-IMPLEMENTATIONS = ("blobstate", "blobstate_row", "tws", "tws_row", "apply", "native", "floor")
-DEFAULT_SET = ("blobstate", "blobstate_row", "tws", "tws_row", "apply")
-LARGE_SET = ("blobstate", "blobstate_row", "native", "floor")
+IMPLEMENTATIONS = (
+    "blobstate",
+    "blobstate_row",
+    "blobstate_arrow",
+    "tws",
+    "tws_row",
+    "apply",
+    "native",
+    "floor",
+)
+DEFAULT_SET = ("blobstate", "blobstate_row", "blobstate_arrow", "tws", "tws_row", "apply")
+LARGE_SET = ("blobstate", "blobstate_row", "blobstate_arrow", "native", "floor")
 RESULT_FILE = "result.json"
 
 
@@ -90,6 +101,11 @@ RunningCountSum = RunningCount
 
 RowRunningCountSum = RowRunningCount
 """The same, written exactly as for Spark's row-based transformWithState."""
+
+ArrowRunningCountSum = ArrowRunningCount
+"""The same for blobstate's vectorized API (api="arrow")."""
+
+PROCESSORS = {"blobstate_row": RowRunningCountSum, "blobstate_arrow": ArrowRunningCountSum}
 
 
 def apply_running_count_sum(key, pdfs, state) -> Iterator[pd.DataFrame]:
@@ -299,14 +315,14 @@ def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) ->
         return blobstate.transform_with_state(
             events,
             key="key",
-            processor=RowRunningCountSum() if impl == "blobstate_row" else RunningCountSum(),
+            processor=PROCESSORS.get(impl, RunningCountSum)(),
             output_schema=OUTPUT_SCHEMA,
             checkpoint=spec["checkpoint"],
             sink=sink,
             num_partitions=spec["partitions"],
             local_dir=spec["blobstate_local_dir"],
             on_batch=on_batch,
-            api="row" if impl == "blobstate_row" else "pandas",
+            api={"blobstate_row": "row", "blobstate_arrow": "arrow"}.get(impl, "pandas"),
         )
     if impl == "floor":
         partitions = spec["partitions"]

@@ -2,8 +2,9 @@
 
 Public names: :func:`transform_with_state`, :class:`StatefulProcessor` and the state API that mirrors
 PySpark's ``transformWithStateInPandas`` (``StatefulProcessorHandle``, ``ValueState``, ``ListState``,
-``MapState``, ``TimerValues``, ``ExpiredTimerInfo``), :func:`read_state` (a checkpoint's state as a
-DataFrame) and :mod:`blobstate.blobstore`.
+``MapState``, ``TimerValues``, ``ExpiredTimerInfo``), the vectorized API (``ArrowStatefulProcessor``,
+``ArrowHandle``, ``KeyedBatch``, ``ExpiredTimers``; ``api="arrow"``), :func:`read_state` (a
+checkpoint's state as a DataFrame) and :mod:`blobstate.blobstore`.
 Imports are lazy so the command line starts without loading Spark.
 """
 
@@ -24,6 +25,10 @@ _EXPORTS = {
     "MapState": "blobstate.processor",
     "TimerValues": "blobstate.processor",
     "ExpiredTimerInfo": "blobstate.processor",
+    "ArrowStatefulProcessor": "blobstate.processor",
+    "ArrowHandle": "blobstate.processor",
+    "KeyedBatch": "blobstate.processor",
+    "ExpiredTimers": "blobstate.processor",
     "Adjunct": "blobstate.adjunct",
     "read_state": "blobstate.reader",
     "register_reader": "blobstate.reader",

@@ -175,10 +175,10 @@ class QueryConfig:
 
     def validate(self) -> None:
         """Reject inconsistent settings with an error naming the option."""
-        if self.api not in ("pandas", "row"):
+        if self.api not in ("pandas", "row", "arrow"):
             raise QueryConfigError(
-                f"api must be 'pandas' (transformWithStateInPandas) or 'row' (transformWithState), not"
-                f" {self.api!r}"
+                f"api must be 'pandas' (transformWithStateInPandas), 'row' (transformWithState) or 'arrow'"
+                f" (vectorized, ArrowStatefulProcessor), not {self.api!r}"
             )
         if self.output_mode not in ("Append", "Update"):
             raise QueryConfigError(f"output_mode must be 'Append' or 'Update', not {self.output_mode!r}")

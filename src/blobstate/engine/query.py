@@ -92,7 +92,9 @@ def transform_with_state(
     ``foreachBatch`` would, and must be idempotent per batch id for end-to-end exactly-once;
     ``num_partitions`` the number of state partitions, fixed for the life of the checkpoint.
     ``api="row"`` runs a processor written for Spark's row-based ``transformWithState`` (Rows in and
-    out) instead of one for ``transformWithStateInPandas`` (the default, ``api="pandas"``).
+    out) instead of one for ``transformWithStateInPandas`` (the default, ``api="pandas"``);
+    ``api="arrow"`` runs a :class:`blobstate.ArrowStatefulProcessor` (vectorized: one call per
+    partition and batch with every key's rows, state read and written in bulk as Arrow columns).
     Further options are :class:`~blobstate.engine.config.QueryConfig` fields (also settable as Spark
     conf ``spark.blobstate.<name>``); ``blob_store_options={...}`` (or Spark conf
     ``spark.blobstate.s3.<option>``) sets an S3 checkpoint's timeouts, retries and endpoint, for the
@@ -260,7 +262,15 @@ def _session_time_zone(spark: Any) -> str:
 
 def _validate_processor(processor: Any, config: QueryConfig) -> None:
     from blobstate.processor import StatefulProcessor
+    from blobstate.processor.arrow_api import check_arrow_processor, is_arrow_processor
 
+    if config.api == "arrow":
+        check_arrow_processor(processor)
+        return
+    if is_arrow_processor(processor) and not callable(getattr(processor, "handleInputRows", None)):
+        raise TypeError(
+            f"{type(processor).__name__} is a vectorized processor (handleInputBatch): pass api='arrow'"
+        )
     if not isinstance(processor, StatefulProcessor):
         try:
             from pyspark.sql.streaming.stateful_processor import StatefulProcessor as SparkProcessor

@@ -56,7 +56,7 @@ class TaskSpec:
     snapshot_delta_bytes: int
     pandas_object_strings: bool = True
     api: str = "pandas"
-    """``pandas`` or ``row``: what the processor's handlers receive and yield (QueryConfig.api)."""
+    """``pandas``, ``row`` or ``arrow``: what the processor's handlers receive and yield (QueryConfig.api)."""
     timezone: str = "UTC"
     """The session time zone: naive pandas timestamps in and out are wall-clock times of this zone."""
     blob_store_options: dict[str, Any] = field(default_factory=dict)

@@ -15,10 +15,8 @@ and decoding a million records take a fraction of a second in Python.
 
 from __future__ import annotations
 
-import gc
 import struct
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -31,6 +29,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
     from zlib import crc32 as _crc32
 
 from blobstate.errors import BlobstateError
+from blobstate.gcpause import gc_paused
 from blobstate.ids import InvalidIdError, validate_uid
 
 MAGIC = b"BSDELTA\n"
@@ -405,7 +404,7 @@ def _decode_body(body: bytes, count: int, name: str) -> list[ChangeRecord]:
             name, f"corrupt record section: {len(body) - r.pos} unexpected bytes at the end"
         )
 
-    with _gc_paused():
+    with gc_paused():
         keys = _slices(body, key_start, key_lens, key_ends)
         put_values = _slices(body, value_start, value_lens, value_ends)
         if n_put == n:
@@ -429,18 +428,6 @@ def _slices(body: bytes, start: int, lens: np.ndarray, ends: np.ndarray) -> list
         return np.frombuffer(body, dtype=f"V{first}", count=int(lens.size), offset=start).tolist()
     bounds = (ends + start).tolist()
     return [body[a:b] for a, b in zip([start, *bounds[:-1]], bounds, strict=True)]
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building a million acyclic tuples; its passes would dominate decoding."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 write_delta = encode_delta

@@ -9,6 +9,7 @@ from blobstate.processor.api import (
     TimerValues,
     ValueState,
 )
+from blobstate.processor.arrow_api import ArrowHandle, ArrowStatefulProcessor, ExpiredTimers, KeyedBatch
 from blobstate.processor.errors import (
     ImplicitKeyError,
     InvalidHandleStateError,
@@ -20,10 +21,14 @@ from blobstate.processor.errors import (
 from blobstate.processor.runner import RunStats, run_partition
 
 __all__ = [
+    "ArrowHandle",
+    "ArrowStatefulProcessor",
     "ExpiredTimerInfo",
+    "ExpiredTimers",
     "ImplicitKeyError",
     "InvalidHandleStateError",
     "InvalidTimeModeError",
+    "KeyedBatch",
     "ListState",
     "MapState",
     "OutputSchemaError",

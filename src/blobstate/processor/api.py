@@ -72,6 +72,7 @@ class _Session:
     __slots__ = (
         "adjuncts",
         "batch_timestamp_ms",
+        "bulk",
         "declared",
         "key",
         "key_bytes",
@@ -98,6 +99,8 @@ class _Session:
         self.ttl_vars: list[_StateBase] = []
         self.adjuncts: dict[str, Any] = {}
         """The adjunct stores of the query by name (read-only views at the batch's version)."""
+        self.bulk: Any = None
+        """The implicit keys of a bulk (``api="arrow"``) handler call, or None."""
 
     def timer_values(self) -> TimerValues:
         """The TimerValues Spark passes to handlers: -1 for both in time mode None."""
@@ -487,6 +490,10 @@ def _check_state_name(state_name: Any) -> str:
 class StatefulProcessorHandle:
     """The handle passed to ``StatefulProcessor.init``: declares state variables and manages timers."""
 
+    _value_state: type[ValueState] = ValueState
+    _list_state: type[ListState] = ListState
+    _map_state: type[MapState] = MapState
+
     def __init__(self, session: _Session) -> None:
         self._s = session
 
@@ -583,7 +590,7 @@ class StatefulProcessorHandle:
         """Create (or reopen) a value state variable; call only in ``init``."""
         name, ttl = self._check_declare("getValueState", stateName, ttlDurationMs)
         struct = to_struct_type(schema, what=f"schema of state variable {name!r}")
-        state = ValueState(self._s, name, struct, ttl)
+        state = self._value_state(self._s, name, struct, ttl)
         self._register(state, {"kind": "value", "schema": struct.jsonValue(), "ttl": ttl is not None})
         return state
 
@@ -593,7 +600,7 @@ class StatefulProcessorHandle:
         """Create (or reopen) a list state variable; call only in ``init``."""
         name, ttl = self._check_declare("getListState", stateName, ttlDurationMs)
         struct = to_struct_type(schema, what=f"schema of state variable {name!r}")
-        state = ListState(self._s, name, struct, ttl)
+        state = self._list_state(self._s, name, struct, ttl)
         self._register(state, {"kind": "list", "schema": struct.jsonValue(), "ttl": ttl is not None})
         return state
 
@@ -608,7 +615,7 @@ class StatefulProcessorHandle:
         name, ttl = self._check_declare("getMapState", stateName, ttlDurationMs)
         key_struct = to_struct_type(userKeySchema, what=f"user key schema of state variable {name!r}")
         value_struct = to_struct_type(valueSchema, what=f"value schema of state variable {name!r}")
-        state = MapState(self._s, name, key_struct, value_struct, ttl)
+        state = self._map_state(self._s, name, key_struct, value_struct, ttl)
         self._register(
             state,
             {

@@ -116,17 +116,25 @@ class Groups:
         return Frames(self.frame, self.starts[i], self.ends[i], self.max_rows)
 
 
-def sort_by_key(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, list[int], list[int]]:
+def key_runs(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     """``table`` sorted by ``key_columns`` (ascending, nulls first, as Spark's operator orders its
-    input), and the start and end row of each run of equal keys in it."""
+    input), and the start and end row of each run of equal keys in it (int64 arrays)."""
     order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in key_columns])
     table = table.take(order)
     n = table.num_rows
     changed = np.zeros(max(n - 1, 0), dtype=bool)
     for c in key_columns:
         changed |= _changes(table.column(c))
-    starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
+    starts = (
+        np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64) if n else np.zeros(0, np.int64)
+    )
     ends = np.append(starts[1:], n).astype(np.int64)
+    return table, starts, ends
+
+
+def sort_by_key(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, list[int], list[int]]:
+    """:func:`key_runs` with the starts and ends as lists."""
+    table, starts, ends = key_runs(table, key_columns)
     return table, starts.tolist(), ends.tolist()
 
 

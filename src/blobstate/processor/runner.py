@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
 from pyspark.sql.types import StructType
 
-from blobstate.processor import codec, grouping, layout
+from blobstate.processor import arrow_runner, codec, grouping, layout
 from blobstate.processor import rows as row_api
 from blobstate.processor.api import (
     ExpiredTimerInfo,
@@ -29,6 +29,12 @@ from blobstate.processor.api import (
     _Session,
     delete_timer,
     normalize_time_mode,
+)
+from blobstate.processor.arrow_api import (
+    ArrowHandle,
+    ArrowStatefulProcessor,
+    check_arrow_processor,
+    is_arrow_processor,
 )
 from blobstate.processor.errors import InvalidTimeModeError, OutputSchemaError, StatefulProcessorError
 from blobstate.processor.output import DEFAULT_FLUSH_ROWS, OutputCollector
@@ -39,9 +45,10 @@ InputData = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
 
 OUTPUT_MODES = {"append": "Append", "update": "Update"}
 
-APIS = ("pandas", "row")
+APIS = ("pandas", "row", "arrow")
 """``pandas``: handlers see and yield pandas DataFrames (Spark's ``transformWithStateInPandas``);
-``row``: they see and yield ``pyspark.sql.Row`` objects (Spark's row-based ``transformWithState``)."""
+``row``: they see and yield ``pyspark.sql.Row`` objects (Spark's row-based ``transformWithState``);
+``arrow``: one call per partition and batch with every key, bulk state (:mod:`.arrow_api`)."""
 
 
 @dataclass
@@ -70,9 +77,17 @@ def _normalize_output_mode(output_mode: str) -> str:
     return OUTPUT_MODES[mode]
 
 
-def _processor_instance(processor: Any) -> Any:
-    if not isinstance(processor, _SparkStatefulProcessor) and callable(processor):
+def _processor_instance(processor: Any, api: str = "pandas") -> Any:
+    if not isinstance(processor, (_SparkStatefulProcessor, ArrowStatefulProcessor)) and callable(processor):
         processor = processor()
+    if api == "arrow":
+        check_arrow_processor(processor)
+        return processor
+    if is_arrow_processor(processor) and not callable(getattr(processor, "handleInputRows", None)):
+        raise TypeError(
+            f"{type(processor).__name__} is a vectorized processor (handleInputBatch):"
+            " run it with api='arrow'"
+        )
     for method in ("init", "handleInputRows"):
         if not callable(getattr(processor, method, None)):
             raise TypeError(
@@ -142,9 +157,9 @@ def run_partition(
     if api not in APIS:
         raise ValueError(
             f"api must be one of {APIS} (pandas: transformWithStateInPandas; row:"
-            f" transformWithState), not {api!r}"
+            f" transformWithState; arrow: vectorized), not {api!r}"
         )
-    proc = _processor_instance(processor)
+    proc = _processor_instance(processor, api)
     mode = normalize_time_mode(time_mode)
     out_mode = _normalize_output_mode(output_mode)
     keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
@@ -163,8 +178,11 @@ def run_partition(
         )
     schema = to_struct_type(output_schema, what="output_schema")
     arrow_schema = output_schema if isinstance(output_schema, pa.Schema) else to_arrow(schema, timezone)
-    collector: OutputCollector | row_api.RowOutputCollector
-    if api == "row":
+    collector: OutputCollector | row_api.RowOutputCollector | arrow_runner.ArrowOutputCollector
+    if api == "arrow":
+        not_null = [f.name for f in schema.fields if not f.nullable]
+        collector = arrow_runner.ArrowOutputCollector(arrow_schema, not_null=not_null, flush_rows=flush_rows)
+    elif api == "row":
         collector = row_api.RowOutputCollector(arrow_schema, schema=schema, flush_rows=flush_rows)
     else:
         collector = OutputCollector(schema, arrow_schema, timezone=timezone, flush_rows=flush_rows)
@@ -265,7 +283,7 @@ def _run(
     session.adjuncts = adjuncts
     _check_mode_unchanged(store, layout.TIME_MODE_KEY, time_mode, "time mode")
     _check_mode_unchanged(store, b"outputMode", output_mode, "output mode")
-    handle = StatefulProcessorHandle(session)
+    handle = ArrowHandle(session) if api == "arrow" else StatefulProcessorHandle(session)
     proc.init(handle)
     session.phase = StatefulProcessorHandleState.INITIALIZED
     timer_values = session.timer_values()
@@ -273,6 +291,9 @@ def _run(
     init_table = grouping.to_table(initial_state)
     if init_table is not None:
         grouping.check_columns(init_table, init_keys, "initial state key")
+    if init_table is not None and api == "arrow":
+        arrow_runner.initial_state(proc, session, init_table, init_keys, timer_values, stats)
+    elif init_table is not None:
         handler = proc.handleInitialState
         init_groups = _group(init_table, init_keys, api, timezone, max_rows)
         for i, key in enumerate(init_groups.keys):
@@ -282,7 +303,9 @@ def _run(
                 _call(handler, "handleInitialState", key, initial, timer_values)
         stats.initial_state_keys = len(init_groups)
 
-    if table is not None and table.num_rows:
+    if table is not None and table.num_rows and api == "arrow":
+        yield from arrow_runner.input_batch(proc, session, table, keys, timer_values, collector, stats)
+    elif table is not None and table.num_rows:
         groups = _group(table, keys, api, timezone, max_rows)
         handler = proc.handleInputRows
         key_bytes, rows_of = groups.key_bytes, groups.rows
@@ -297,7 +320,15 @@ def _run(
     session.set_key(None, None)
 
     session.phase = StatefulProcessorHandleState.DATA_PROCESSED
-    if time_mode != "None":
+    if time_mode != "None" and api == "arrow":
+        threshold = batch_timestamp_ms if time_mode == "ProcessingTime" else watermark_ms
+        due = _due_timers(store, threshold)  # type: ignore[arg-type]
+        if due:
+            key_schema = table.select(keys).schema if table is not None else keys
+            yield from arrow_runner.expired_timers(
+                proc, session, due, key_schema, timer_values, collector, stats
+            )
+    elif time_mode != "None":
         threshold = batch_timestamp_ms if time_mode == "ProcessingTime" else watermark_ms
         arity = len(keys)
         for ts, kb in _due_timers(store, threshold):  # type: ignore[arg-type]
