@@ -374,9 +374,7 @@ class BulkListState(ListState):
             offsets.append(len(rows))
         struct = self._struct()
         table = _rows_to_table(rows, pa.schema(list(struct)))
-        values = pa.StructArray.from_arrays(table.columns, fields=list(struct)) if len(struct) else None
-        if values is None:
-            raise StateVariableError(f"list state variable {self._name!r} has no fields")
+        values = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], fields=list(struct))
         return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
 
     def _lists(self, lists: Any, n: int, operation: str) -> list[list[tuple] | None]:
