@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Row as SparkRow
 
 from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT as RUNNING_COUNT_OUTPUT
+from blobstate.demo.running_count import ArrowRunningCount as ArrowRunningCount
 from blobstate.demo.running_count import RowRunningCount as RowRunningCount
 from blobstate.demo.running_count import RunningCount as RunningCount
 from blobstate.processor import StatefulProcessor, StatefulProcessorHandle

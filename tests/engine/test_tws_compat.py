@@ -25,6 +25,7 @@ from engine_helpers import (
     RUNNING_COUNT_OUTPUT,
     SESSION_OUTPUT,
     SESSION_WATERMARK_DELAY_MS,
+    ArrowRunningCount,
     EventTimeSessions,
     Reminders,
     RowReminders,
@@ -118,6 +119,26 @@ def test_running_count_matches_spark(spark: Any, tmp_path: Path, api: str, proce
     )
     assert ours == theirs
     assert ours == reference_running_count(KV_BATCHES)
+
+
+def test_arrow_running_count_matches_spark_transform_with_state_in_pandas(spark: Any, tmp_path: Path) -> None:
+    """The vectorized processor under blobstate, Spark's per-key one under transformWithStateInPandas."""
+    tables = [kv_table(b) for b in KV_BATCHES]
+    write_batch_files(tmp_path / "in", tables)
+    theirs = run_spark_tws(
+        spark, tmp_path / "in", tmp_path / "spark-ckpt", RunningCount(), output_schema=RUNNING_COUNT_OUTPUT
+    )
+    ours, _ = run_blobstate(
+        spark,
+        tmp_path / "in",
+        tmp_path / "ckpt",
+        ArrowRunningCount(),
+        local_dir=tmp_path / "local",
+        output_schema=RUNNING_COUNT_OUTPUT,
+        api="arrow",
+    )
+    assert ours.rows == theirs.rows
+    assert ours.rows == reference_running_count(KV_BATCHES)
 
 
 @pytest.mark.parametrize(
