@@ -65,6 +65,7 @@ from blobstate.state.uploads import (
     UploadDir,
     UploadJob,
     UploadStatus,
+    background_store,
     start_upload,
     validate_mode,
 )
@@ -258,7 +259,9 @@ class PartitionState:
                 log.warning("snapshot of %s/%s at %s failed: %s", op, p, new, snapshot_error)
         elif due:
             try:
-                report["started"] = self._start_background(new, lineage, checkpoint_dir, late).name
+                report["started"] = self._start_background(
+                    new, lineage, checkpoint_dir, late
+                ).checkpoint_id.name
             except Exception as error:
                 snapshot_error = f"{type(error).__name__}: {error}"
                 log.warning("background snapshot of %s/%s at %s not started: %s", op, p, new, snapshot_error)
@@ -330,12 +333,14 @@ class PartitionState:
         assert ref is not None
         return chain.base, ref
 
-    def _base_index(self, base: tuple[CheckpointId, ObjectRef] | None) -> tuple[str | None, Any]:
+    def _base_index(
+        self, base: tuple[CheckpointId, ObjectRef] | None, store: BlobStore | None = None
+    ) -> tuple[str | None, Any]:
         """The base snapshot's name and checked index (cached), or ``(None, None)``: full snapshot."""
         if base is None:
             return None, None
         cid, ref = base
-        bs = self.blob_store
+        bs = store or self.blob_store
         name = snapshot_name(self.operator, self.partition, cid)
         index = SNAPSHOT_INDEX_CACHE.get(bs.url, name)
         if index is None:
@@ -358,10 +363,11 @@ class PartitionState:
         source: Path,
         previous_name: str | None,
         previous: Any,
+        store: BlobStore | None = None,
     ) -> tuple[str, list[str], int, ObjectRef]:
         from blobstate.snapshot import backup_directory
 
-        op, p, bs = self.operator, self.partition, self.blob_store
+        op, p, bs = self.operator, self.partition, store or self.blob_store
         name = snapshot_name(op, p, new)
         result = backup_directory(
             bs,
@@ -399,10 +405,11 @@ class PartitionState:
         """Start uploading ``new``'s snapshot on a background thread (the base is decided now)."""
         base = self._snapshot_base(lineage, new, late)
         base_name = None if base is None else snapshot_name(self.operator, self.partition, base[0])
+        store = background_store(self.blob_store)
 
         def backup(files: Path) -> tuple[ObjectRef, int, str | None]:
-            previous_name, previous = self._base_index(base)
-            _, _, nbytes, ref = self._backup(new, lineage, files, previous_name, previous)
+            previous_name, previous = self._base_index(base, store)
+            _, _, nbytes, ref = self._backup(new, lineage, files, previous_name, previous, store)
             return ref, nbytes, previous_name
 
         return start_upload(self.uploads, UploadJob(new, checkpoint_dir, base_name, backup))

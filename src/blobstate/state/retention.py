@@ -159,11 +159,10 @@ def compute_keep_set(
         oldest_base = min(oldest_base, base_version)
         if chain.base is not None:
             snapshots.setdefault(chain.base, chain.refs[chain.base])
-        # A base snapshot named late (by the commit of version w) is invisible to the versions between
-        # it and w: the retained ones among them load through an older base, so they need a chain too.
+        # A base snapshot named late (by the commit of version w) is invisible to versions from its own
+        # up to w - 1: the retained ones among them load through an older base, so they need a chain too.
         gap_top = (chain.base_named_in or 0) - 1
-        below = max(lowest, base_version + 1)
-        if gap_top >= below and gap_top < current.version:
+        if base_version <= gap_top < current.version and gap_top >= lowest:
             following = gap_top
         elif base_version <= lowest:
             break

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from blobstate.ids import CheckpointId, InvalidIdError
 from blobstate.lineage.refs import ObjectRef
@@ -207,6 +208,20 @@ class UploadJob:
     backup: Callable[[Path], tuple[ObjectRef, int, str | None]]
 
 
+_VIEWS: dict[int, tuple[Any, Any]] = {}
+_VIEWS_LOCK = threading.Lock()
+
+
+def background_store(store: Any) -> Any:
+    """This process's view of ``store`` with its own I/O pool (:meth:`BlobStore.with_own_pool`), made
+    once per store: background uploads never queue ahead of a batch's I/O."""
+    with _VIEWS_LOCK:
+        entry = _VIEWS.get(id(store))
+        if entry is None or entry[0] is not store:
+            entry = _VIEWS[id(store)] = (store, store.with_own_pool())
+        return entry[1]
+
+
 _THREADS: list[threading.Thread] = []
 _THREADS_LOCK = threading.Lock()
 
@@ -272,6 +287,7 @@ __all__ = [
     "UploadDir",
     "UploadJob",
     "UploadStatus",
+    "background_store",
     "start_upload",
     "uploads_in_flight",
     "validate_mode",
