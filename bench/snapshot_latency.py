@@ -10,7 +10,8 @@ snapshot has real state to upload; then ``--batches`` batches of ``--events`` ev
 For each run, over the batches after ``--warmup`` (the first batch, which builds the state, is never
 counted): p50, p99 and max of blobstate's batch time (``BatchReport.seconds`` from ``on_batch``) and of
 Spark's trigger time (``durationMs.triggerExecution``), the ratio p99/p50, and how many snapshots were
-taken, named late or failed. The issue's goal is p99 within 1.3x of p50.
+taken, named late or failed, per run and over all ``--rounds`` runs of the mode (the modes alternate:
+inline, background, background, inline, ...). The issue's goal is p99 within 1.3x of p50.
 
     .venv/bin/python bench/snapshot_latency.py [--keys 400000] [--events 4000] [--batches 40]
 """
@@ -59,7 +60,7 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     }
 
 
-def run(spark: Any, work: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark: Any, work: Path, mode: str, args: argparse.Namespace, name: str) -> dict[str, Any]:
     import blobstate
     from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount
 
@@ -74,11 +75,11 @@ def run(spark: Any, work: Path, mode: str, args: argparse.Namespace) -> dict[str
         key="key",
         processor=RowRunningCount(),
         output_schema=RUNNING_COUNT_OUTPUT,
-        checkpoint=str(work / f"ckpt-{mode}"),
+        checkpoint=str(work / f"ckpt-{name}"),
         sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
         num_partitions=args.partitions,
         api="row",
-        local_dir=str(work / f"local-{mode}"),
+        local_dir=str(work / f"local-{name}"),
         snapshot_every=args.snapshot_every,
         snapshot_upload=mode,
         on_batch=reports.append,
@@ -93,6 +94,8 @@ def run(spark: Any, work: Path, mode: str, args: argparse.Namespace) -> dict[str
     triggers = [p["durationMs"]["triggerExecution"] / 1000 for p in progress][1 + args.warmup :]
     uploads = [m.get("snapshot_upload") or {} for r in steady for m in r.partitions.values()]
     return {
+        "raw_batch_seconds": [r.seconds for r in steady],
+        "raw_trigger_seconds": triggers,
         "batches": len(steady),
         "state_keys": steady[-1].state_keys if steady else None,
         "batch_seconds": percentiles([r.seconds for r in steady]),
@@ -116,6 +119,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--snapshot-every", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each mode, alternating")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="blobstate-bench-snaplat-"))
     write_inputs(work / "in", args.keys, args.batches, args.events)
@@ -126,6 +130,7 @@ def main() -> None:
         SparkSession.builder.master("local[2]")
         .config("spark.sql.shuffle.partitions", str(args.partitions))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -137,9 +142,21 @@ def main() -> None:
         "partitions": args.partitions,
         "load_average_before": os.getloadavg(),
     }
-    for mode in ("inline", "background"):
-        result[mode] = run(spark, work, mode, args)
+    # Rounds alternate the modes, so neither gets all of the JVM's warm-up or a quieter machine.
+    runs: dict[str, list[dict[str, Any]]] = {"inline": [], "background": []}
+    for round_ in range(args.rounds):
+        for mode in ("inline", "background") if round_ % 2 == 0 else ("background", "inline"):
+            runs[mode].append(run(spark, work, mode, args, f"{mode}-{round_}"))
     spark.stop()
+    for mode, rounds in runs.items():
+        batches = [x for r in rounds for x in r.pop("raw_batch_seconds")]
+        triggers = [x for r in rounds for x in r.pop("raw_trigger_seconds")]
+        result[mode] = {
+            "batches": len(batches),
+            "batch_seconds": percentiles(batches),
+            "trigger_seconds": percentiles(triggers),
+            "rounds": rounds,
+        }
     result["load_average_after"] = os.getloadavg()
     i, b = result["inline"]["batch_seconds"], result["background"]["batch_seconds"]
     result["background_p99_over_inline_p99"] = round(b["p99"] / i["p99"], 2) if i["p99"] else None
