@@ -190,3 +190,10 @@ def test_azure_options_from_spark_conf_travel_with_the_store_url_and_secrets_are
     assert spark_checkpoint_location(named, config) == "abfss://box@acct.dfs.core.windows.net/ckpt/_spark"
     with pytest.raises(QueryConfigError, match="spark_checkpoint"):
         spark_checkpoint_location("az://box/ckpt", config)
+
+
+def test_snapshot_upload_defaults_to_background_and_is_checked() -> None:
+    assert QueryConfig.build({}, {}).snapshot_upload == "background"
+    assert QueryConfig.build({"spark.blobstate.snapshot_upload": "inline"}, {}).snapshot_upload == "inline"
+    with pytest.raises(ValueError, match=r"snapshot_upload must be 'inline' or 'background', not 'later'"):
+        QueryConfig.build({}, {"snapshot_upload": "later"})

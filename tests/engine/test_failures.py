@@ -422,7 +422,14 @@ def test_task_failing_after_its_partition_commit_is_retried_and_its_objects_neve
     write_inputs(tables, tmp_path / "in")
     record = tmp_path / "failed-attempt.json"
     sink = Recorder()
-    query = start_query(spark, tmp_path, sink, processor=FailAfterCommitProcessor("boom", str(record)))
+    # Inline snapshots: the lost attempt's own commit uploads one (background uploads finish later).
+    query = start_query(
+        spark,
+        tmp_path,
+        sink,
+        processor=FailAfterCommitProcessor("boom", str(record)),
+        snapshot_upload="inline",
+    )
     query.processAllAvailable()
     query.stop()
     assert sink.rows == reference_outputs(tables)

@@ -434,3 +434,26 @@ def test_a_changed_value_in_metadata_is_detected(blob_store: BlobStore) -> None:
     blob_store.put("metadata.json", json.dumps(raw).encode())
     with pytest.raises(CommitLogFormatError, match="does not match its checksum"):
         CommitLog(blob_store).read_metadata()
+
+
+def test_a_late_snapshot_record_round_trips_and_must_name_an_earlier_version(tmp_path) -> None:
+    from blobstate.blobstore import open_blob_store
+    from blobstate.lineage.refs import LateSnapshot
+
+    log = CommitLog(open_blob_store(str(tmp_path)))
+    log.write_metadata(metadata())
+    for v in (1, 2):
+        log.write_commit(commit(v))
+    late = LateSnapshot(2, new_uid(), ObjectRef.of(b"index of version 2"))
+    objects = all_refs()
+    objects["0"][1] = PartitionObjects(objects["0"][1].delta, None, late)
+    log.write_commit(commit(3, objects=objects))
+    read = log.read_commit(3)
+    assert read.objects_of("0", 1).late_snapshot == late
+    assert read.objects_of("0", 0).late_snapshot is None
+    stored = json.loads(log.store.get("commits/3.json"))
+    assert "late_snapshot" not in stored["objects"]["0"]["0"]  # absent when none: older commits unchanged
+    objects["0"][1] = PartitionObjects(objects["0"][1].delta, None, LateSnapshot(4, late.uid, late.index))
+    with pytest.raises(CommitLogFormatError, match=r"late_snapshot.*version 4.*commit of version 4"):
+        log.write_commit(commit(4, objects=objects))
+    assert not log.commit_exists(4)

@@ -7,6 +7,7 @@ way: name validation, retries with backoff (a fresh stream per try), and an expl
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import threading
@@ -234,6 +235,19 @@ class BlobStore(ABC):
         self.close()
 
     # ----------------------------------------------------------------- concurrency
+    def with_own_pool(self) -> BlobStore:
+        """A view of this store on the same backend client with an I/O pool of its own.
+
+        Background work (snapshot uploads) runs its many parallel requests there, so they never queue
+        ahead of a batch's own I/O on this store's pool. Do not :meth:`close` the view: it shares the
+        client (close this store instead).
+        """
+        view = copy.copy(self)
+        view._pool = None
+        view._pool_lock = threading.Lock()
+        view._pool_prefix = f"blobstate-io-{id(view):x}"
+        return view
+
     def submit(self, fn: Callable[[], R]) -> Future[R]:
         """Run ``fn`` on this store's bounded I/O pool."""
         return self._io_pool().submit(fn)

@@ -18,7 +18,9 @@ UrlArgument = Annotated[
 ]
 
 
-def _version_row(store: Any, history: Any, version: int, uid: str) -> dict[str, Any]:
+def _version_row(
+    store: Any, history: Any, version: int, uid: str, latest: int | None = None
+) -> dict[str, Any]:
     from blobstate.blobstore import BlobNotFoundError
     from blobstate.ids import CheckpointId
     from blobstate.layout import delta_name, snapshot_name
@@ -40,7 +42,13 @@ def _version_row(store: Any, history: Any, version: int, uid: str) -> dict[str, 
     except DeltaFormatError as error:
         row["delta_error"] = str(error)
     sname = snapshot_name(operator, partition, cid)
-    row["snapshot"] = history.objects(cid).snapshot is not None
+    found = history.snapshot_ref(cid, latest or version)
+    row["snapshot"] = found is not None
+    if found is not None and found[1] != version:
+        row["snapshot_named_in"] = found[1]  # uploaded in the background, named by a later commit
+    late = history.objects(cid).late_snapshot
+    if late is not None:
+        row["names_snapshot"] = late.checkpoint_name
     if row["snapshot"]:
         try:
             index = read_snapshot_index(store, sname)
@@ -95,7 +103,7 @@ def collect_lineage(
                 uid = history.uid(v)
                 if uid is None:
                     break
-                row = _version_row(store, history, v, uid)
+                row = _version_row(store, history, v, uid, latest)
                 rows.append(row)
                 if v < newest.retained_from and row.get("delta_bytes") is None:
                     row["cleaned_up"] = True
@@ -197,6 +205,8 @@ def _partition_detail(row: Any, lineage_rows: dict[tuple[str, int], dict[str, An
         name = f"{p}" if len({o for o, _ in lineage_rows}) == 1 else f"{op}/{p}"
         restore = info.get("restore_error") or (f"{info['restore_from']} + {info['deltas_to_replay']} deltas")
         snapshot = "yes" if info.get("snapshot") else "no"
+        if info.get("snapshot_named_in"):
+            snapshot = f"yes (named in {info['snapshot_named_in']})"
         if info.get("snapshot_error"):
             snapshot = f"error: {info['snapshot_error']}"
         typer.echo(

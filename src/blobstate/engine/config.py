@@ -80,6 +80,10 @@ class QueryConfig:
     """Upload a snapshot every this many versions of a partition."""
     snapshot_delta_bytes: int = 64 * 1024 * 1024
     """Also upload a snapshot once the deltas since the last one exceed this many bytes."""
+    snapshot_upload: str = "background"
+    """``background``: a due snapshot's files are uploaded by a thread of the Python worker while the next
+    batches run, and a later commit names it once complete; ``inline``: inside the batch's commit (the
+    batch that takes it waits for the upload)."""
     min_versions_to_retain: int = 20
     """Committed versions kept restorable; older objects are deleted after each commit."""
     standby_replicas: int = 0
@@ -194,6 +198,10 @@ class QueryConfig:
         for name in ("snapshot_every", "min_versions_to_retain"):
             if getattr(self, name) < 1:
                 raise QueryConfigError(f"{name} must be at least 1")
+        if self.snapshot_upload not in ("inline", "background"):
+            raise QueryConfigError(
+                f"snapshot_upload must be 'inline' or 'background', not {self.snapshot_upload!r}"
+            )
         if self.standby_replicas < 0 or self.watermark_delay_ms < 0:
             raise QueryConfigError("standby_replicas and watermark_delay_ms must not be negative")
         if self.max_warmup_replicas < 0 or self.acceptable_recovery_lag < 0:

@@ -54,6 +54,8 @@ class TaskSpec:
     local_dir: str
     snapshot_every: int
     snapshot_delta_bytes: int
+    snapshot_upload: str = "background"
+    """``inline`` or ``background`` (QueryConfig.snapshot_upload)."""
     pandas_object_strings: bool = True
     api: str = "pandas"
     """``pandas``, ``row`` or ``arrow``: what the processor's handlers receive and yield (QueryConfig.api)."""
@@ -187,6 +189,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             committed,
             snapshot_every=spec.snapshot_every,
             snapshot_delta_bytes=spec.snapshot_delta_bytes,
+            snapshot_upload=spec.snapshot_upload,
             lock_timeout=PROCESSING_LOCK_TIMEOUT_SECONDS,
         )
     finally:
@@ -253,6 +256,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "bytes_uploaded": result.bytes_uploaded,
         "changelog_bytes": result.changelog_bytes,
         "snapshot": result.snapshot_name is not None,
+        "snapshot_upload": result.snapshot_upload,
         "load_seconds": round(load_seconds, 4),
         "started_at": started_at,
         "opened_at": opened_at,

@@ -147,7 +147,9 @@ class Commit:
     (derived when not given); ``checkpoints`` maps operator id to ``{partition: uid}`` and must cover
     every partition of every operator; ``writer`` identifies the driver run that wrote it.
     ``objects`` records, for every (operator, partition), the size and SHA-256 of the delta and (when
-    one was taken) the snapshot index of that checkpoint, so everything a version reaches can be checked.
+    one was taken) the snapshot index of that checkpoint, so everything a version reaches can be checked;
+    and, when a background snapshot upload of an earlier version finished, that snapshot (a
+    :class:`~blobstate.lineage.refs.LateSnapshot`).
     ``retained_from`` is the oldest version that stays restorable once this commit's post-commit
     cleanup ran (never lower than the previous commit's). ``placement`` maps partition to an executor
     id, or to a JSON object with an ``executor_id`` (and free-form entries such as ``host``).
@@ -342,7 +344,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     absent = sorted(set(metadata.operators) - set(checkpoints))
     if absent:
         f.fail("checkpoints", f"operators missing: {', '.join(absent)}")
-    objects = _objects(f, checkpoints, metadata)
+    objects = _objects(f, checkpoints, metadata, version)
     retained_from = f.integer("retained_from", minimum=1)
     assert retained_from is not None
     if retained_from > version:
@@ -407,9 +409,10 @@ def _every_partition(
 
 
 def _objects(
-    f: JsonFields, checkpoints: dict[str, dict[int, str]], metadata: QueryMetadata
+    f: JsonFields, checkpoints: dict[str, dict[int, str]], metadata: QueryMetadata, version: int
 ) -> dict[str, dict[int, PartitionObjects]]:
-    """The ``objects`` field: a reference for exactly the (operator, partition)s of ``checkpoints``."""
+    """The ``objects`` field: a reference for exactly the (operator, partition)s of ``checkpoints``;
+    a ``late_snapshot`` must be of an earlier version than the commit's."""
     raw = f.mapping("objects")
     assert raw is not None
     out: dict[str, dict[int, PartitionObjects]] = {}
@@ -419,6 +422,14 @@ def _objects(
             f.fail(where, f"operator {op!r} has no checkpoints in this commit")
         n = metadata.partitions_of(op)
         out[op] = _every_partition(f, where, parts, n, "references", PartitionObjects.from_json)
+        for p, refs in out[op].items():
+            late = refs.late_snapshot
+            if late is not None and late.version >= version:
+                f.fail(
+                    f"{where}[{str(p)!r}].late_snapshot",
+                    f"names a snapshot of version {late.version}: a commit of version {version} can only "
+                    "name snapshots of earlier versions",
+                )
     absent = sorted(set(checkpoints) - set(out))
     if absent:
         f.fail("objects", f"operators missing: {', '.join(absent)}")

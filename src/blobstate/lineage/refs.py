@@ -61,24 +61,71 @@ class ObjectRef:
 
 
 @dataclass(frozen=True)
+class LateSnapshot:
+    """A snapshot of an earlier version ``version`` (committed uid ``uid``), uploaded in the background
+    and complete: a later commit names it here, with its index's reference, so that loads may use it."""
+
+    version: int
+    uid: str
+    index: ObjectRef
+
+    @property
+    def checkpoint_name(self) -> str:
+        """``<version>_<uid>``: the checkpoint the snapshot is of."""
+        return f"{self.version}_{self.uid}"
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"version": v, "uid": uid, "index": ref}``."""
+        return {"version": self.version, "uid": self.uid, "index": self.index.to_json()}
+
+    @classmethod
+    def from_json(cls, raw: object) -> LateSnapshot:
+        """Parse the JSON written by :meth:`to_json`; raises ValueError naming what is wrong."""
+        from blobstate.ids import InvalidIdError, validate_uid
+
+        if not isinstance(raw, dict) or set(raw) != {"version", "uid", "index"}:
+            raise ValueError(f"expected an object with exactly version, uid and index, found {raw!r}")
+        version, uid = raw["version"], raw["uid"]
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(f"version must be an integer >= 1, found {version!r}")
+        try:
+            validate_uid(uid)
+        except (InvalidIdError, TypeError) as error:
+            raise ValueError(f"uid: {error}") from None
+        try:
+            index = ObjectRef.from_json(raw["index"])
+        except ValueError as error:
+            raise ValueError(f"index: {error}") from None
+        return cls(version, uid, index)
+
+
+@dataclass(frozen=True)
 class PartitionObjects:
     """What one commit makes part of a partition's version: its delta and, when one was taken, its
-    snapshot index (None: no snapshot of this version exists, so loading never looks for one)."""
+    snapshot index (None: no snapshot of this version exists, so loading never looks for one).
+
+    ``late_snapshot`` is a snapshot of an earlier version of the partition whose background upload
+    finished after that version's commit: this commit names it (the key is absent when None)."""
 
     delta: ObjectRef
     snapshot: ObjectRef | None = None
+    late_snapshot: LateSnapshot | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"delta": ref, "snapshot": ref | null}``."""
-        return {
+        """``{"delta": ref, "snapshot": ref | null}`` (and ``"late_snapshot"`` when there is one)."""
+        out: dict[str, Any] = {
             "delta": self.delta.to_json(),
             "snapshot": None if self.snapshot is None else self.snapshot.to_json(),
         }
+        if self.late_snapshot is not None:
+            out["late_snapshot"] = self.late_snapshot.to_json()
+        return out
 
     @classmethod
     def from_json(cls, raw: object) -> PartitionObjects:
         """Parse the JSON written by :meth:`to_json`; raises ValueError naming what is wrong."""
-        if not isinstance(raw, dict) or "delta" not in raw or not set(raw) <= {"delta", "snapshot"}:
+        allowed = {"delta", "snapshot", "late_snapshot"}
+        if not isinstance(raw, dict) or "delta" not in raw or not set(raw) <= allowed:
             raise ValueError(f"expected an object with delta and snapshot, found {raw!r}")
         snapshot = raw.get("snapshot")
         try:
@@ -89,7 +136,13 @@ class PartitionObjects:
             snap = None if snapshot is None else ObjectRef.from_json(snapshot)
         except ValueError as error:
             raise ValueError(f"snapshot: {error}") from None
-        return cls(delta, snap)
+        late = None
+        if raw.get("late_snapshot") is not None:
+            try:
+                late = LateSnapshot.from_json(raw["late_snapshot"])
+            except ValueError as error:
+                raise ValueError(f"late_snapshot: {error}") from None
+        return cls(delta, snap, late)
 
 
-__all__ = ["ObjectRef", "PartitionObjects", "sha256_hex"]
+__all__ = ["LateSnapshot", "ObjectRef", "PartitionObjects", "sha256_hex"]

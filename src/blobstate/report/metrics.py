@@ -58,7 +58,8 @@ class PartitionMetrics:
 
     partition: int
     snapshot: bool
-    """Whether the commit references a snapshot of this partition at this version."""
+    """Whether the commit records a snapshot of this partition (of this version, or an earlier one named
+    late)."""
     delta_bytes: int
     """Size of the partition's delta(s) at this version, from the commit's references (always known)."""
     input_rows: int | None = None
@@ -194,7 +195,7 @@ def _partitions(commit: Commit, state_bytes: Mapping[tuple[int, int], int]) -> d
         host = m.get("host") if m else None
         out[p] = PartitionMetrics(
             partition=p,
-            snapshot=any(r.snapshot is not None for r in refs),
+            snapshot=any(r.snapshot is not None or r.late_snapshot is not None for r in refs),
             delta_bytes=sum(r.delta.size for r in refs),
             input_rows=_integer(m, "input_rows"),
             output_rows=_integer(m, "output_rows"),

@@ -1,14 +1,17 @@
 """Resolving a checkpoint's lineage: which base and which deltas rebuild ``(v, uid)`` (seed 002).
 
 Resolution starts at the target. If the commit of the target records a snapshot, that snapshot is the
-base. Otherwise the target's delta is read (and checked against the size and SHA-256 its commit
-records): its lineage record names the uids of versions v-1, v-2, ... back to the newest presumed
-snapshot. Every uid it names must be the one the commit log committed for that version. Walking that
-list newest first, the first checkpoint available locally is the base. If none is, the presumed
-snapshot (the list's last entry) is the base when its commit records one; where it does not (the
-snapshot upload failed) or the snapshot is known to be unusable (``skip_snapshots``: missing or corrupt,
-found while loading), resolution continues through that version's own delta lineage (seed 002, example
-3). A delta of version 1 with an empty lineage ends the walk at the empty version 0.
+base. A snapshot of a version counts as committed when its own commit records it or, for a snapshot
+uploaded in the background, when a later commit up to ``upto`` (by default the target's version) names
+it late (``late_snapshot``); versions committed before the late name walk past it as before. Otherwise
+the target's delta is read (and checked against the size and SHA-256 its commit records): its lineage
+record names the uids of versions v-1, v-2, ... back to the newest presumed snapshot. Every uid it names
+must be the one the commit log committed for that version. Walking that list newest first, the first
+checkpoint available locally is the base. If none is, the presumed snapshot (the list's last entry) is
+the base when its commit records one; where it does not (the snapshot upload failed) or the snapshot is
+known to be unusable (``skip_snapshots``: missing or corrupt, found while loading), resolution continues
+through that version's own delta lineage (seed 002, example 3). A delta of version 1 with an empty
+lineage ends the walk at the empty version 0.
 
 Only objects named ``<v>_<uid>`` for uids on the lineage are ever opened, so the files of other attempts
 at the same version are never looked at. Loading, retention and verification all use this one function,
@@ -54,6 +57,9 @@ class Chain:
     refs: dict[CheckpointId, PartitionObjects] = field(default_factory=dict, compare=False)
     target_snapshot_bypassed: bool = False
     """The target's own snapshot is committed and usable but a local copy plus deltas was cheaper."""
+    base_named_in: int | None = None
+    """For a snapshot base: the version of the commit that records it (its own version, or the later
+    commit that named it late). Versions between the base and that commit cannot use it."""
 
     def next_lineage(self) -> tuple[str, ...] | None:
         """The lineage record a delta built on the target carries, when resolution alone determines it."""
@@ -182,6 +188,7 @@ def resolve_chain(
     cached: bool = False,
     skip_snapshots: Collection[CheckpointId] = (),
     local_below: Callable[[int], bool] | None = None,
+    upto: int | None = None,
 ) -> Chain:
     """Find the base and the deltas that rebuild ``target`` (see the module docstring).
 
@@ -189,7 +196,9 @@ def resolve_chain(
     available locally; ``skip_snapshots`` are committed snapshots not to use. ``local_below(v)`` says
     whether some local copy older than version ``v`` exists: then, at a version with a committed
     snapshot, the version's delta lineage is read first, and a local copy named on it (a replica one or
-    a few versions behind) is preferred to downloading the snapshot. Raises
+    a few versions behind) is preferred to downloading the snapshot. Snapshots named late by commits up
+    to ``upto`` (default: the target's version) count as committed; ``chain.refs`` then carries their
+    reference as the version's ``snapshot``. Raises
     :class:`MissingObjectError`, :class:`CorruptObjectError` or :class:`LineageError` naming the object,
     its version and uid; never falls back to an empty state.
     """
@@ -201,6 +210,8 @@ def resolve_chain(
     current = target
     named_by: str | None = None
     bypassed = False
+    horizon = target.version if upto is None else max(upto, target.version)
+    named_in: dict[CheckpointId, int] = {}
 
     def chain(base: CheckpointId | None, kind: BaseKind) -> Chain:
         return Chain(
@@ -212,10 +223,18 @@ def resolve_chain(
             tuple(missing),
             refs,
             target_snapshot_bypassed=bypassed,
+            base_named_in=named_in.get(base) if kind == "snapshot" and base is not None else None,
         )
 
     while True:
         refs[current] = history.objects(current, named_by=named_by)
+        if refs[current].snapshot is not None:
+            named_in[current] = current.version
+        elif current.version < horizon:
+            late = history.late_snapshot(current, horizon)
+            if late is not None:
+                refs[current] = PartitionObjects(refs[current].delta, late[0], refs[current].late_snapshot)
+                named_in[current] = late[1]
         if current != target and has_local(current):
             return chain(current, "local")
         lineage: tuple[str, ...] | None = None

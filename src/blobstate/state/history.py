@@ -5,6 +5,9 @@ names and the references (size and SHA-256) it records for that checkpoint's del
 :class:`PartitionHistory` answers both from ``commits/<v>.json``, reading each commit at most once.
 Every checkpoint a lineage record names must be the committed one: a delta whose lineage names another
 uid is refused, so a chain can never pass through an attempt that was not chosen.
+
+A snapshot uploaded in the background is named by a later commit (``late_snapshot`` of its partition
+record): :meth:`PartitionHistory.late_snapshot` finds it among the commits after its version.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from blobstate.blobstore import BlobNotFoundError
 from blobstate.ids import CheckpointId
 from blobstate.layout import commit_name
-from blobstate.lineage.refs import PartitionObjects
+from blobstate.lineage.refs import ObjectRef, PartitionObjects
 from blobstate.state.errors import LineageError, MissingObjectError
 
 
@@ -100,6 +103,41 @@ class PartitionHistory:
                 f"but {name} committed uid {committed}",
             )
         return commit.objects_of(self.operator, self.partition)
+
+    def late_snapshot(self, cid: CheckpointId, upto: int) -> tuple[ObjectRef, int] | None:
+        """The snapshot of committed checkpoint ``cid`` that a commit of versions ``cid.version + 1 ..
+        upto`` names late, with the version of the first commit naming it (None: no such commit).
+
+        A late name for the version under another uid is a :class:`LineageError` (it cannot happen
+        unless the commit log was tampered with: a task only names snapshots of its own lineage).
+        """
+        versions = range(cid.version + 1, upto + 1)
+        self.prefetch(versions)
+        for version in versions:
+            commit = self.commit(version)
+            if commit is None:
+                continue
+            late = commit.objects_of(self.operator, self.partition).late_snapshot
+            if late is None or late.version != cid.version:
+                continue
+            if late.uid != cid.uid:
+                raise LineageError(
+                    commit_name(version),
+                    cid,
+                    f"it names a snapshot of uid {late.uid} for version {cid.version} of "
+                    f"{self.operator}/{self.partition}, but {commit_name(cid.version)} committed "
+                    f"uid {cid.uid}",
+                )
+            return late.index, version
+        return None
+
+    def snapshot_ref(self, cid: CheckpointId, upto: int) -> tuple[ObjectRef, int] | None:
+        """The committed snapshot of ``cid`` visible to versions up to ``upto``: recorded by its own commit
+        or named late by a commit up to ``upto``; with the version of the commit that records it."""
+        own = self.objects(cid).snapshot
+        if own is not None:
+            return own, cid.version
+        return self.late_snapshot(cid, upto)
 
 
 __all__ = ["CommitCache", "PartitionHistory"]

@@ -9,9 +9,15 @@ dirty working store. ``commit()`` writes version v+1 under a fresh uid:
 3. when due (every K versions, or when the deltas since the last snapshot exceed a byte size) back the
    checkpoint up as ``<v+1>_<uid>.snapshot``, incrementally against the previous snapshot on the lineage;
    a failed snapshot upload is reported, not fatal: the lineage presumes the snapshot and loading walks
-   through the delta where it is missing (seed 002, example 3);
-4. close the store and write ``CHECKPOINT-ID`` (the working store is clean at v+1);
-5. keep the newest few local checkpoints.
+   through the delta where it is missing (seed 002, example 3). With ``snapshot_upload="inline"`` the
+   upload runs here and this commit records it; with ``"background"`` (:mod:`blobstate.state.uploads`)
+   a thread uploads it while the next batches run, and this version's commit records no snapshot;
+4. before that, a finished background upload of the presumed snapshot on this commit's lineage is named
+   (``late_snapshot``) when it is complete (its index exists), young enough that none of its pending
+   objects can have expired, and incremental against the base the lineage still uses; failed, killed
+   and superseded uploads are reported in ``snapshot_upload`` and forgotten;
+5. close the store and write ``CHECKPOINT-ID`` (the working store is clean at v+1);
+6. keep the newest few local checkpoints.
 
 The driver then writes ``commits/<v+1>`` and runs :func:`blobstate.state.retention.after_commit`.
 """
@@ -23,15 +29,16 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from blobstate.blobstore import DEFAULT_PENDING_TTL_SECONDS, BlobStore
 from blobstate.ids import CheckpointId, new_uid, validate_uid
 from blobstate.layout import LocalPartitionLayout, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.delta import encode_delta
-from blobstate.lineage.refs import ObjectRef, PartitionObjects
+from blobstate.lineage.refs import LateSnapshot, ObjectRef, PartitionObjects
 from blobstate.state.chain import resolve_chain
 from blobstate.state.errors import PartitionClosedError, StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory
@@ -52,6 +59,16 @@ from blobstate.state.policy import (
     SnapshotPolicy,
     validate_retention,
 )
+from blobstate.state.uploads import (
+    DONE,
+    UPLOADING,
+    UploadDir,
+    UploadJob,
+    UploadStatus,
+    background_store,
+    start_upload,
+    validate_mode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +81,10 @@ class CommitResult:
     ``bytes_uploaded`` their total size; ``changelog_bytes`` the raw key and value bytes of the changes;
     ``lineage`` the lineage record written into the delta; ``snapshot_error`` why a due snapshot failed.
     ``objects`` are the references (size, SHA-256) of the delta and snapshot index that the driver's
-    commit must record.
+    commit must record, and the earlier version's background snapshot it names (``late_snapshot``).
+    ``snapshot_name`` is the snapshot index the commit records (taken inline, or named late);
+    ``snapshot_upload`` reports background uploads: the one started, the one named, those in flight and
+    those that failed (``failed``: one message each, never fatal).
     """
 
     checkpoint_id: CheckpointId
@@ -78,6 +98,7 @@ class CommitResult:
     lineage: tuple[str, ...] = ()
     records: int = 0
     snapshot_error: str | None = None
+    snapshot_upload: dict[str, Any] = field(default_factory=dict)
 
 
 class _IndexCache:
@@ -130,6 +151,7 @@ class PartitionState:
         local_checkpoints_to_keep: int,
         pending_ttl: float,
         history: PartitionHistory,
+        snapshot_upload: str = "inline",
     ) -> None:
         self.blob_store = blob_store
         self.history = history
@@ -140,6 +162,8 @@ class PartitionState:
         self.min_versions_to_retain = min_versions_to_retain
         self.local_checkpoints_to_keep = local_checkpoints_to_keep
         self.pending_ttl = pending_ttl
+        self.snapshot_upload = validate_mode(snapshot_upload)
+        self.uploads = UploadDir(layout.root / "snapshots")
         self.result: CommitResult | None = None
         self._info = info
         self._lock = lock
@@ -207,24 +231,44 @@ class PartitionState:
         bytes_since = self._info.delta_bytes_since_snapshot + len(data)
         # A load that had to rebuild around an unusable snapshot takes a fresh one at once, so later
         # loads stop depending on it before retention removes what the rebuild needed.
-        due = self.policy.due(deltas_since, bytes_since) or bool(self.load_report.snapshot_repairs)
+        repair = bool(self.load_report.snapshot_repairs)
+        due = self.policy.due(deltas_since, bytes_since) or repair
         if due:
             new_info = LineageInfo(new, (new.uid,), 0, 0)
         else:
             new_info = LineageInfo(new, (new.uid, *lineage), deltas_since, bytes_since)
         checkpoint_dir = self._local_checkpoint(new, new_info)
 
+        report: dict[str, Any] = {"mode": self.snapshot_upload, "in_flight": [], "failed": []}
+        late = self._late_snapshot(new, report)
         sname: str | None = None
         snapshot_ref: ObjectRef | None = None
         snapshot_error: str | None = None
-        if due:
+        # A repair snapshot is taken inline: the next load must not depend on the unusable one.
+        inline = self.snapshot_upload == "inline" or repair
+        if due and inline:
             try:
-                sname, snap_written, snap_bytes, snapshot_ref = self._snapshot(new, lineage, checkpoint_dir)
+                sname, snap_written, snap_bytes, snapshot_ref = self._snapshot(
+                    new, lineage, checkpoint_dir, late
+                )
                 written += snap_written
                 uploaded += snap_bytes
+                late = None  # this version's own snapshot supersedes the earlier one
             except Exception as error:  # a failed snapshot leaves a presumed snapshot: loading walks past it
                 snapshot_error = f"{type(error).__name__}: {error}"
                 log.warning("snapshot of %s/%s at %s failed: %s", op, p, new, snapshot_error)
+        elif due:
+            try:
+                report["started"] = self._start_background(
+                    new, lineage, checkpoint_dir, late
+                ).checkpoint_id.name
+            except Exception as error:
+                snapshot_error = f"{type(error).__name__}: {error}"
+                log.warning("background snapshot of %s/%s at %s not started: %s", op, p, new, snapshot_error)
+        if late is not None:
+            report["named"] = late.checkpoint_name
+            self.uploads.add_named_by(CheckpointId(late.version, late.uid), new)
+            sname = sname or snapshot_name(op, p, CheckpointId(late.version, late.uid))
 
         self.store.close()
         self.store = None
@@ -236,7 +280,7 @@ class PartitionState:
             checkpoint_id=new,
             delta_name=dname,
             snapshot_name=sname,
-            objects=PartitionObjects(delta_ref, snapshot_ref),
+            objects=PartitionObjects(delta_ref, snapshot_ref, late),
             objects_written=tuple(written),
             bytes_uploaded=uploaded,
             changelog_bytes=changelog_bytes,
@@ -244,6 +288,7 @@ class PartitionState:
             lineage=tuple(lineage),
             records=len(records),
             snapshot_error=snapshot_error,
+            snapshot_upload=report,
         )
         return self.result
 
@@ -263,21 +308,40 @@ class PartitionState:
             os.close(fd)
         return final
 
-    def _previous_snapshot(self, lineage: tuple[str, ...], new: CheckpointId) -> tuple[str | None, Any]:
-        """The newest existing snapshot on the lineage, to back up against incrementally (or none)."""
+    def _snapshot_base(
+        self, lineage: tuple[str, ...], new: CheckpointId, late: LateSnapshot | None
+    ) -> tuple[CheckpointId, ObjectRef] | None:
+        """The snapshot to back ``new`` up against incrementally: the base the lineage uses as of this
+        commit (the snapshot it names late, if any), or None for a full snapshot."""
         if not lineage or self.load_report.snapshot_repairs:
             # After loading around an unusable snapshot, the next snapshot shares nothing with it.
-            return None, None
+            return None
+        if late is not None:
+            return CheckpointId(late.version, late.uid), late.index
         op, p, bs = self.operator, self.partition, self.blob_store
         presumed = CheckpointId(new.version - len(lineage), lineage[-1])
         try:
-            chain = resolve_chain(bs, op, p, presumed, history=self.history, cached=True)
+            chain = resolve_chain(
+                bs, op, p, presumed, history=self.history, cached=True, upto=new.version - 1
+            )
         except StateLoadError as error:
             log.warning("no previous snapshot for %s/%s at %s (%s): full snapshot", op, p, new, error)
-            return None, None
+            return None
         if chain.base_kind != "snapshot" or chain.base is None:
+            return None
+        ref = chain.refs[chain.base].snapshot
+        assert ref is not None
+        return chain.base, ref
+
+    def _base_index(
+        self, base: tuple[CheckpointId, ObjectRef] | None, store: BlobStore | None = None
+    ) -> tuple[str | None, Any]:
+        """The base snapshot's name and checked index (cached), or ``(None, None)``: full snapshot."""
+        if base is None:
             return None, None
-        name = snapshot_name(op, p, chain.base)
+        cid, ref = base
+        bs = store or self.blob_store
+        name = snapshot_name(self.operator, self.partition, cid)
         index = SNAPSHOT_INDEX_CACHE.get(bs.url, name)
         if index is None:
             report = self.load_report
@@ -285,24 +349,29 @@ class PartitionState:
                 index = report.snapshot_index
             else:
                 try:
-                    index = read_checked_snapshot_index(bs, name, chain.base, chain.refs[chain.base])
+                    index = read_checked_snapshot_index(bs, name, cid, SimpleNamespace(snapshot=ref))
                 except StateLoadError as error:
                     log.warning("previous snapshot %s unusable (%s): full snapshot", name, error)
                     return None, None
             SNAPSHOT_INDEX_CACHE.put(bs.url, name, index)
         return name, index
 
-    def _snapshot(
-        self, new: CheckpointId, lineage: tuple[str, ...], checkpoint_dir: Path
+    def _backup(
+        self,
+        new: CheckpointId,
+        lineage: tuple[str, ...],
+        source: Path,
+        previous_name: str | None,
+        previous: Any,
+        store: BlobStore | None = None,
     ) -> tuple[str, list[str], int, ObjectRef]:
         from blobstate.snapshot import backup_directory
 
-        op, p, bs = self.operator, self.partition, self.blob_store
-        previous_name, previous = self._previous_snapshot(lineage, new)
+        op, p, bs = self.operator, self.partition, store or self.blob_store
         name = snapshot_name(op, p, new)
         result = backup_directory(
             bs,
-            checkpoint_dir,
+            source,
             index_name=name,
             blob_prefix=blob_prefix(op, p),
             previous=previous,
@@ -323,6 +392,95 @@ class PartitionState:
         new_blobs = sorted(result.index.present_blob_ids() - reused)
         nbytes = result.stats.bytes_uploaded + result.index_size
         return name, [*new_blobs, name], nbytes, ObjectRef(result.index_size, result.index_sha256)
+
+    def _snapshot(
+        self, new: CheckpointId, lineage: tuple[str, ...], checkpoint_dir: Path, late: LateSnapshot | None
+    ) -> tuple[str, list[str], int, ObjectRef]:
+        previous_name, previous = self._base_index(self._snapshot_base(lineage, new, late))
+        return self._backup(new, lineage, checkpoint_dir, previous_name, previous)
+
+    def _start_background(
+        self, new: CheckpointId, lineage: tuple[str, ...], checkpoint_dir: Path, late: LateSnapshot | None
+    ) -> UploadStatus:
+        """Start uploading ``new``'s snapshot on a background thread (the base is decided now)."""
+        base = self._snapshot_base(lineage, new, late)
+        base_name = None if base is None else snapshot_name(self.operator, self.partition, base[0])
+        store = background_store(self.blob_store)
+
+        def backup(files: Path) -> tuple[ObjectRef, int, str | None]:
+            previous_name, previous = self._base_index(base, store)
+            _, _, nbytes, ref = self._backup(new, lineage, files, previous_name, previous, store)
+            return ref, nbytes, previous_name
+
+        return start_upload(self.uploads, UploadJob(new, checkpoint_dir, base_name, backup))
+
+    def _late_snapshot(self, new: CheckpointId, report: dict[str, Any]) -> LateSnapshot | None:
+        """The finished background snapshot this commit names, if any (see the module docstring, step 4).
+
+        Reports uploads in flight and failed ones in ``report`` and forgets what can never be named.
+        """
+        lineage = self._info.next_lineage
+        committed = {self.version - i: uid for i, uid in enumerate(lineage)}
+        presumed = CheckpointId(self.version - len(lineage) + 1, lineage[-1]) if lineage else None
+        candidate: UploadStatus | None = None
+        for status in self.uploads.statuses():
+            cid = status.checkpoint_id
+            if status.state == UPLOADING and status.process_alive():
+                report["in_flight"].append(cid.name)
+                continue
+            if status.state == DONE:
+                if cid == presumed:
+                    candidate = status
+                    continue
+                if cid.version > self.version:
+                    continue  # an attempt at a version not committed yet: its commit may still name it
+                # Older than the presumed snapshot, or an attempt that was not committed: never named.
+            elif status.state == UPLOADING:
+                report["failed"].append(f"{cid.name}: the uploading process {status.pid} died mid-upload")
+            else:
+                report["failed"].append(f"{cid.name}: {status.error}")
+            self.uploads.forget(cid)
+        if candidate is None or presumed is None or candidate.index is None:
+            return None
+        if any(committed.get(a.version) == a.uid for a in self.uploads.named_by(presumed)):
+            return None  # a committed version already names it
+        try:
+            if self.history.late_snapshot(presumed, self.version) is not None:
+                return None  # named by an attempt of another process that was committed
+        except StateLoadError as error:
+            report["failed"].append(f"{presumed.name}: cannot read the commits after it ({error}); not used")
+            return None
+        problem = self._unnamable(presumed, candidate)
+        if problem is not None:
+            report["failed"].append(f"{presumed.name}: {problem}; not used")
+            self.uploads.forget(presumed)
+            return None
+        report["named_upload_seconds"] = round(candidate.seconds, 4)
+        report["named_bytes"] = candidate.bytes_uploaded
+        return LateSnapshot(presumed.version, presumed.uid, candidate.index)
+
+    def _unnamable(self, presumed: CheckpointId, status: UploadStatus) -> str | None:
+        """Why the finished upload ``status`` of ``presumed`` must not be named (None: it may be)."""
+        op, p, bs = self.operator, self.partition, self.blob_store
+        age = time.time() - status.started_ms / 1000
+        if age > self.pending_ttl / 2:
+            return f"finished {age:.0f}s after it started, too close to its objects' pending TTL"
+        # Its base must still be the base the lineage uses: retention kept that one's blobs throughout.
+        if status.base is not None:
+            try:
+                chain = resolve_chain(
+                    bs, op, p, presumed, history=self.history, cached=True, upto=self.version
+                )
+            except StateLoadError as error:
+                return f"the lineage below it cannot be resolved ({error})"
+            current = (
+                snapshot_name(op, p, chain.base) if chain.base_kind == "snapshot" and chain.base else None
+            )
+            if current != status.base:
+                return f"it is incremental against {status.base}, no longer the lineage's base ({current})"
+        if not bs.exists(snapshot_name(op, p, presumed)):
+            return "its index is missing from the store"
+        return None
 
     # ------------------------------------------------------------------ abort / close
     def abort(self) -> None:
@@ -379,6 +537,7 @@ def open_partition(
     pending_ttl: float = DEFAULT_PENDING_TTL_SECONDS,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
     history: PartitionHistory | None = None,
+    snapshot_upload: str = "inline",
 ) -> PartitionState:
     """Open ``(operator, partition)`` at the committed checkpoint ``committed`` (None: empty version 0).
 
@@ -388,15 +547,18 @@ def open_partition(
     the partition longer than ``lock_timeout`` seconds.
 
     ``snapshot_every`` / ``snapshot_delta_bytes`` decide when :meth:`PartitionState.commit` uploads a
-    snapshot; ``local_checkpoints_to_keep`` how many local hard-link checkpoints stay; ``pending_ttl``
-    the TTL of everything uploaded. ``min_versions_to_retain`` is validated and kept on the state for
-    callers; retention itself runs in the driver (:func:`blobstate.state.retention.after_commit`).
+    snapshot, and ``snapshot_upload`` (``inline`` or ``background``) whether inside the commit or on a
+    background thread; ``local_checkpoints_to_keep`` how many local hard-link checkpoints stay;
+    ``pending_ttl`` the TTL of everything uploaded. ``min_versions_to_retain`` is validated and kept on
+    the state for callers; retention itself runs in the driver
+    (:func:`blobstate.state.retention.after_commit`).
     ``history`` reads the checkpoint's commit log (the uids and object references of committed
     versions); by default one is made on ``store``.
     """
     if committed is not None and not isinstance(committed, CheckpointId):
         raise TypeError(f"committed must be a CheckpointId or None, not {type(committed).__name__}")
     policy = SnapshotPolicy(snapshot_every, snapshot_delta_bytes)
+    validate_mode(snapshot_upload)
     validate_retention(min_versions_to_retain)
     if local_checkpoints_to_keep < 1:
         raise ValueError(f"local_checkpoints_to_keep must be at least 1, got {local_checkpoints_to_keep!r}")
@@ -423,4 +585,5 @@ def open_partition(
         local_checkpoints_to_keep=local_checkpoints_to_keep,
         pending_ttl=pending_ttl,
         history=history,
+        snapshot_upload=snapshot_upload,
     )

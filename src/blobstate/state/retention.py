@@ -34,6 +34,7 @@ from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.errors import BlobstateError
 from blobstate.ids import CheckpointId
 from blobstate.layout import METADATA, blob_prefix, delta_name, snapshot_name
+from blobstate.lineage.refs import PartitionObjects
 from blobstate.state.chain import Chain, resolve_chain
 from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory
@@ -107,10 +108,14 @@ MEMO = _Memo()
 
 
 # ---------------------------------------------------------------------------------------------- reading
-def snapshot_objects(store: BlobStore, history: PartitionHistory, cid: CheckpointId) -> set[str]:
+def snapshot_objects(
+    store: BlobStore, history: PartitionHistory, cid: CheckpointId, refs: Any = None, *, upto: int = 0
+) -> set[str]:
     """The snapshot index of ``cid`` and every blob it references.
 
-    The index is checked against the size and SHA-256 its commit records before its blob list is
+    ``refs`` are the checkpoint's references with the snapshot's (a chain's ``refs``); by default those
+    its own commit records or, for a snapshot named late, those of the first commit up to ``upto`` that
+    names it. The index is checked against the size and SHA-256 its commit records before its blob list is
     believed (read through a small cache of checked indexes); an index that fails the check raises
     :class:`~blobstate.state.errors.CorruptObjectError`, a missing one
     :class:`~blobstate.state.errors.MissingObjectError`, so nothing is ever deleted on its word.
@@ -121,7 +126,12 @@ def snapshot_objects(store: BlobStore, history: PartitionHistory, cid: Checkpoin
     name = snapshot_name(history.operator, history.partition, cid)
     index = SNAPSHOT_INDEX_CACHE.get(store.url, name)
     if index is None:
-        index = read_checked_snapshot_index(store, name, cid, history.objects(cid))
+        if refs is None:
+            refs = history.objects(cid)
+            late = None if refs.snapshot is not None else history.late_snapshot(cid, upto)
+            if late is not None:
+                refs = PartitionObjects(refs.delta, late[0])
+        index = read_checked_snapshot_index(store, name, cid, refs)
         SNAPSHOT_INDEX_CACHE.put(store.url, name, index)
     return {name, *index.present_blob_ids()}
 
@@ -138,7 +148,7 @@ def compute_keep_set(
     operator, partition = history.operator, history.partition
     chains: list[Chain] = []
     deltas: set[CheckpointId] = set()
-    snapshots: set[CheckpointId] = set()
+    snapshots: dict[CheckpointId, PartitionObjects] = {}
     current: CheckpointId | None = newest
     oldest_base = newest.version
     while current is not None:
@@ -146,21 +156,28 @@ def compute_keep_set(
         chains.append(chain)
         deltas.update(chain.deltas)
         base_version = 0 if chain.base is None else chain.base.version
-        oldest_base = base_version
+        oldest_base = min(oldest_base, base_version)
         if chain.base is not None:
-            snapshots.add(chain.base)
-        if base_version <= lowest:
+            snapshots.setdefault(chain.base, chain.refs[chain.base])
+        # A base snapshot named late (by the commit of version w) is invisible to versions from its own
+        # up to w - 1: the retained ones among them load through an older base, so they need a chain too.
+        gap_top = (chain.base_named_in or 0) - 1
+        if base_version <= gap_top < current.version and gap_top >= lowest:
+            following = gap_top
+        elif base_version <= lowest:
             break
-        # Retained versions below this chain's base need a chain of their own.
-        uid = history.uid(base_version - 1)
+        else:
+            # Retained versions below this chain's base need a chain of their own.
+            following = base_version - 1
+        uid = history.uid(following)
         if uid is None:
             raise StateLoadError(
-                f"version {base_version - 1} of {operator}/{partition} is retained but has no commit"
+                f"version {following} of {operator}/{partition} is retained but has no commit"
             )
-        current = CheckpointId(base_version - 1, uid)
+        current = CheckpointId(following, uid)
     objects = {delta_name(operator, partition, c) for c in deltas}
-    for cid in snapshots:
-        objects |= snapshot_objects(store, history, cid)
+    for cid, refs in snapshots.items():
+        objects |= snapshot_objects(store, history, cid, refs)
     return KeepSet(frozenset(objects), frozenset(deltas), frozenset(snapshots), tuple(chains), oldest_base)
 
 
@@ -240,7 +257,7 @@ def cleanup_partition(
         if has_snapshot:
             sname = snapshot_name(operator, partition, cid)
             try:
-                blobs = snapshot_objects(store, history, cid) - {sname}
+                blobs = snapshot_objects(store, history, cid, upto=newest.version) - {sname}
             except StateLoadError as error:
                 # An index that is gone or fails its check names nothing to delete; gc --full sweeps
                 # whatever blobs it leaves once no retained version references them.
