@@ -309,9 +309,8 @@ def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) ->
     if is_blobstate(impl):
         import blobstate
 
-        def sink(frame: Any, batch_id: int) -> None:
-            frame.write.format("noop").mode("overwrite").save()
-
+        # The same write as a sink function, declared, so the stage and the write run as one job.
+        sink = blobstate.WriterSink("noop", mode="overwrite")
         return blobstate.transform_with_state(
             events,
             key="key",

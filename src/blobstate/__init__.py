@@ -29,6 +29,7 @@ _EXPORTS = {
     "ArrowHandle": "blobstate.processor",
     "KeyedBatch": "blobstate.processor",
     "ExpiredTimers": "blobstate.processor",
+    "WriterSink": "blobstate.engine.sinks",
     "Adjunct": "blobstate.adjunct",
     "read_state": "blobstate.reader",
     "register_reader": "blobstate.reader",

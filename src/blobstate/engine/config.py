@@ -58,8 +58,9 @@ class QueryConfig:
     """The stateful operator's id; one query may hold several operators under one checkpoint."""
     api: str = "pandas"
     """How handlers see rows: ``pandas`` (DataFrames in and out, as Spark's
-    ``transformWithStateInPandas``) or ``row`` (``pyspark.sql.Row`` objects, as Spark's row-based
-    ``transformWithState``, with no pandas per key)."""
+    ``transformWithStateInPandas``), ``row`` (``pyspark.sql.Row`` objects, as Spark's row-based
+    ``transformWithState``, with no pandas per key) or ``arrow`` (vectorized: one call per partition
+    and batch, bulk state as Arrow columns; docs/ARROW_API.md)."""
     output_mode: str = "Update"
     """``Append`` or ``Update``, as in transformWithStateInPandas."""
     time_mode: str = "None"
@@ -104,6 +105,9 @@ class QueryConfig:
     """Spark's own streaming checkpoint (source offsets); default ``<checkpoint>/_spark``."""
     query_name: str | None = None
     """The streaming query's name."""
+    write_through: bool = True
+    """With a :class:`~blobstate.engine.sinks.WriterSink`, run the processing stage inside the sink's write
+    (one Spark job, outputs never persisted nor read twice); off: the persisted path of any sink."""
     async_cleanup: bool = True
     """Run post-commit cleanup on a background thread, overlapping the next batch."""
     pandas_object_strings: bool = True

@@ -26,8 +26,10 @@ from blobstate.engine.outputs import (
     run_stage,
 )
 from blobstate.engine.replay import SourceProgress, check_batch
+from blobstate.engine.sinks import WriterSink
 from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
 from blobstate.engine.ticks import Ticks, wants_another_batch
+from blobstate.engine.write_through import write_through
 from blobstate.errors import BlobstateError, first_line
 from blobstate.standby.assignment import (
     PartitionAssignment,
@@ -120,6 +122,8 @@ class BatchReport:
     """RocksDB's estimate of the state's keys after the batch, over all partitions."""
     stage_attempts: int = 1
     """How many times the stage ran (more than once when persisted outputs were lost before the sink)."""
+    write_through: bool = False
+    """Whether the stage ran inside the sink's write (a :class:`WriterSink`): one Spark job."""
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per-partition metrics, as in the commit (``PARTITION_METRICS``)."""
     spark_recovery_seconds: float = 0.0
@@ -151,6 +155,7 @@ class BatchReport:
             "sinkSeconds": self.sink_seconds,
             "commitSeconds": self.commit_seconds,
             "stageAttempts": self.stage_attempts,
+            "writeThrough": self.write_through,
             "sparkRecoverySeconds": self.spark_recovery_seconds,
             "standby": self.standby,
             "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
@@ -327,6 +332,7 @@ class BatchDriver:
             executors={p: m["executor_id"] for p, m in metas.items()},
             state_keys=sum(int(m.get("state_keys") or 0) for m in metas.values()),
             stage_attempts=attempts,
+            write_through=self._writes_through(),
             partitions=_partition_metrics(metas),
             spark_recovery_seconds=recovery,
             standby=standby,
@@ -498,6 +504,8 @@ class BatchDriver:
         self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None
     ) -> tuple[StageResult, float, int]:
         """Run the stage and hand its outputs to the sink; run both again if the outputs were lost."""
+        if self._writes_through():
+            return self._write_through(batch_df, spec, plan), time.monotonic(), 1
         for attempt in range(1, self.max_stage_attempts + 1):
             if attempt > 1:
                 plan = self._assign_again(plan)
@@ -724,7 +732,47 @@ class BatchDriver:
         if self.syncer is not None:
             self.syncer.start(commit.version, commit.checkpoints[self.config.operator], self.assignment)
 
+    def _writes_through(self) -> bool:
+        """Whether the stage and the sink run as one job: a :class:`WriterSink` (and the JVM helper)."""
+        return (
+            self.config.write_through
+            and isinstance(self.sink, WriterSink)
+            and self.placement_helper is not None
+        )
+
+    def _write_through(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> StageResult:
+        """The stage inside the sink's write (``write_through.py``): no persisted outputs, one job."""
+        stage = self._stage_frame(batch_df, spec, plan)
+        what = f"batch {spec.version}"
+        try:
+            result = write_through(
+                stage,
+                self.placement_helper,
+                lambda frame: self._hand_to_sink(frame, spec.version - 1),
+                what,
+                worker_error,
+            )
+        except StageFailedError as error:
+            self.failure = ProcessorFailedError(str(error))
+            raise self.failure from None
+        self._check_metas(result.metas, spec.version)
+        return result
+
     def _run_stage(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> StageResult:
+        stage = self._stage_frame(batch_df, spec, plan)
+        what = f"batch {spec.version}"
+        try:
+            result = run_stage(stage, self.placement_helper, self.num_partitions, what, worker_error)
+        except StageFailedError as error:
+            # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
+            # processor raised (its notes name the handler and the key) at the top.
+            self.failure = ProcessorFailedError(str(error))
+            raise self.failure from None
+        self._check_metas(result.metas, spec.version)
+        return result
+
+    def _stage_frame(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> DataFrame:
+        """The processing stage: the batch shuffled by key into the state partitions, then ``run_task``."""
         keys = [F.col(k) for k in self.key_columns]
         frame = batch_df
         if spec.initial_state_key_columns is not None and self.initial_state is not None:
@@ -743,17 +791,7 @@ class BatchDriver:
             shuffled = helper.with_preferred_locations(shuffled, self._locations(plan))
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        stage = shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(spec.stage_schema))
-        what = f"batch {spec.version}"
-        try:
-            result = run_stage(stage, helper, self.num_partitions, what, worker_error)
-        except StageFailedError as error:
-            # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
-            # processor raised (its notes name the handler and the key) at the top.
-            self.failure = ProcessorFailedError(str(error))
-            raise self.failure from None
-        self._check_metas(result.metas, spec.version)
-        return result
+        return shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(spec.stage_schema))
 
     def _with_initial_state(self, batch_df: DataFrame) -> DataFrame:
         """The first batch's input with the initial state's rows, keyed like the input, marked."""

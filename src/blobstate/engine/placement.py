@@ -292,6 +292,11 @@ class PlacementHelper:
                 found.append(ExecutorIdentity(executor_id, host))
         return sorted(found, key=lambda e: (not e.executor_id.isdigit(), _int_or_zero(e.executor_id), e))
 
+    def write_through(self) -> Any:
+        """The py4j class ``WriteThrough`` (a stage's outputs to a writer, its metadata to an accumulator)."""
+        self._helper_class()
+        return self._spark._jvm.org.apache.spark.sql.blobstate.WriteThrough
+
     def committed_outputs(self) -> Any:
         """The py4j class ``CommittedOutputs`` (the sink's checked view of a persisted stage)."""
         self._helper_class()

@@ -1,0 +1,98 @@
+/*
+ * blobstate write-through outputs: the processing stage and a writer sink in one Spark job. The sink
+ * writes the output rows of the stage as its tasks produce them; each task's metadata row (what the
+ * partition committed) goes to a collection accumulator instead, which Spark merges on the driver for
+ * successful tasks only, once each: the driver commits exactly the attempts whose rows the writer
+ * committed. Header rows (the attempt's uid) are dropped.
+ *
+ * Compiled and loaded with the placement helper (blobstate.engine.placement); not a Spark API.
+ */
+package org.apache.spark.sql.blobstate;
+
+import org.apache.spark.Partition;
+import org.apache.spark.TaskContext;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.execution.LogicalRDD;
+import org.apache.spark.sql.execution.LogicalRDD$;
+import org.apache.spark.util.CollectionAccumulator;
+
+import scala.collection.AbstractIterator;
+import scala.collection.Iterator;
+import scala.reflect.ClassTag;
+import scala.reflect.ClassTag$;
+
+/** Entry point called from Python through py4j. */
+public final class WriteThrough {
+  private static final ClassTag<InternalRow> ROW_TAG = ClassTag$.MODULE$.apply(InternalRow.class);
+
+  private WriteThrough() {}
+
+  /**
+   * The output rows of {@code stage} (same columns; header and metadata rows removed); the text of
+   * each metadata row is added to {@code metas} by the task that passes it.
+   */
+  public static Dataset<Row> tapped(
+      Dataset<Row> stage, String uidColumn, String metaColumn, CollectionAccumulator<String> metas) {
+    RDD<InternalRow> parent = stage.queryExecution().toRdd();
+    int uidIndex = stage.schema().fieldIndex(uidColumn);
+    int metaIndex = stage.schema().fieldIndex(metaColumn);
+    TappedRDD tapped = new TappedRDD(parent, uidIndex, metaIndex, metas);
+    LogicalRDD plan = LogicalRDD$.MODULE$.fromDataset(tapped, stage, false, false);
+    return Dataset.ofRows(stage.sparkSession(), plan);
+  }
+
+  static final class TappedRDD extends RDD<InternalRow> {
+    private static final long serialVersionUID = 1L;
+    private final int uidIndex;
+    private final int metaIndex;
+    private final CollectionAccumulator<String> metas;
+
+    TappedRDD(
+        RDD<InternalRow> parent, int uidIndex, int metaIndex, CollectionAccumulator<String> metas) {
+      super(parent, ROW_TAG);
+      this.uidIndex = uidIndex;
+      this.metaIndex = metaIndex;
+      this.metas = metas;
+    }
+
+    @Override
+    public Partition[] getPartitions() {
+      return firstParent(ROW_TAG).partitions();
+    }
+
+    @Override
+    public Iterator<InternalRow> compute(Partition split, TaskContext context) {
+      Iterator<InternalRow> rows = firstParent(ROW_TAG).iterator(split, context);
+      // No read-ahead: scans reuse row objects, so a row is handed on before the next is read.
+      return new AbstractIterator<InternalRow>() {
+        private InternalRow pending;
+
+        @Override
+        public boolean hasNext() {
+          while (pending == null && rows.hasNext()) {
+            InternalRow row = rows.next();
+            if (!row.isNullAt(metaIndex)) {
+              metas.add(row.getUTF8String(metaIndex).toString());
+            } else if (row.isNullAt(uidIndex)) {
+              pending = row;
+            }
+          }
+          return pending != null;
+        }
+
+        @Override
+        public InternalRow next() {
+          if (!hasNext()) {
+            throw new java.util.NoSuchElementException();
+          }
+          InternalRow out = pending;
+          pending = null;
+          return out;
+        }
+      };
+    }
+  }
+}
