@@ -311,8 +311,10 @@ def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) ->
 
         # The same write as a sink function, declared, so the stage and the write run as one job.
         sink = blobstate.WriterSink("noop", mode="overwrite")
+        initial = spec.get("initial_state")
         return blobstate.transform_with_state(
             events,
+            initial_state=spark.read.parquet(initial) if initial else None,
             key="key",
             processor=PROCESSORS.get(impl, RunningCountSum)(),
             output_schema=OUTPUT_SCHEMA,
@@ -716,9 +718,15 @@ def log(text: str) -> None:
 
 
 def run_implementation(
-    impl: str, args: argparse.Namespace, source: Path, workdir: Path, data: dict[str, Any]
+    impl: str,
+    args: argparse.Namespace,
+    source: Path,
+    workdir: Path,
+    data: dict[str, Any],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One implementation's run and, unless disabled, its restart with one more input file."""
+    """One implementation's run and, unless disabled, its restart with one more input file; ``extra``
+    adds to the worker's spec (``initial_state``: a parquet path of initial-state rows)."""
     base = workdir / impl
     if base.exists():
         shutil.rmtree(base)
@@ -734,6 +742,7 @@ def run_implementation(
         "spark_local_dir": str(base / "local-run" / "spark"),
         "blobstate_local_dir": str(base / "local-run" / "blobstate"),
         "expected_batches": args.batches,
+        **(extra or {}),
     }
     log(f"{impl}: run ({args.batches} batches, timeout {args.timeout:.0f} s)")
     run = run_worker(spec, base / "run", args.timeout)
