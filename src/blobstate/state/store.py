@@ -37,6 +37,7 @@ from rocksdict import (
     Cache,
     Checkpoint,
     ColumnFamily,
+    DBCompactionStyle,
     Options,
     Rdict,
     ReadOptions,
@@ -137,12 +138,21 @@ def _shared_block_cache() -> Cache:
 
 
 def _cf_options() -> Options:
-    """Options of every state column family: raw bytes, bloom filters (most gets of new keys miss)."""
+    """Options of every state column family: raw bytes, bloom filters (most gets of new keys miss), and
+    universal compaction.
+
+    Every batch flushes its writes (a version must be on disk before it is marked clean), and state
+    updates hit keys spread over the whole key space; with leveled compaction each L0 file then
+    rewrites most of L1, and at a few million keys per partition that compaction costs more CPU than
+    the batch's own work (``bench/state_size.py``). Universal compaction (Kafka Streams' choice for
+    its RocksDB stores) merges sorted runs far less often. Stores written with either style open
+    with the other."""
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)
     table.set_block_cache(_shared_block_cache())
     options = Options(raw_mode=True)
     options.set_block_based_table_factory(table)
+    options.set_compaction_style(DBCompactionStyle.universal())
     return options
 
 
