@@ -3,7 +3,11 @@
 Both queries read ``--events`` events per batch (one parquet file per batch, ``maxFilesPerTrigger=1``)
 over ``--keys`` keys on ``local[2]`` with ``--partitions`` partitions and write to the ``noop`` sink:
 
-* ``blobstate``: the row API's running count (``RowRunningCount``);
+* ``blobstate``: the row API's running count (``RowRunningCount``), with the default
+  ``inline_output_bytes`` (small outputs come to the driver with the tasks' metadata, the sink gets a
+  local DataFrame: one Spark job for the stage);
+* ``blobstate_persisted``: the same with ``inline_output_bytes=0`` (outputs persisted on the executors,
+  the sink's job reads them: the path of large outputs, and of every batch before issue 13 item 4);
 * ``floor``: ``foreachBatch`` with the same hash shuffle and one ``mapInArrow`` stage that passes the
   rows through, no state.
 
@@ -75,7 +79,7 @@ def spark_phases(query: Any, warmup: int) -> dict[str, Any]:
     }
 
 
-def run_blobstate(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_blobstate(spark: Any, work: Path, args: argparse.Namespace, inline: int | None) -> dict[str, Any]:
     import blobstate
     from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount
 
@@ -90,12 +94,13 @@ def run_blobstate(spark: Any, work: Path, args: argparse.Namespace) -> dict[str,
         key="key",
         processor=RowRunningCount(),
         output_schema=RUNNING_COUNT_OUTPUT,
-        checkpoint=str(work / "blobstate-ckpt"),
+        checkpoint=str(work / f"blobstate-ckpt-{inline}"),
         sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
         num_partitions=args.partitions,
         api="row",
-        local_dir=str(work / "local"),
+        local_dir=str(work / f"local-{inline}"),
         on_batch=reports.append,
+        **({} if inline is None else {"inline_output_bytes": inline}),
     )
     query.processAllAvailable()
     time.sleep(1)
@@ -116,6 +121,7 @@ def run_blobstate(spark: Any, work: Path, args: argparse.Namespace) -> dict[str,
         "task_process_seconds": part("process_seconds"),
         "task_commit_seconds": part("commit_seconds"),
         "spark_recovery_seconds": median([r.spark_recovery_seconds for r in steady]),
+        "inlined_partitions": median([r.inlined_partitions for r in steady]),
     }
     return out
 
@@ -175,15 +181,18 @@ def main() -> None:
         "keys": args.keys,
         "load_average": os.getloadavg(),
         "floor": run_floor(spark, work, args),
-        "blobstate": run_blobstate(spark, work, args),
+        "blobstate_persisted": run_blobstate(spark, work, args, 0),
+        "blobstate": run_blobstate(spark, work, args, None),
     }
     spark.stop()
-    b, f = result["blobstate"], result["floor"]
-    result["blobstate_over_floor_trigger_ms"] = (
-        round(b["spark_triggerExecution_ms"] / f["spark_triggerExecution_ms"], 2)
-        if b.get("spark_triggerExecution_ms") and f.get("spark_triggerExecution_ms")
-        else None
-    )
+    f = result["floor"]
+    for name in ("blobstate_persisted", "blobstate"):
+        b = result[name]
+        result[f"{name}_over_floor_trigger_ms"] = (
+            round(b["spark_triggerExecution_ms"] / f["spark_triggerExecution_ms"], 2)
+            if b.get("spark_triggerExecution_ms") and f.get("spark_triggerExecution_ms")
+            else None
+        )
     print(json.dumps(result, indent=2))
     shutil.rmtree(work, ignore_errors=True)
 

@@ -119,6 +119,9 @@ class BatchReport:
     """RocksDB's estimate of the state's keys after the batch, over all partitions."""
     stage_attempts: int = 1
     """How many times the stage ran (more than once when persisted outputs were lost before the sink)."""
+    inlined_partitions: int = 0
+    """Partitions whose outputs came to the driver with their metadata (``engine/inline.py``); when all
+    did, the sink read a local DataFrame and no persisted row."""
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per-partition metrics, as in the commit (``PARTITION_METRICS``)."""
     spark_recovery_seconds: float = 0.0
@@ -150,6 +153,7 @@ class BatchReport:
             "sinkSeconds": self.sink_seconds,
             "commitSeconds": self.commit_seconds,
             "stageAttempts": self.stage_attempts,
+            "inlinedPartitions": self.inlined_partitions,
             "sparkRecoverySeconds": self.spark_recovery_seconds,
             "standby": self.standby,
             "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
@@ -302,6 +306,7 @@ class BatchDriver:
                     "stage_seconds": round(sink_started - stage_started, 3),
                     "sink_seconds": round(commit_started - sink_started, 3),
                     "stage_attempts": attempts,
+                    "inlined_partitions": stage.inlined,
                 },
             )
         finally:
@@ -326,6 +331,7 @@ class BatchDriver:
             executors={p: m["executor_id"] for p, m in metas.items()},
             state_keys=sum(int(m.get("state_keys") or 0) for m in metas.values()),
             stage_attempts=attempts,
+            inlined_partitions=stage.inlined,
             partitions=_partition_metrics(metas),
             spark_recovery_seconds=recovery,
             standby=standby,
@@ -373,6 +379,7 @@ class BatchDriver:
             initial_state_key_columns=self.initial_state_key_columns if first_batch else None,
             adjuncts=tuple(self.adjuncts),
             broadcast={name: w.pending for name, w in (broadcast or {}).items()},
+            inline_output_bytes=self.config.inline_output_bytes // self.num_partitions,
         )
 
     def _write_broadcast(
