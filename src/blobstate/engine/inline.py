@@ -53,6 +53,7 @@ class InlineOutputs:
 def read_payloads(payloads: list[bytes], schema: pa.Schema) -> pa.Table:
     """The outputs of several partitions' metadata rows, as one table with ``schema``."""
     tables = [pa.ipc.open_stream(p).read_all() for p in payloads]
-    if not tables:
-        return schema.empty_table()
-    return pa.concat_tables(tables).combine_chunks()
+    table = pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
+    if table.num_rows == 0:  # one empty chunk per column (PySpark's conversions need a chunk)
+        return pa.Table.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)
+    return table
