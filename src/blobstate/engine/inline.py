@@ -50,10 +50,10 @@ class InlineOutputs:
         return sink.getvalue().to_pybytes()
 
 
-def read_payloads(payloads: list[bytes], schema: pa.Schema) -> pa.Table:
-    """The outputs of several partitions' metadata rows, as one table with ``schema``."""
-    tables = [pa.ipc.open_stream(p).read_all() for p in payloads]
-    table = pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
-    if table.num_rows == 0:  # one empty chunk per column (PySpark's conversions need a chunk)
+def read_payloads(payloads: list[bytes]) -> pa.Table:
+    """The outputs of one or more partitions' metadata rows, as one table in one chunk (an empty one
+    if there are no rows: the JVM makes one partition of each chunk)."""
+    table = pa.concat_tables([pa.ipc.open_stream(p).read_all() for p in payloads]).combine_chunks()
+    if table.num_rows == 0:
         return pa.Table.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)
     return table
