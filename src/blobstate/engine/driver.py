@@ -748,10 +748,11 @@ class BatchDriver:
             shuffled = helper.with_preferred_locations(shuffled, self._locations(plan))
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        stage = shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(spec.stage_schema))
+        schema = from_arrow_schema(spec.stage_schema)
+        stage = shuffled.mapInArrow(lambda it: run_task(spec, it), schema)
         what = f"batch {spec.version}"
         try:
-            result = run_stage(stage, helper, self.num_partitions, what, worker_error)
+            result = run_stage(stage, helper, self.num_partitions, what, worker_error, schema)
         except StageFailedError as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
             # processor raised (its notes name the handler and the key) at the top.

@@ -73,12 +73,18 @@ class StageResult:
 
 
 def run_stage(
-    stage: DataFrame, helper: Any, num_partitions: int, what: str, worker_error: Any
+    stage: DataFrame,
+    helper: Any,
+    num_partitions: int,
+    what: str,
+    worker_error: Any,
+    schema: StructType | None = None,
 ) -> StageResult:
     """Run ``stage`` once, keeping its outputs on the executors; return its metadata and the sink's view.
 
     ``helper`` is the JVM helper (``placement.PlacementHelper``); ``what`` names the batch in errors;
-    ``worker_error`` turns a Python worker's traceback into its last exception line.
+    ``worker_error`` turns a Python worker's traceback into its last exception line; ``schema`` is the
+    stage's (as given to ``mapInArrow``; by default asked of Spark).
     """
     stage.persist()
     result = StageResult({}, stage, persisted=stage)
@@ -92,7 +98,7 @@ def run_stage(
         result.metas = parse_metas([r[0] for r in rows], what)
         payloads = {json.loads(r[0])["partition"]: bytes(r[1]) for r in rows if r[1] is not None}
         result.inlined = len(payloads)
-        schema = StructType([f for f in stage.schema.fields if f.name not in MARKER_COLUMNS])
+        schema = StructType([f for f in (schema or stage.schema).fields if f.name not in MARKER_COLUMNS])
         local = local_frame(stage.sparkSession, [payloads[p] for p in sorted(payloads)], schema)
         if len(payloads) == num_partitions:
             result.release()  # every output is on the driver: nothing for the sink to read from the stage
