@@ -14,8 +14,10 @@ over ``--keys`` keys on ``local[2]`` with ``--partitions`` partitions and write 
 Per batch (the first ``--warmup`` batches are left out), medians of Spark's own phases from the query
 progress (``durationMs``: latestOffset, getBatch, queryPlanning, walCommit, addBatch (the
 ``foreachBatch`` call), commitOffsets, triggerExecution) and, for blobstate, of its ``BatchReport``:
-the stage (shuffle, tasks, persisting outputs), the sink, the commit (commit log write, progress,
-post-commit start), the slowest task and, inside it, load, process and commit of the partition.
+the shuffle (its map stage, run when the stage's input is placed), the stage (tasks, persisting or
+collecting outputs), the sink, the commit (commit log write, progress, post-commit start), the
+post-commit cleanup (on a background thread, overlapping the next batch), the slowest task and, inside
+it, load, process and commit of the partition.
 
     .venv/bin/python bench/fixed_cost.py [--events 100] [--keys 50] [--batches 12] [--warmup 2]
 """
@@ -68,6 +70,19 @@ def passthrough(batches: Any) -> Any:
     yield from batches
 
 
+def timed(step: Any, seconds: list[float]) -> Any:
+    """``step`` (a post-commit step, run on the driver's background thread), timing each run."""
+
+    def run(commit: Any) -> None:
+        started = time.perf_counter()
+        try:
+            step(commit)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    return run
+
+
 def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
@@ -102,6 +117,9 @@ def run_blobstate(spark: Any, work: Path, args: argparse.Namespace, inline: int 
         on_batch=reports.append,
         **({} if inline is None else {"inline_output_bytes": inline}),
     )
+    cleanup: list[float] = []
+    driver = query.blobstate_driver
+    driver.post_commit_steps[:] = [(name, timed(step, cleanup)) for name, step in driver.post_commit_steps]
     query.processAllAvailable()
     time.sleep(1)
     out = spark_phases(query, args.warmup)
@@ -113,9 +131,11 @@ def run_blobstate(spark: Any, work: Path, args: argparse.Namespace, inline: int 
 
     out |= {
         "batch_seconds": median([r.seconds for r in steady]),
-        "stage_seconds": median([r.stage_seconds for r in steady]),
+        "shuffle_seconds": median([r.shuffle_seconds for r in steady]),
+        "stage_seconds": median([r.stage_seconds - r.shuffle_seconds for r in steady]),
         "sink_seconds": median([r.sink_seconds for r in steady]),
         "commit_seconds": median([r.commit_seconds for r in steady]),
+        "cleanup_seconds": median(cleanup[args.warmup :]),
         "slowest_task_seconds": median([r.max_task_seconds for r in steady]),
         "task_load_seconds": part("load_seconds"),
         "task_process_seconds": part("process_seconds"),
@@ -163,6 +183,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="run the three queries this many times, in a rotating order; report the median round",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="blobstate-bench-fixed-"))
     write_inputs(work / "in", args.batches, args.events, args.keys)
@@ -176,14 +202,27 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    result = {
+    runs: dict[str, Any] = {
+        "floor": lambda d: run_floor(spark, d, args),
+        "blobstate_persisted": lambda d: run_blobstate(spark, d, args, 0),
+        "blobstate": lambda d: run_blobstate(spark, d, args, None),
+    }
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(args.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            directory = work / f"round-{r}-{name}"
+            directory.mkdir()
+            (directory / "in").symlink_to(work / "in")
+            rounds[name].append(runs[name](directory))
+    result: dict[str, Any] = {
         "events_per_batch": args.events,
         "keys": args.keys,
+        "rounds": args.rounds,
         "load_average": os.getloadavg(),
-        "floor": run_floor(spark, work, args),
-        "blobstate_persisted": run_blobstate(spark, work, args, 0),
-        "blobstate": run_blobstate(spark, work, args, None),
     }
+    for name, results in rounds.items():
+        result[name] = {k: median([x[k] for x in results if x.get(k) is not None]) for k in results[0]}
     spark.stop()
     f = result["floor"]
     for name in ("blobstate_persisted", "blobstate"):

@@ -119,6 +119,9 @@ class BatchReport:
     """RocksDB's estimate of the state's keys after the batch, over all partitions."""
     stage_attempts: int = 1
     """How many times the stage ran (more than once when persisted outputs were lost before the sink)."""
+    shuffle_seconds: float = 0.0
+    """Part of ``stage_seconds`` spent before the processing tasks: planning the shuffle and placing its
+    partitions (with placement and adaptive execution, Spark runs the shuffle's map stage here)."""
     inlined_partitions: int = 0
     """Partitions whose outputs came to the driver with their metadata (``engine/inline.py``); when all
     did, the sink read a local DataFrame and no persisted row."""
@@ -331,6 +334,7 @@ class BatchDriver:
             executors={p: m["executor_id"] for p, m in metas.items()},
             state_keys=sum(int(m.get("state_keys") or 0) for m in metas.values()),
             stage_attempts=attempts,
+            shuffle_seconds=round(stage.shuffle_seconds, 3),
             inlined_partitions=stage.inlined,
             partitions=_partition_metrics(metas),
             spark_recovery_seconds=recovery,
@@ -730,6 +734,7 @@ class BatchDriver:
             self.syncer.start(commit.version, commit.checkpoints[self.config.operator], self.assignment)
 
     def _run_stage(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> StageResult:
+        started = time.monotonic()
         keys = [F.col(k) for k in self.key_columns]
         frame = batch_df
         if spec.initial_state_key_columns is not None and self.initial_state is not None:
@@ -748,6 +753,7 @@ class BatchDriver:
             shuffled = helper.with_preferred_locations(shuffled, self._locations(plan))
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        shuffle_seconds = time.monotonic() - started
         schema = from_arrow_schema(spec.stage_schema)
         stage = shuffled.mapInArrow(lambda it: run_task(spec, it), schema)
         what = f"batch {spec.version}"
@@ -759,6 +765,7 @@ class BatchDriver:
             self.failure = ProcessorFailedError(str(error))
             raise self.failure from None
         self._check_metas(result.metas, spec.version)
+        result.shuffle_seconds = shuffle_seconds
         return result
 
     def _with_initial_state(self, batch_df: DataFrame) -> DataFrame:

@@ -59,6 +59,8 @@ class StageResult:
     persisted: DataFrame | None = None
     inlined: int = 0
     """Partitions whose outputs came with their metadata (all of them: the sink reads no persisted row)."""
+    shuffle_seconds: float = 0.0
+    """Time spent preparing the stage's input (``BatchReport.shuffle_seconds``)."""
 
     @property
     def output_rows(self) -> int:
