@@ -50,10 +50,16 @@ class InlineOutputs:
         return sink.getvalue().to_pybytes()
 
 
-def read_payloads(payloads: list[bytes]) -> pa.Table:
-    """The outputs of one or more partitions' metadata rows, as one table in one chunk (an empty one
-    if there are no rows: the JVM makes one partition of each chunk)."""
+CHUNK_BYTES = 1024 * 1024
+"""Inlined outputs are handed to Spark in chunks of about this size: each becomes one partition of the
+sink's DataFrame (many small partitions would cost a task each; one large one would leave cores idle)."""
+
+
+def read_payloads(payloads: list[bytes]) -> list[pa.RecordBatch]:
+    """The outputs of one or more partitions' metadata rows, in batches of about ``CHUNK_BYTES`` (one
+    empty batch if there are no rows: the sink's DataFrame has at least one partition)."""
     table = pa.concat_tables([pa.ipc.open_stream(p).read_all() for p in payloads]).combine_chunks()
     if table.num_rows == 0:
-        return pa.Table.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)
-    return table
+        return [pa.RecordBatch.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)]
+    chunks = max(1, min(len(payloads), table.nbytes // CHUNK_BYTES))
+    return table.to_batches(max_chunksize=-(-table.num_rows // chunks))

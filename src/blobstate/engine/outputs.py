@@ -134,7 +134,7 @@ def local_frame(spark: Any, payloads: list[bytes], schema: StructType) -> DataFr
 
     if not payloads:
         return None
-    batches = read_payloads(payloads).to_batches()
+    batches = read_payloads(payloads)
     jvm = spark._jvm
     rows = spark.sparkContext._serialize_to_jvm(
         batches,
