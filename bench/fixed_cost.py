@@ -19,7 +19,8 @@ collecting outputs), the sink, the commit (commit log write, progress, post-comm
 post-commit cleanup (on a background thread, overlapping the next batch), the slowest task and, inside
 it, load, process and commit of the partition.
 
-    .venv/bin/python bench/fixed_cost.py [--events 100] [--keys 50] [--batches 12] [--warmup 2]
+    .venv/bin/python bench/fixed_cost.py [--events 100] [--keys 50] [--batches 12] [--warmup 2] \
+        [--rounds 3] [--more-events 10000,30000,100000]
 """
 
 from __future__ import annotations
@@ -189,9 +190,15 @@ def main() -> None:
         default=3,
         help="run the three queries this many times, in a rotating order; report the median round",
     )
+    parser.add_argument(
+        "--more-events",
+        default="",
+        help="comma-separated larger batch sizes, each run the same way after --events (key space"
+        " --more-keys): where the local path stops paying off (reported in 'larger_batches')",
+    )
+    parser.add_argument("--more-keys", type=int, default=200_000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="blobstate-bench-fixed-"))
-    write_inputs(work / "in", args.batches, args.events, args.keys)
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -202,6 +209,26 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    result = {"rounds": args.rounds, "load_average_start": os.getloadavg()}
+    result |= measure(spark, work / "small", args)
+    sizes = [int(e) for e in args.more_events.split(",") if e]
+    result["larger_batches"] = [
+        measure(
+            spark,
+            work / f"events-{e}",
+            argparse.Namespace(**{**vars(args), "events": e, "keys": args.more_keys}),
+        )
+        for e in sizes
+    ]
+    result["load_average_end"] = os.getloadavg()
+    spark.stop()
+    print(json.dumps(result, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The floor, the persisted path and the local path on one input, ``args.rounds`` times each."""
+    write_inputs(work / "in", args.batches, args.events, args.keys)
     runs: dict[str, Any] = {
         "floor": lambda d: run_floor(spark, d, args),
         "blobstate_persisted": lambda d: run_blobstate(spark, d, args, 0),
@@ -215,15 +242,9 @@ def main() -> None:
             directory.mkdir()
             (directory / "in").symlink_to(work / "in")
             rounds[name].append(runs[name](directory))
-    result: dict[str, Any] = {
-        "events_per_batch": args.events,
-        "keys": args.keys,
-        "rounds": args.rounds,
-        "load_average": os.getloadavg(),
-    }
+    result: dict[str, Any] = {"events_per_batch": args.events, "keys": args.keys}
     for name, results in rounds.items():
         result[name] = {k: median([x[k] for x in results if x.get(k) is not None]) for k in results[0]}
-    spark.stop()
     f = result["floor"]
     for name in ("blobstate_persisted", "blobstate"):
         b = result[name]
@@ -232,8 +253,7 @@ def main() -> None:
             if b.get("spark_triggerExecution_ms") and f.get("spark_triggerExecution_ms")
             else None
         )
-    print(json.dumps(result, indent=2))
-    shutil.rmtree(work, ignore_errors=True)
+    return result
 
 
 if __name__ == "__main__":
