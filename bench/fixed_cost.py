@@ -4,8 +4,8 @@ Both queries read ``--events`` events per batch (one parquet file per batch, ``m
 over ``--keys`` keys on ``local[2]`` with ``--partitions`` partitions and write to the ``noop`` sink:
 
 * ``blobstate``: the row API's running count (``RowRunningCount``), with the default
-  ``inline_output_bytes`` (small outputs come to the driver with the tasks' metadata, the sink gets a
-  local DataFrame: one Spark job for the stage);
+  ``inline_output_bytes`` (or ``--local-bytes``): small outputs come to the driver with the tasks'
+  metadata, the sink gets a local DataFrame (one Spark job for the stage);
 * ``blobstate_persisted``: the same with ``inline_output_bytes=0`` (outputs persisted on the executors,
   the sink's job reads them: the path of large outputs, and of every batch before issue 13 item 4);
 * ``floor``: ``foreachBatch`` with the same hash shuffle and one ``mapInArrow`` stage that passes the
@@ -197,6 +197,13 @@ def main() -> None:
         " --more-keys): where the local path stops paying off (reported in 'larger_batches')",
     )
     parser.add_argument("--more-keys", type=int, default=200_000)
+    parser.add_argument(
+        "--local-bytes",
+        type=int,
+        default=None,
+        help="the 'blobstate' query's inline_output_bytes (default: blobstate's): a large value shows the"
+        " local path at every size",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="blobstate-bench-fixed-"))
     from pyspark.sql import SparkSession
@@ -232,7 +239,7 @@ def measure(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, Any] = {
         "floor": lambda d: run_floor(spark, d, args),
         "blobstate_persisted": lambda d: run_blobstate(spark, d, args, 0),
-        "blobstate": lambda d: run_blobstate(spark, d, args, None),
+        "blobstate": lambda d: run_blobstate(spark, d, args, args.local_bytes),
     }
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
     names = list(runs)

@@ -102,12 +102,12 @@ class QueryConfig:
     """The streaming query's name."""
     async_cleanup: bool = True
     """Run post-commit cleanup on a background thread, overlapping the next batch."""
-    inline_output_bytes: int = 1024 * 1024
+    inline_output_bytes: int = 64 * 1024
     """A batch's outputs up to about this many bytes (Arrow; each partition's share of it) come to the
     driver with the tasks' metadata, in the stage's one Spark job, and the sink gets a DataFrame of that
     local data; larger outputs stay on the executors (persisted) and the sink's job reads them there.
-    0: always the latter. (Measured, bench/fixed_cost.py: the local path saves 15-55 ms up to a few
-    hundred KB, breaks even near 700 KB and costs about 10% at 2 MB.)"""
+    0: always the latter. (bench/fixed_cost.py: the local path saves 20-35 ms on a batch of a few KB;
+    from a few hundred KB on, reading the persisted outputs is as fast or faster.)"""
     pandas_object_strings: bool = True
     """In Python workers, build pandas string columns with the object dtype (pandas < 3 behaviour,
     which PySpark 4.3 expects) instead of pandas 3's Arrow-backed ``str``: per-key DataFrames that a
