@@ -3,17 +3,24 @@
 Both queries read ``--events`` events per batch (one parquet file per batch, ``maxFilesPerTrigger=1``)
 over ``--keys`` keys on ``local[2]`` with ``--partitions`` partitions and write to the ``noop`` sink:
 
-* ``blobstate``: the row API's running count (``RowRunningCount``);
+* ``blobstate``: the row API's running count (``RowRunningCount``), with the default
+  ``inline_output_bytes`` (or ``--local-bytes``): small outputs come to the driver with the tasks'
+  metadata, the sink gets a local DataFrame (one Spark job for the stage);
+* ``blobstate_persisted``: the same with ``inline_output_bytes=0`` (outputs persisted on the executors,
+  the sink's job reads them: the path of large outputs, and of every batch before issue 13 item 4);
 * ``floor``: ``foreachBatch`` with the same hash shuffle and one ``mapInArrow`` stage that passes the
   rows through, no state.
 
 Per batch (the first ``--warmup`` batches are left out), medians of Spark's own phases from the query
 progress (``durationMs``: latestOffset, getBatch, queryPlanning, walCommit, addBatch (the
 ``foreachBatch`` call), commitOffsets, triggerExecution) and, for blobstate, of its ``BatchReport``:
-the stage (shuffle, tasks, persisting outputs), the sink, the commit (commit log write, progress,
-post-commit start), the slowest task and, inside it, load, process and commit of the partition.
+the shuffle (its map stage, run when the stage's input is placed), the stage (tasks, persisting or
+collecting outputs), the sink, the commit (commit log write, progress, post-commit start), the
+post-commit cleanup (on a background thread, overlapping the next batch), the slowest task and, inside
+it, load, process and commit of the partition.
 
-    .venv/bin/python bench/fixed_cost.py [--events 100] [--keys 50] [--batches 12] [--warmup 2]
+    .venv/bin/python bench/fixed_cost.py [--events 100] [--keys 50] [--batches 12] [--warmup 2] \
+        [--rounds 3] [--more-events 10000,30000,100000]
 """
 
 from __future__ import annotations
@@ -64,6 +71,19 @@ def passthrough(batches: Any) -> Any:
     yield from batches
 
 
+def timed(step: Any, seconds: list[float]) -> Any:
+    """``step`` (a post-commit step, run on the driver's background thread), timing each run."""
+
+    def run(commit: Any) -> None:
+        started = time.perf_counter()
+        try:
+            step(commit)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    return run
+
+
 def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
@@ -75,7 +95,7 @@ def spark_phases(query: Any, warmup: int) -> dict[str, Any]:
     }
 
 
-def run_blobstate(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_blobstate(spark: Any, work: Path, args: argparse.Namespace, inline: int | None) -> dict[str, Any]:
     import blobstate
     from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount
 
@@ -90,13 +110,17 @@ def run_blobstate(spark: Any, work: Path, args: argparse.Namespace) -> dict[str,
         key="key",
         processor=RowRunningCount(),
         output_schema=RUNNING_COUNT_OUTPUT,
-        checkpoint=str(work / "blobstate-ckpt"),
+        checkpoint=str(work / f"blobstate-ckpt-{inline}"),
         sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
         num_partitions=args.partitions,
         api="row",
-        local_dir=str(work / "local"),
+        local_dir=str(work / f"local-{inline}"),
         on_batch=reports.append,
+        **({} if inline is None else {"inline_output_bytes": inline}),
     )
+    cleanup: list[float] = []
+    driver = query.blobstate_driver
+    driver.post_commit_steps[:] = [(name, timed(step, cleanup)) for name, step in driver.post_commit_steps]
     query.processAllAvailable()
     time.sleep(1)
     out = spark_phases(query, args.warmup)
@@ -108,14 +132,17 @@ def run_blobstate(spark: Any, work: Path, args: argparse.Namespace) -> dict[str,
 
     out |= {
         "batch_seconds": median([r.seconds for r in steady]),
-        "stage_seconds": median([r.stage_seconds for r in steady]),
+        "shuffle_seconds": median([r.shuffle_seconds for r in steady]),
+        "stage_seconds": median([r.stage_seconds - r.shuffle_seconds for r in steady]),
         "sink_seconds": median([r.sink_seconds for r in steady]),
         "commit_seconds": median([r.commit_seconds for r in steady]),
+        "cleanup_seconds": median(cleanup[args.warmup :]),
         "slowest_task_seconds": median([r.max_task_seconds for r in steady]),
         "task_load_seconds": part("load_seconds"),
         "task_process_seconds": part("process_seconds"),
         "task_commit_seconds": part("commit_seconds"),
         "spark_recovery_seconds": median([r.spark_recovery_seconds for r in steady]),
+        "inlined_partitions": median([r.inlined_partitions for r in steady]),
     }
     return out
 
@@ -157,9 +184,28 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="run the three queries this many times, in a rotating order; report the median round",
+    )
+    parser.add_argument(
+        "--more-events",
+        default="",
+        help="comma-separated larger batch sizes, each run the same way after --events (key space"
+        " --more-keys): where the local path stops paying off (reported in 'larger_batches')",
+    )
+    parser.add_argument("--more-keys", type=int, default=200_000)
+    parser.add_argument(
+        "--local-bytes",
+        type=int,
+        default=None,
+        help="the 'blobstate' query's inline_output_bytes (default: blobstate's): a large value shows the"
+        " local path at every size",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="blobstate-bench-fixed-"))
-    write_inputs(work / "in", args.batches, args.events, args.keys)
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -170,22 +216,51 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    result = {
-        "events_per_batch": args.events,
-        "keys": args.keys,
-        "load_average": os.getloadavg(),
-        "floor": run_floor(spark, work, args),
-        "blobstate": run_blobstate(spark, work, args),
-    }
+    result = {"rounds": args.rounds, "load_average_start": os.getloadavg()}
+    result |= measure(spark, work / "small", args)
+    sizes = [int(e) for e in args.more_events.split(",") if e]
+    result["larger_batches"] = [
+        measure(
+            spark,
+            work / f"events-{e}",
+            argparse.Namespace(**{**vars(args), "events": e, "keys": args.more_keys}),
+        )
+        for e in sizes
+    ]
+    result["load_average_end"] = os.getloadavg()
     spark.stop()
-    b, f = result["blobstate"], result["floor"]
-    result["blobstate_over_floor_trigger_ms"] = (
-        round(b["spark_triggerExecution_ms"] / f["spark_triggerExecution_ms"], 2)
-        if b.get("spark_triggerExecution_ms") and f.get("spark_triggerExecution_ms")
-        else None
-    )
     print(json.dumps(result, indent=2))
     shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The floor, the persisted path and the local path on one input, ``args.rounds`` times each."""
+    write_inputs(work / "in", args.batches, args.events, args.keys)
+    runs: dict[str, Any] = {
+        "floor": lambda d: run_floor(spark, d, args),
+        "blobstate_persisted": lambda d: run_blobstate(spark, d, args, 0),
+        "blobstate": lambda d: run_blobstate(spark, d, args, args.local_bytes),
+    }
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(args.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            directory = work / f"round-{r}-{name}"
+            directory.mkdir()
+            (directory / "in").symlink_to(work / "in")
+            rounds[name].append(runs[name](directory))
+    result: dict[str, Any] = {"events_per_batch": args.events, "keys": args.keys}
+    for name, results in rounds.items():
+        result[name] = {k: median([x[k] for x in results if x.get(k) is not None]) for k in results[0]}
+    f = result["floor"]
+    for name in ("blobstate_persisted", "blobstate"):
+        b = result[name]
+        result[f"{name}_over_floor_trigger_ms"] = (
+            round(b["spark_triggerExecution_ms"] / f["spark_triggerExecution_ms"], 2)
+            if b.get("spark_triggerExecution_ms") and f.get("spark_triggerExecution_ms")
+            else None
+        )
+    return result
 
 
 if __name__ == "__main__":

@@ -253,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="in this batch's sink, before it reads the outputs, SIGKILL the executor of partition 0",
     )
+    parser.add_argument(
+        "--inline-output-bytes",
+        type=int,
+        default=None,
+        help="the query's inline_output_bytes (0: outputs always persisted on the executors)",
+    )
     args = parser.parse_args(argv)
 
     import blobstate
@@ -305,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         local_dir=args.local_dir,
         snapshot_every=args.snapshot_every,
         on_batch=on_batch,
+        **({} if args.inline_output_bytes is None else {"inline_output_bytes": args.inline_output_bytes}),
     )
     query.processAllAvailable()
     query.stop()

@@ -223,14 +223,21 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_driver_killed_mid_batch_restarts_with_exact_state(spark: Any, tmp_path: Path) -> None:
-    """A job process is SIGKILLed (driver, JVM and local executor) while batch 2 is in its sink."""
+@pytest.mark.parametrize("inline_output_bytes", [None, 0], ids=["local-outputs", "persisted-outputs"])
+def test_driver_killed_mid_batch_restarts_with_exact_state(
+    spark: Any, tmp_path: Path, inline_output_bytes: int | None
+) -> None:
+    """A job process is SIGKILLed (driver, JVM and local executor) while batch 2 is in its sink; the
+    restart hands the sink the same outputs. Both ways outputs reach the sink: small ones with the
+    tasks' metadata (the default), and persisted on the executors (``inline_output_bytes=0``)."""
     tables = make_batches(4)
     write_inputs(tables, tmp_path / "in")
     log = tmp_path / "job.log"
+    inline = [] if inline_output_bytes is None else ["--inline-output-bytes", str(inline_output_bytes)]
+    options = {} if inline_output_bytes is None else {"inline_output_bytes": inline_output_bytes}
     with log.open("ab") as errors:
         proc = subprocess.Popen(
-            _job(tmp_path, "--hang-on-batch", "2"),
+            _job(tmp_path, "--hang-on-batch", "2", *inline),
             env=_job_env(),
             cwd=tmp_path,
             stdout=subprocess.PIPE,
@@ -253,6 +260,8 @@ def test_driver_killed_mid_batch_restarts_with_exact_state(spark: Any, tmp_path:
             proc.wait()
             _wait_until_gone(proc.pid)
     assert [r["batch_id"] for r in lines if "batch_id" in r] == [0, 1]
+    inlined = PARTITIONS if inline_output_bytes is None else 0
+    assert {r["inlined_partitions"] for r in lines if "batch_id" in r} == {inlined}
 
     store = open_blob_store(str(tmp_path / "ckpt"))
     commits = CommitLog(store)
@@ -261,11 +270,12 @@ def test_driver_killed_mid_batch_restarts_with_exact_state(spark: Any, tmp_path:
     assert len(orphans) == PARTITIONS and all(store.has_ttl(n) for n in orphans)
 
     # The new driver: this test's Spark session, on the same checkpoint, local disk and output.
-    query = start_query(spark, tmp_path, overwrite_by_batch_sink(tmp_path / "out"))
+    query = start_query(spark, tmp_path, overwrite_by_batch_sink(tmp_path / "out"), **options)
     query.processAllAvailable()
     query.stop()
     reports = blobstate.batch_reports(query)
     assert [(r.batch_id, r.skipped) for r in reports] == [(2, False), (3, False)]
+    assert [r.inlined_partitions for r in reports] == [inlined, inlined]
     assert read_output_dir(tmp_path / "out") == reference_outputs(tables)
     assert commits.versions() == [1, 2, 3, 4]
     batch2 = commits.read_commit(3)
@@ -329,7 +339,13 @@ def test_executor_killed_between_the_stage_and_the_sink_reruns_the_stage_never_m
     tables = make_batches(4)
     write_inputs(tables, tmp_path / "in")
     command = _job(
-        tmp_path, "--kill-executor-in-sink", "2", master="local-cluster[2,1,1024]", local_dir="local"
+        tmp_path,
+        "--kill-executor-in-sink",
+        "2",
+        "--inline-output-bytes",
+        "0",  # outputs persisted on the executors (small ones would reach the driver with the metadata)
+        master="local-cluster[2,1,1024]",
+        local_dir="local",
     )
     try:
         lines = _run_job(command, tmp_path)

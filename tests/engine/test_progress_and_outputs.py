@@ -163,7 +163,8 @@ def test_outputs_lost_before_the_sink_read_them_rerun_the_stage_never_mix_attemp
 ) -> None:
     """The sink's first read finds the persisted outputs gone (as after a lost executor): the partition's
     recomputation is another attempt, so the read fails, the driver runs the stage again, and the sink
-    gets exactly the outputs of the attempts whose uids are committed."""
+    gets exactly the outputs of the attempts whose uids are committed. (Outputs persisted on the
+    executors, ``inline_output_bytes=0``: small ones would reach the driver with the metadata.)"""
     write_batch_files(tmp_path / "in", [kv_table(b) for b in BATCHES])
     recorder = BatchRecorder()
     evicted: list[int] = []
@@ -182,6 +183,7 @@ def test_outputs_lost_before_the_sink_read_them_rerun_the_stage_never_mix_attemp
         output_schema=RUNNING_COUNT_OUTPUT,
         local_dir=tmp_path / "local",
         sink=sink,  # type: ignore[arg-type]
+        inline_output_bytes=0,
     )
     assert evicted == [1], "the fault was not injected"
     assert recorder.rows == reference_running_count(BATCHES)

@@ -110,6 +110,12 @@ class QueryConfig:
     (one Spark job, outputs never persisted nor read twice); off: the persisted path of any sink."""
     async_cleanup: bool = True
     """Run post-commit cleanup on a background thread, overlapping the next batch."""
+    inline_output_bytes: int = 64 * 1024
+    """A batch's outputs up to about this many bytes (Arrow; each partition's share of it) come to the
+    driver with the tasks' metadata, in the stage's one Spark job, and the sink gets a DataFrame of that
+    local data; larger outputs stay on the executors (persisted) and the sink's job reads them there.
+    0: always the latter. (bench/fixed_cost.py: the local path saves 20-35 ms on a batch of a few KB;
+    from a few hundred KB on, reading the persisted outputs is as fast or faster.)"""
     pandas_object_strings: bool = True
     """In Python workers, build pandas string columns with the object dtype (pandas < 3 behaviour,
     which PySpark 4.3 expects) instead of pandas 3's Arrow-backed ``str``: per-key DataFrames that a
@@ -210,6 +216,10 @@ class QueryConfig:
             raise QueryConfigError("standby_replicas and watermark_delay_ms must not be negative")
         if self.max_warmup_replicas < 0 or self.acceptable_recovery_lag < 0:
             raise QueryConfigError("max_warmup_replicas and acceptable_recovery_lag must not be negative")
+        if self.inline_output_bytes < 0:
+            raise QueryConfigError(
+                f"inline_output_bytes must not be negative, not {self.inline_output_bytes}"
+            )
         if self.standby_sync_seconds <= 0:
             raise QueryConfigError(
                 f"standby_sync_seconds must be positive, not {self.standby_sync_seconds!r}"

@@ -124,6 +124,12 @@ class BatchReport:
     """How many times the stage ran (more than once when persisted outputs were lost before the sink)."""
     write_through: bool = False
     """Whether the stage ran inside the sink's write (a :class:`WriterSink`): one Spark job."""
+    shuffle_seconds: float = 0.0
+    """Part of ``stage_seconds`` spent before the processing tasks: planning the shuffle and placing its
+    partitions (with placement and adaptive execution, Spark runs the shuffle's map stage here)."""
+    inlined_partitions: int = 0
+    """Partitions whose outputs came to the driver with their metadata (``engine/inline.py``); when all
+    did, the sink read a local DataFrame and no persisted row."""
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per-partition metrics, as in the commit (``PARTITION_METRICS``)."""
     spark_recovery_seconds: float = 0.0
@@ -156,6 +162,7 @@ class BatchReport:
             "commitSeconds": self.commit_seconds,
             "stageAttempts": self.stage_attempts,
             "writeThrough": self.write_through,
+            "inlinedPartitions": self.inlined_partitions,
             "sparkRecoverySeconds": self.spark_recovery_seconds,
             "standby": self.standby,
             "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
@@ -308,6 +315,7 @@ class BatchDriver:
                     "stage_seconds": round(sink_started - stage_started, 3),
                     "sink_seconds": round(commit_started - sink_started, 3),
                     "stage_attempts": attempts,
+                    "inlined_partitions": stage.inlined,
                 },
             )
         finally:
@@ -333,6 +341,8 @@ class BatchDriver:
             state_keys=sum(int(m.get("state_keys") or 0) for m in metas.values()),
             stage_attempts=attempts,
             write_through=self._writes_through(),
+            shuffle_seconds=round(stage.shuffle_seconds, 3),
+            inlined_partitions=stage.inlined,
             partitions=_partition_metrics(metas),
             spark_recovery_seconds=recovery,
             standby=standby,
@@ -381,6 +391,10 @@ class BatchDriver:
             initial_state_key_columns=self.initial_state_key_columns if first_batch else None,
             adjuncts=tuple(self.adjuncts),
             broadcast={name: w.pending for name, w in (broadcast or {}).items()},
+            # a writer sink gets every output row from the tasks themselves: none held in metadata rows
+            inline_output_bytes=0
+            if self._writes_through()
+            else self.config.inline_output_bytes // self.num_partitions,
         )
 
     def _write_broadcast(
@@ -742,7 +756,7 @@ class BatchDriver:
 
     def _write_through(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> StageResult:
         """The stage inside the sink's write (``write_through.py``): no persisted outputs, one job."""
-        stage = self._stage_frame(batch_df, spec, plan)
+        stage, _ = self._stage_frame(batch_df, spec, plan)
         what = f"batch {spec.version}"
         try:
             result = write_through(
@@ -759,20 +773,24 @@ class BatchDriver:
         return result
 
     def _run_stage(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> StageResult:
-        stage = self._stage_frame(batch_df, spec, plan)
+        started = time.monotonic()
+        stage, schema = self._stage_frame(batch_df, spec, plan)
+        shuffle_seconds = time.monotonic() - started
         what = f"batch {spec.version}"
         try:
-            result = run_stage(stage, self.placement_helper, self.num_partitions, what, worker_error)
+            result = run_stage(stage, self.placement_helper, self.num_partitions, what, worker_error, schema)
         except StageFailedError as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
             # processor raised (its notes name the handler and the key) at the top.
             self.failure = ProcessorFailedError(str(error))
             raise self.failure from None
         self._check_metas(result.metas, spec.version)
+        result.shuffle_seconds = shuffle_seconds
         return result
 
-    def _stage_frame(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> DataFrame:
-        """The processing stage: the batch shuffled by key into the state partitions, then ``run_task``."""
+    def _stage_frame(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> tuple[DataFrame, Any]:
+        """The processing stage (the batch shuffled by key into the state partitions, then ``run_task``)
+        and its Spark schema."""
         keys = [F.col(k) for k in self.key_columns]
         frame = batch_df
         if spec.initial_state_key_columns is not None and self.initial_state is not None:
@@ -791,7 +809,8 @@ class BatchDriver:
             shuffled = helper.with_preferred_locations(shuffled, self._locations(plan))
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return shuffled.mapInArrow(lambda it: run_task(spec, it), from_arrow_schema(spec.stage_schema))
+        schema = from_arrow_schema(spec.stage_schema)
+        return shuffled.mapInArrow(lambda it: run_task(spec, it), schema), schema
 
     def _with_initial_state(self, batch_df: DataFrame) -> DataFrame:
         """The first batch's input with the initial state's rows, keyed like the input, marked."""

@@ -1,11 +1,19 @@
-"""The processing stage's result: metadata to the driver, outputs to the sink without passing the driver.
+"""The processing stage's result: metadata to the driver, and the outputs for the sink.
 
 The stage (``task.py``) emits per partition a header row with the attempt's uid, the output rows and
 one metadata row. :func:`run_stage` persists that result on the executors and collects only the
-metadata rows (one per partition) to the driver. The sink gets :attr:`StageResult.frame`, a view of the
-persisted rows that checks, in each task and before passing any row on, that the partition's header
-names the attempt the driver commits (``java/CommittedOutputs.java``). If a partition was recomputed by
-another execution (its executor was lost, its cache evicted), the sink's job fails with
+metadata rows (one per partition) to the driver, in one Spark job.
+
+Small outputs (``inline.py``): a partition whose outputs total at most the task's limit sends them in
+its metadata row instead of as rows. When every partition did, the outputs reached the driver in the
+same task results as the metadata, so they are the committed attempt's by construction: the persisted
+stage is dropped at once and the sink gets a DataFrame of that local Arrow data (no second read of the
+stage, nothing an executor loss can take away).
+
+Otherwise the sink gets :attr:`StageResult.frame`, a view of the persisted rows that checks, in each task
+and before passing any row on, that the partition's header names the attempt the driver commits
+(``java/CommittedOutputs.java``), plus the inlined partitions' local rows. If a partition was recomputed
+by another execution (its executor was lost, its cache evicted), the sink's job fails with
 :class:`AttemptMismatchError`'s marker instead of handing rows of an uncommitted attempt to the sink, and
 the driver runs the stage again (``BatchDriver``).
 """
@@ -19,7 +27,9 @@ from typing import Any
 from pyspark.errors import PythonException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
+from blobstate.engine.inline import OUTPUTS_COLUMN, read_payloads
 from blobstate.engine.task import META_COLUMN, UID_COLUMN
 from blobstate.errors import BlobstateError
 
@@ -47,6 +57,10 @@ class StageResult:
     metas: dict[int, dict[str, Any]]
     frame: DataFrame
     persisted: DataFrame | None = None
+    inlined: int = 0
+    """Partitions whose outputs came with their metadata (all of them: the sink reads no persisted row)."""
+    shuffle_seconds: float = 0.0
+    """Time spent preparing the stage's input (``BatchReport.shuffle_seconds``)."""
 
     @property
     def output_rows(self) -> int:
@@ -61,30 +75,76 @@ class StageResult:
 
 
 def run_stage(
-    stage: DataFrame, helper: Any, num_partitions: int, what: str, worker_error: Any
+    stage: DataFrame,
+    helper: Any,
+    num_partitions: int,
+    what: str,
+    worker_error: Any,
+    schema: StructType | None = None,
 ) -> StageResult:
     """Run ``stage`` once, keeping its outputs on the executors; return its metadata and the sink's view.
 
     ``helper`` is the JVM helper (``placement.PlacementHelper``); ``what`` names the batch in errors;
-    ``worker_error`` turns a Python worker's traceback into its last exception line.
+    ``worker_error`` turns a Python worker's traceback into its last exception line; ``schema`` is the
+    stage's (as given to ``mapInArrow``; by default asked of Spark).
     """
     stage.persist()
     result = StageResult({}, stage, persisted=stage)
     try:
         try:
-            rows = stage.filter(F.col(META_COLUMN).isNotNull()).select(META_COLUMN).collect()
+            rows = stage.filter(F.col(META_COLUMN).isNotNull()).select(META_COLUMN, OUTPUTS_COLUMN).collect()
         except PythonException as error:
             raise StageFailedError(
                 f"{what}: a task of the processing stage failed: {worker_error(str(error))}"
             ) from None
         result.metas = parse_metas([r[0] for r in rows], what)
+        payloads = {json.loads(r[0])["partition"]: bytes(r[1]) for r in rows if r[1] is not None}
+        result.inlined = len(payloads)
+        schema = StructType([f for f in (schema or stage.schema).fields if f.name not in MARKER_COLUMNS])
+        local = local_frame(stage.sparkSession, [payloads[p] for p in sorted(payloads)], schema)
+        if len(payloads) == num_partitions:
+            result.release()  # every output is on the driver: nothing for the sink to read from the stage
+            result.frame = local  # type: ignore[assignment]
+            return result
         uids = [result.metas[p]["uid"] if p in result.metas else "" for p in range(num_partitions)]
         view = helper.committed_only(stage, UID_COLUMN, META_COLUMN, uids, what)
-        result.frame = view.drop(UID_COLUMN, META_COLUMN)
+        result.frame = view.drop(*MARKER_COLUMNS)
+        if local is not None:
+            result.frame = result.frame.unionByName(local)
         return result
     except BaseException:
         result.release()
         raise
+
+
+MARKER_COLUMNS = (UID_COLUMN, META_COLUMN, OUTPUTS_COLUMN)
+"""The stage's columns that are not outputs."""
+
+
+def local_frame(spark: Any, payloads: list[bytes], schema: StructType) -> DataFrame | None:
+    """A DataFrame of inlined outputs (Arrow IPC streams) with the persisted view's ``schema``; None
+    without any.
+
+    The JVM reads the tasks' Arrow data as it reads a ``mapInArrow`` stage's (``ArrowConverters``), so
+    values and types are those of the persisted path; this is what ``createDataFrame`` does for an Arrow
+    table without its Python-side conversions (which the tasks' data does not need: it already has the
+    stage's Arrow types), at half its cost.
+    """
+    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+
+    if not payloads:
+        return None
+    batches = read_payloads(payloads)
+    jvm = spark._jvm
+    rows = spark.sparkContext._serialize_to_jvm(
+        batches,
+        ArrowStreamSerializer(),
+        jvm.PythonSQLUtils.readArrowStreamFromFile,
+        jvm.ArrowIteratorServer,
+    )
+    frame = DataFrame(jvm.PythonSQLUtils.toDataFrame(rows, schema.json(), spark._jsparkSession), spark)
+    frame._schema = schema
+    return frame
 
 
 def parse_metas(texts: list[str], what: str) -> dict[int, dict[str, Any]]:

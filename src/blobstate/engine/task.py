@@ -20,6 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from blobstate.engine.inline import OUTPUTS_COLUMN, InlineOutputs
+
 META_COLUMN = "__blobstate_meta"
 UID_COLUMN = "__blobstate_uid"
 PARTITION_COLUMN = "__blobstate_partition"
@@ -74,12 +76,21 @@ class TaskSpec:
     """Hold the main rows in the partition's state: a bootstrap adjunct is still loading its backlog."""
     broadcast: dict[str, Any] = field(default_factory=dict)
     """Each broadcast adjunct's version for this batch (``adjunct.broadcast.PendingVersion``)."""
+    inline_output_bytes: int = 0
+    """A partition's outputs up to this many bytes go to the driver in its metadata row (``inline.py``);
+    0: always emitted as rows."""
 
     @property
     def stage_schema(self) -> pa.Schema:
-        """The processing stage's Arrow schema: the output columns (all nullable), the uid and metadata."""
+        """The processing stage's Arrow schema: the output columns (all nullable), the uid, the metadata
+        and the inlined outputs."""
         fields = [f.with_nullable(True) for f in self.output_schema]
-        return pa.schema([*fields, pa.field(UID_COLUMN, pa.string()), pa.field(META_COLUMN, pa.string())])
+        markers = [
+            pa.field(UID_COLUMN, pa.string()),
+            pa.field(META_COLUMN, pa.string()),
+            pa.field(OUTPUTS_COLUMN, pa.binary()),
+        ]
+        return pa.schema([*fields, *markers])
 
 
 _STORES: dict[str, Any] = {}
@@ -227,9 +238,13 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             initial_state_key_columns=spec.initial_state_key_columns,
             adjuncts=views,
         )
+        inline = InlineOutputs(
+            spec.inline_output_bytes, pa.schema([f for f in stage_schema if f.name not in _MARKERS])
+        )
         for out in outputs:
             stats["output_rows"] += out.num_rows
-            yield _with_null_meta(out, stage_schema)
+            for batch in inline.add(out):
+                yield _with_null_meta(batch, stage_schema)
         commit_started = time.monotonic()
         stats["state_keys"] = state.store.estimated_keys()
         result = state.commit(uid)
@@ -267,7 +282,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "max_event_time_ms": max_event_time[0],
         **stats,
     }
-    yield _marker_batch(stage_schema, META_COLUMN, json.dumps(meta))
+    yield _marker_batch(stage_schema, META_COLUMN, json.dumps(meta), inline.payload())
 
 
 def _open_adjuncts(
@@ -315,12 +330,18 @@ def _open_adjuncts(
 
 
 def _with_null_meta(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    nulls = pa.nulls(batch.num_rows, pa.string())
-    columns = [nulls if f.name in (UID_COLUMN, META_COLUMN) else batch.column(f.name) for f in schema]
+    columns = [
+        pa.nulls(batch.num_rows, f.type) if f.name in _MARKERS else batch.column(f.name) for f in schema
+    ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _marker_batch(schema: pa.Schema, column: str, text: str) -> pa.RecordBatch:
-    """One row that is null everywhere but in ``column`` (the header's uid or the metadata)."""
-    columns = [pa.array([text], pa.string()) if f.name == column else pa.nulls(1, f.type) for f in schema]
+def _marker_batch(schema: pa.Schema, column: str, text: str, outputs: bytes | None = None) -> pa.RecordBatch:
+    """One row that is null everywhere but in ``column`` (the header's uid or the metadata) and, on the
+    metadata row, ``OUTPUTS_COLUMN`` (the inlined outputs, if any)."""
+    values = {column: pa.array([text], pa.string()), OUTPUTS_COLUMN: pa.array([outputs], pa.binary())}
+    columns = [values.get(f.name, pa.nulls(1, f.type)) for f in schema]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+_MARKERS = (UID_COLUMN, META_COLUMN, OUTPUTS_COLUMN)

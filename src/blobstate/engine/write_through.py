@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.errors import PythonException
 from pyspark.sql import DataFrame
 
-from blobstate.engine.outputs import StageFailedError, StageResult, parse_metas
+from blobstate.engine.outputs import MARKER_COLUMNS, StageFailedError, StageResult, parse_metas
 from blobstate.engine.task import META_COLUMN, UID_COLUMN
 
 
@@ -35,7 +35,7 @@ def write_through(
     spark = stage.sparkSession
     metas = spark.sparkContext._jsc.sc().collectionAccumulator(f"blobstate metadata of {what}")
     jdf = helper.write_through().tapped(stage._jdf, UID_COLUMN, META_COLUMN, metas)
-    frame = DataFrame(jdf, spark).drop(UID_COLUMN, META_COLUMN)
+    frame = DataFrame(jdf, spark).drop(*MARKER_COLUMNS)
     try:
         sink(frame)
     except PythonException as error:
