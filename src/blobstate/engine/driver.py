@@ -316,6 +316,7 @@ class BatchDriver:
                     "sink_seconds": round(commit_started - sink_started, 3),
                     "stage_attempts": attempts,
                     "inlined_partitions": stage.inlined,
+                    "write_through": self._writes_through(),
                 },
             )
         finally:
