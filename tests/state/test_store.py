@@ -435,3 +435,49 @@ def test_the_rocksdb_store_is_the_key_value_store_the_processor_layer_needs(tmp_
         assert isinstance(store, KeyValueStore)
     finally:
         store.close()
+
+
+def test_a_store_written_with_leveled_compaction_opens_and_compacts_with_the_current_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stores (and snapshots) written before universal compaction was the default keep working."""
+    from rocksdict import DBCompactionStyle
+
+    original = store_module._cf_options
+
+    def leveled() -> Options:
+        options = original()
+        options.set_compaction_style(DBCompactionStyle.level())
+        return options
+
+    expected = {}
+    monkeypatch.setattr(store_module, "_cf_options", leveled)
+    with RocksStateStore.open(tmp_path / "db") as old:
+        for batch in range(6):
+            keys = [b"k%06d" % (i * 7 + batch) for i in range(5000)]
+            values = [b"v%d" % batch] * len(keys)
+            old.put_columns("state", keys, values)
+            expected.update(zip(keys, values, strict=True))
+            old.flush()
+    monkeypatch.setattr(store_module, "_cf_options", original)
+    with RocksStateStore.open(tmp_path / "db") as store:
+        assert dict(store.items("state")) == expected
+        store.put_columns("state", [b"k000000"], [b"new"])
+        expected[b"k000000"] = b"new"
+        for _ in range(5):
+            store.put("state", b"other", b"x")
+            store.flush()
+    with RocksStateStore.open(tmp_path / "db") as store:
+        assert {k: v for k, v in store.items("state") if k != b"other"} == expected
+
+
+def test_put_columns_wins_over_earlier_writes_and_is_captured_in_order(store: RocksStateStore) -> None:
+    store.put("s", b"a", b"old")  # still in the write overlay
+    store.put_columns("s", [b"a", b"b"], [b"new", b"bee"])
+    assert store.get("s", b"a") == b"new"
+    assert store.multi_get("s", [b"b", b"a", b"zz"]) == [b"bee", b"new", None]
+    assert [(r[2], r[3]) for r in store.take_changelog()] == [(b"a", b"old"), (b"a", b"new"), (b"b", b"bee")]
+    with pytest.raises(TypeError, match="must be bytes"):
+        store.put_columns("s", [b"c", "d"], [b"1", b"2"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="2 keys and 1 values"):
+        store.put_columns("s", [b"c", b"d"], [b"1"])
