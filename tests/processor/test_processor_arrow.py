@@ -347,3 +347,16 @@ def test_bulk_timers_fire_once_each_with_a_key_once_per_call(store: RocksStateSt
     ]
     assert run(TimerPerKey(), store, None, batch_timestamp_ms=200, **kwargs) == []
     assert list(store.items("$timers")) == []
+
+
+def test_nulls_in_a_not_null_output_column_are_refused_naming_it(store: RocksStateStore) -> None:
+    table = pa.table({"key": pa.array(["a", None], pa.string()), "value": [1, 2]})
+    with pytest.raises(OutputSchemaError, match=r"nulls in output column\(s\) \['key'\], which are NOT NULL"):
+        run(
+            ArrowRunningCount(),
+            store,
+            table,
+            key_columns=["key"],
+            output_schema="key STRING NOT NULL, count BIGINT, total BIGINT",
+            api="arrow",
+        )

@@ -16,7 +16,7 @@ import pyarrow as pa
 from blobstate.processor import codec, layout
 from blobstate.processor.api import _Session, delete_timer
 from blobstate.processor.arrow_api import ExpiredTimers, KeyedBatch, _Keys
-from blobstate.processor.columnar import decode_keys, encode_keys
+from blobstate.processor.columnar import conform_columns, decode_keys, encode_keys
 from blobstate.processor.errors import OutputSchemaError, StatefulProcessorError
 from blobstate.processor.grouping import key_runs
 
@@ -56,28 +56,20 @@ class ArrowOutputCollector:
             )
         if not table.num_rows:
             return
-        missing = [n for n in self.arrow_schema.names if n not in table.column_names]
-        if missing:
-            raise OutputSchemaError(
-                f"{source} yielded a table without output column(s) {missing}; it has {table.column_names}"
-            )
-        columns = []
-        for field in self.arrow_schema:
-            column = table.column(field.name)
-            if column.type != field.type:
-                try:
-                    column = column.cast(field.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise OutputSchemaError(
-                        f"{source} yielded column {field.name!r} of type {column.type}, which does not fit"
-                        f" the output type {field.type}: {e}"
-                    ) from None
-            if field.name in self._not_null and column.null_count:
-                raise OutputSchemaError(
-                    f"{source} yielded nulls in output column {field.name!r}, which is NOT NULL"
-                )
-            columns.append(column)
-        out = pa.Table.from_arrays(columns, schema=self.arrow_schema)
+        out = conform_columns(
+            table,
+            self.arrow_schema,
+            missing=lambda columns: OutputSchemaError(
+                f"{source} yielded a table without output column(s) {columns}; it has {table.column_names}"
+            ),
+            unfit=lambda field, found, error: OutputSchemaError(
+                f"{source} yielded column {field.name!r} of type {found}, which does not fit the output"
+                f" type {field.type}: {error}"
+            ),
+        )
+        nulls = [name for name in self._not_null if out.column(name).null_count]
+        if nulls:
+            raise OutputSchemaError(f"{source} yielded nulls in output column(s) {nulls}, which are NOT NULL")
         self._pending.extend(out.to_batches())
         self._rows += out.num_rows
 

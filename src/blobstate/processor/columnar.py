@@ -11,7 +11,7 @@ anything unusual to it, so a corrupt value is refused with the same error naming
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -199,26 +199,19 @@ class ValueColumns:
     def conform(self, table: pa.Table) -> pa.Table:
         """``table`` with the schema's columns, in its order, cast to its types (safely: a value that
         does not fit raises :class:`StateVariableError` naming the state variable and the field)."""
-        names = table.column_names
-        missing = [f.name for f in self.arrow_schema if f.name not in names]
-        if missing:
-            raise StateVariableError(
-                f"values for state variable {self.codec.name!r} lack column(s) {missing}; the schema has"
+        name = self.codec.name
+        return conform_columns(
+            table,
+            self.arrow_schema,
+            missing=lambda columns: StateVariableError(
+                f"values for state variable {name!r} lack column(s) {columns}; the schema has"
                 f" {self.arrow_schema.names}"
-            )
-        columns = []
-        for field in self.arrow_schema:
-            column = table.column(field.name)
-            if column.type != field.type:
-                try:
-                    column = column.cast(field.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise StateVariableError(
-                        f"column {field.name!r} ({column.type}) of the values for state variable"
-                        f" {self.codec.name!r} does not fit its type {field.type}: {e}"
-                    ) from None
-            columns.append(column)
-        return pa.table(columns, schema=self.arrow_schema)
+            ),
+            unfit=lambda field, found, error: StateVariableError(
+                f"column {field.name!r} ({found}) of the values for state variable {name!r} does not fit"
+                f" its type {field.type}: {error}"
+            ),
+        )
 
     def _encode_fixed(self, table: pa.Table) -> list[bytes]:
         dtype, row = self._dtype, self._row
@@ -237,6 +230,30 @@ class ValueColumns:
                 array = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
             records[f"f{i}"] = array.to_numpy(zero_copy_only=False)
         return _fixed_to_binary(records.view(np.uint8).reshape(n, dtype.itemsize), dtype.itemsize).to_pylist()
+
+
+def conform_columns(
+    table: pa.Table,
+    schema: pa.Schema,
+    *,
+    missing: Callable[[list[str]], Exception],
+    unfit: Callable[[pa.Field, pa.DataType, Exception], Exception],
+) -> pa.Table:
+    """``table``'s columns named by ``schema``, in its order, each cast (safely) to its type; raises
+    ``missing(names)`` for absent columns and ``unfit(field, found type, error)`` for a failed cast."""
+    absent = [f.name for f in schema if f.name not in table.column_names]
+    if absent:
+        raise missing(absent)
+    columns = []
+    for field in schema:
+        column = table.column(field.name)
+        if column.type != field.type:
+            try:
+                column = column.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise unfit(field, column.type, e) from None
+        columns.append(column)
+    return pa.table(columns, schema=schema)
 
 
 _NUMPY_CODES = {"?": "?", "b": "i1", "h": "<i2", "i": "<i4", "q": "<i8", "d": "<f8"}

@@ -19,7 +19,6 @@ import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.LogicalRDD$;
 
-import scala.collection.AbstractIterator;
 import scala.collection.Iterator;
 import scala.reflect.ClassTag;
 import scala.reflect.ClassTag$;
@@ -90,31 +89,7 @@ public final class CommittedOutputs {
                 + (found == null ? "(none: no header row)" : found) + ", but the committed attempt is "
                 + expected + " (the executor that held them was lost or their cache was evicted)");
       }
-      // No read-ahead: scans reuse row objects, so a row is handed on before the next is read.
-      return new AbstractIterator<InternalRow>() {
-        private InternalRow pending;
-
-        @Override
-        public boolean hasNext() {
-          while (pending == null && rows.hasNext()) {
-            InternalRow row = rows.next();
-            if (row.isNullAt(uidIndex) && row.isNullAt(metaIndex)) {
-              pending = row;
-            }
-          }
-          return pending != null;
-        }
-
-        @Override
-        public InternalRow next() {
-          if (!hasNext()) {
-            throw new java.util.NoSuchElementException();
-          }
-          InternalRow out = pending;
-          pending = null;
-          return out;
-        }
-      };
+      return new FilteredRows(rows, row -> row.isNullAt(uidIndex) && row.isNullAt(metaIndex));
     }
   }
 }

@@ -19,7 +19,6 @@ import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.LogicalRDD$;
 import org.apache.spark.util.CollectionAccumulator;
 
-import scala.collection.AbstractIterator;
 import scala.collection.Iterator;
 import scala.reflect.ClassTag;
 import scala.reflect.ClassTag$;
@@ -66,33 +65,16 @@ public final class WriteThrough {
     @Override
     public Iterator<InternalRow> compute(Partition split, TaskContext context) {
       Iterator<InternalRow> rows = firstParent(ROW_TAG).iterator(split, context);
-      // No read-ahead: scans reuse row objects, so a row is handed on before the next is read.
-      return new AbstractIterator<InternalRow>() {
-        private InternalRow pending;
-
-        @Override
-        public boolean hasNext() {
-          while (pending == null && rows.hasNext()) {
-            InternalRow row = rows.next();
+      // A metadata row goes to the accumulator (the writer never sees it); the header row is dropped.
+      return new FilteredRows(
+          rows,
+          row -> {
             if (!row.isNullAt(metaIndex)) {
               metas.add(row.getUTF8String(metaIndex).toString());
-            } else if (row.isNullAt(uidIndex)) {
-              pending = row;
+              return false;
             }
-          }
-          return pending != null;
-        }
-
-        @Override
-        public InternalRow next() {
-          if (!hasNext()) {
-            throw new java.util.NoSuchElementException();
-          }
-          InternalRow out = pending;
-          pending = null;
-          return out;
-        }
-      };
+            return row.isNullAt(uidIndex);
+          });
     }
   }
 }
