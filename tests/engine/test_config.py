@@ -38,7 +38,7 @@ def test_bad_values_are_named() -> None:
         QueryConfig.build({}, {"time_mode": "EventTime"})
     with pytest.raises(ValueError, match="output_mode"):
         QueryConfig.build({}, {"output_mode": "Complete"})
-    with pytest.raises(ValueError, match=r"api must be 'pandas'.*or 'row'.*'rows'"):
+    with pytest.raises(ValueError, match=r"api must be 'pandas'.*'row'.*or 'arrow'.*not 'rows'"):
         QueryConfig.build({}, {"api": "rows"})
 
 
