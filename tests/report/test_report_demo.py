@@ -35,7 +35,22 @@ def demo(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, li
     write_batches(clicks, work / "input")
     write_batches(generate_profiles(shape, len(clicks)), work / "profiles", "profiles")
     reports: list[Any] = []
-    query = start_query(
+    # Snapshots inline, so version 5 restores from its own snapshot (what the lineage test below reads);
+    # background uploads named by a later commit are covered in tests/state/test_snapshot_uploads.py.
+    spark.conf.set("spark.blobstate.snapshot_upload", "inline")
+    try:
+        query = _start(spark, work, reports)
+    finally:
+        spark.conf.unset("spark.blobstate.snapshot_upload")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return work / "checkpoint", [r for r in reports if not r.skipped]
+
+
+def _start(spark: Any, work: Path, reports: list[Any]) -> Any:
+    return start_query(
         spark,
         work / "input",
         str(work / "checkpoint"),
@@ -45,11 +60,6 @@ def demo(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, li
         on_batch=reports.append,
         profiles_dir=work / "profiles",
     )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    return work / "checkpoint", [r for r in reports if not r.skipped]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
