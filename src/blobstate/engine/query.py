@@ -262,15 +262,11 @@ def _session_time_zone(spark: Any) -> str:
 
 def _validate_processor(processor: Any, config: QueryConfig) -> None:
     from blobstate.processor import StatefulProcessor
-    from blobstate.processor.arrow_api import check_arrow_processor, is_arrow_processor
+    from blobstate.processor.arrow_api import check_api
 
+    check_api(processor, config.api)
     if config.api == "arrow":
-        check_arrow_processor(processor)
         return
-    if is_arrow_processor(processor) and not callable(getattr(processor, "handleInputRows", None)):
-        raise TypeError(
-            f"{type(processor).__name__} is a vectorized processor (handleInputBatch): pass api='arrow'"
-        )
     if not isinstance(processor, StatefulProcessor):
         try:
             from pyspark.sql.streaming.stateful_processor import StatefulProcessor as SparkProcessor

@@ -663,6 +663,14 @@ class StatefulProcessorHandle:
     # -- timers ----------------------------------------------------------------------------------
 
     def _timer_key(self, operation: str) -> bytes:
+        self._check_timers(operation)
+        kb = self._s.key_bytes
+        if kb is None:
+            raise ImplicitKeyError(f"Cannot perform {operation}: no grouping key is set")
+        return kb
+
+    def _check_timers(self, operation: str) -> None:
+        """Refuse a timer operation in time mode None or outside the handlers."""
         s = self._s
         if not s.timers_enabled:
             raise InvalidTimeModeError(
@@ -677,10 +685,6 @@ class StatefulProcessorHandle:
                 f"Cannot perform {operation} in handle state {phase.name}: timers can only be used in"
                 " handleInputRows, handleInitialState or handleExpiredTimer"
             )
-        kb = s.key_bytes
-        if kb is None:
-            raise ImplicitKeyError(f"Cannot perform {operation}: no grouping key is set")
-        return kb
 
     @staticmethod
     def _timestamp(value: Any, operation: str) -> int:

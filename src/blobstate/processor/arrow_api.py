@@ -218,11 +218,12 @@ class ExpiredTimers(_KeyedCall):
 # -- bulk state ------------------------------------------------------------------------------------
 
 
-def _bulk_keys(session: _Session, name: str, operation: str) -> _Keys:
+def _bulk_keys(session: _Session, what: str, operation: str) -> _Keys:
+    """The implicit keys of the current bulk call; ``what`` (e.g. "state variable 'x'") names the target."""
     keys = session.bulk
     if keys is None:
         raise ImplicitKeyError(
-            f"Cannot {operation} state variable {name!r} in bulk here: bulk operations work on the keys of"
+            f"Cannot {operation} {what} in bulk here: bulk operations work on the keys of"
             " handleInputBatch, handleInitialState or handleExpiredTimers (inside batch.each(), use the"
             " per-key methods)"
         )
@@ -260,7 +261,27 @@ def _select(keys: list[bytes], mask: np.ndarray | None) -> list[bytes]:
     return [k for k, m in zip(keys, mask.tolist(), strict=True) if m]
 
 
-class BulkValueState(ValueState):
+class _BulkState:
+    """What the bulk state variables share: naming, the selected keys, and clearing by key prefix."""
+
+    __slots__ = ()
+    _s: _Session
+    _name: str
+
+    def _what(self) -> str:
+        return f"state variable {self._name!r}"
+
+    def _selected(self, operation: str, where: Any) -> list[bytes]:
+        """The current keys (encoded) that ``where`` selects (all without it)."""
+        keys = _bulk_keys(self._s, self._what(), operation).encoded
+        return _select(keys, _mask(where, len(keys), f"{operation}_many on {self._name!r}"))
+
+    def _clear_prefixes(self, where: Any) -> None:
+        for kb in self._selected("clear", where):
+            self._clear_prefix(kb)  # type: ignore[attr-defined]
+
+
+class BulkValueState(_BulkState, ValueState):
     """A value state variable with bulk operations over the current keys (and the per-key ones)."""
 
     __slots__ = ("_columns",)
@@ -274,14 +295,14 @@ class BulkValueState(ValueState):
 
     def get_many(self) -> pa.Table:
         """The value of every current key: a table of the schema, a row of nulls where a key has none."""
-        keys = _bulk_keys(self._s, self._name, "read").encoded
+        keys = _bulk_keys(self._s, self._what(), "read").encoded
         with gc_paused():
             data = self._s.store.multi_get(self._cf, keys)
             return self._value_columns().decode(data, self._now(), keys)
 
     def exists_many(self) -> np.ndarray:
         """Whether each current key has a value (that has not expired): a boolean array."""
-        keys = _bulk_keys(self._s, self._name, "read").encoded
+        keys = _bulk_keys(self._s, self._what(), "read").encoded
         data = self._s.store.multi_get(self._cf, keys)
         if self._ttl is None:
             return np.fromiter((d is not None for d in data), dtype=bool, count=len(data))
@@ -299,7 +320,7 @@ class BulkValueState(ValueState):
     def update_many(self, values: Columns, where: Any = None) -> None:
         """Set the value of every current key (or of those ``where`` is true) from ``values``: a table or
         dict of columns named as the schema's fields, one row per current key."""
-        keys = _bulk_keys(self._s, self._name, "update")
+        keys = _bulk_keys(self._s, self._what(), "update")
         table = _as_table(values, f"values for state variable {self._name!r}")
         n = len(keys.encoded)
         if table.num_rows != n:
@@ -323,9 +344,8 @@ class BulkValueState(ValueState):
 
     def clear_many(self, where: Any = None) -> None:
         """Remove the value of every current key (or of those ``where`` is true)."""
-        keys = _bulk_keys(self._s, self._name, "clear").encoded
         store, cf = self._s.store, self._cf
-        for kb in _select(keys, _mask(where, len(keys), f"clear_many on {self._name!r}")):
+        for kb in self._selected("clear", where):
             store.delete(cf, kb)
 
 
@@ -347,7 +367,7 @@ class _Lazy(Sequence):
         return len(self._list())
 
 
-class BulkListState(ListState):
+class BulkListState(_BulkState, ListState):
     """A list state variable with bulk operations over the current keys (and the per-key ones)."""
 
     __slots__ = ("_arrow",)
@@ -361,7 +381,7 @@ class BulkListState(ListState):
 
     def get_many(self) -> pa.ListArray:
         """Every current key's list: a ``ListArray`` of structs of the schema (empty where none)."""
-        keys = _bulk_keys(self._s, self._name, "read").encoded
+        keys = _bulk_keys(self._s, self._what(), "read").encoded
         now = self._now()
         rows: list[tuple] = []
         offsets = [0]
@@ -398,7 +418,7 @@ class BulkListState(ListState):
     def put_many(self, lists: Any, where: Any = None) -> None:
         """Replace the list of every current key (or of those ``where`` is true) with ``lists`` (a
         ``ListArray`` of structs, or Python lists of tuples, one per key); an empty or null list clears it."""
-        keys = _bulk_keys(self._s, self._name, "put")
+        keys = _bulk_keys(self._s, self._what(), "put")
         n = len(keys.encoded)
         mask = _mask(where, n, f"put_many on {self._name!r}")
         for i, (kb, rows) in enumerate(zip(keys.encoded, self._lists(lists, n, "put_many"), strict=True)):
@@ -410,7 +430,7 @@ class BulkListState(ListState):
 
     def append_many(self, lists: Any, where: Any = None) -> None:
         """Append ``lists`` (one per current key; empty or null: nothing) to the current keys' lists."""
-        keys = _bulk_keys(self._s, self._name, "append to")
+        keys = _bulk_keys(self._s, self._what(), "append to")
         n = len(keys.encoded)
         mask = _mask(where, n, f"append_many on {self._name!r}")
         store = self._s.store
@@ -430,21 +450,17 @@ class BulkListState(ListState):
 
     def clear_many(self, where: Any = None) -> None:
         """Remove the list of every current key (or of those ``where`` is true)."""
-        keys = _bulk_keys(self._s, self._name, "clear").encoded
-        for kb in _select(keys, _mask(where, len(keys), f"clear_many on {self._name!r}")):
-            self._clear_prefix(kb)
+        self._clear_prefixes(where)
 
 
-class BulkMapState(MapState):
+class BulkMapState(_BulkState, MapState):
     """A map state variable; per key inside ``batch.each()``, plus ``clear_many``."""
 
     __slots__ = ()
 
     def clear_many(self, where: Any = None) -> None:
         """Remove the whole map of every current key (or of those ``where`` is true)."""
-        keys = _bulk_keys(self._s, self._name, "clear").encoded
-        for kb in _select(keys, _mask(where, len(keys), f"clear_many on {self._name!r}")):
-            self._clear_prefix(kb)
+        self._clear_prefixes(where)
 
 
 class ArrowHandle(StatefulProcessorHandle):
@@ -460,17 +476,8 @@ class ArrowHandle(StatefulProcessorHandle):
             raise InvalidHandleStateError(
                 f"Cannot perform {operation} inside batch.each(): use registerTimer/deleteTimer there"
             )
-        self._timer_key_check(operation)
-        return _bulk_keys(s, "$timers", operation).encoded
-
-    def _timer_key_check(self, operation: str) -> None:
-        s = self._s
-        saved = s.key_bytes
-        s.key_bytes = b""  # the phase and time-mode checks of the per-key form, without a key
-        try:
-            self._timer_key(operation)
-        finally:
-            s.key_bytes = saved
+        self._check_timers(operation)
+        return _bulk_keys(s, "timers", operation).encoded
 
     def _timestamps(self, expiry_ms: Any, n: int, operation: str) -> list[int | None]:
         if isinstance(expiry_ms, (int, np.integer)):
@@ -513,6 +520,17 @@ class ArrowHandle(StatefulProcessorHandle):
         for i, (kb, ts) in enumerate(zip(keys, stamps, strict=True)):
             if ts is not None and (mask is None or mask[i]):
                 delete_timer(store, kb, codec.encode_ts(ts))
+
+
+def check_api(processor: Any, api: str) -> None:
+    """Refuse a processor written for another API than ``api`` (``arrow``, or a per-key one)."""
+    if api == "arrow":
+        check_arrow_processor(processor)
+    elif is_arrow_processor(processor) and not callable(getattr(processor, "handleInputRows", None)):
+        raise TypeError(
+            f"{type(processor).__name__} is a vectorized processor (handleInputBatch):"
+            " run it with api='arrow'"
+        )
 
 
 def check_arrow_processor(processor: Any) -> None:

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from blobstate.processor import codec, layout
 from blobstate.processor.api import _Session, delete_timer
-from blobstate.processor.arrow_api import ExpiredTimers, KeyedBatch, _Keys
+from blobstate.processor.arrow_api import ExpiredTimers, KeyedBatch
 from blobstate.processor.columnar import conform_columns, decode_keys, encode_keys
 from blobstate.processor.errors import OutputSchemaError, StatefulProcessorError
 from blobstate.processor.grouping import key_runs
@@ -118,13 +118,13 @@ def collect(result: Any, collector: ArrowOutputCollector, source: str) -> Iterat
 def keyed_batch(session: _Session, table: pa.Table, key_columns: list[str]) -> KeyedBatch:
     """``table``'s rows grouped by ``key_columns`` as the handlers see them."""
     rows, starts, _ends = key_runs(table, key_columns)
-    offsets = np.append(starts, rows.num_rows).astype(np.int64) if len(starts) else np.zeros(1, np.int64)
+    offsets = np.append(starts, rows.num_rows)
     keys = rows.select(key_columns).take(pa.array(starts))
     return KeyedBatch(session, keys, encode_keys(keys), rows, offsets)
 
 
 def _bulk(session: _Session, call: KeyedBatch | ExpiredTimers) -> None:
-    session.bulk = _Keys(call.keys, call._keys.encoded)
+    session.bulk = call._keys
 
 
 def initial_state(

@@ -33,8 +33,7 @@ from blobstate.processor.api import (
 from blobstate.processor.arrow_api import (
     ArrowHandle,
     ArrowStatefulProcessor,
-    check_arrow_processor,
-    is_arrow_processor,
+    check_api,
 )
 from blobstate.processor.errors import InvalidTimeModeError, OutputSchemaError, StatefulProcessorError
 from blobstate.processor.output import DEFAULT_FLUSH_ROWS, OutputCollector
@@ -80,14 +79,9 @@ def _normalize_output_mode(output_mode: str) -> str:
 def _processor_instance(processor: Any, api: str = "pandas") -> Any:
     if not isinstance(processor, (_SparkStatefulProcessor, ArrowStatefulProcessor)) and callable(processor):
         processor = processor()
+    check_api(processor, api)
     if api == "arrow":
-        check_arrow_processor(processor)
         return processor
-    if is_arrow_processor(processor) and not callable(getattr(processor, "handleInputRows", None)):
-        raise TypeError(
-            f"{type(processor).__name__} is a vectorized processor (handleInputBatch):"
-            " run it with api='arrow'"
-        )
     for method in ("init", "handleInputRows"):
         if not callable(getattr(processor, method, None)):
             raise TypeError(
@@ -320,8 +314,8 @@ def _run(
     session.set_key(None, None)
 
     session.phase = StatefulProcessorHandleState.DATA_PROCESSED
+    threshold = batch_timestamp_ms if time_mode == "ProcessingTime" else watermark_ms
     if time_mode != "None" and api == "arrow":
-        threshold = batch_timestamp_ms if time_mode == "ProcessingTime" else watermark_ms
         due = _due_timers(store, threshold)  # type: ignore[arg-type]
         if due:
             key_schema = table.select(keys).schema if table is not None else keys
@@ -329,7 +323,6 @@ def _run(
                 proc, session, due, key_schema, timer_values, collector, stats
             )
     elif time_mode != "None":
-        threshold = batch_timestamp_ms if time_mode == "ProcessingTime" else watermark_ms
         arity = len(keys)
         for ts, kb in _due_timers(store, threshold):  # type: ignore[arg-type]
             ts8 = codec.encode_ts(ts)

@@ -445,10 +445,7 @@ class RocksStateStore:
             for key, value in zip(keys, values, strict=True):
                 put(key, value)
             self._changelog.extend(zip(repeat(_PUT), repeat(cf), keys, values))
-        try:
-            self._open_db().write(batch, self._write_opt)
-        except Exception as e:
-            raise StateStoreError(self.path, f"write failed: {e}") from e
+        self._write(batch, "write failed")
 
     def delete(self, cf: str, key: bytes) -> None:
         """Delete ``key`` from ``cf`` (absent keys are fine) and capture the change."""
@@ -482,16 +479,12 @@ class RocksStateStore:
         del it
         batch = WriteBatch(raw_mode=True)
         batch.delete_range(b"", end, family.handle)
-        try:
-            self._open_db().write(batch, self._write_opt)
-        except Exception as e:
-            raise StateStoreError(self.path, f"cannot clear column family {cf!r}: {e}") from e
+        self._write(batch, f"cannot clear column family {cf!r}")
 
     def _sync(self) -> None:
         """Write every overlay entry to RocksDB in one write batch and empty the overlays."""
         if not self._pending:
             return
-        db = self._open_db()
         batch = WriteBatch(raw_mode=True)
         for family in self._cfs.values():
             overlay = family.overlay
@@ -505,13 +498,17 @@ class RocksStateStore:
                     delete(key)
                 else:
                     put(key, value)
-        try:
-            db.write(batch, self._write_opt)
-        except Exception as e:
-            raise StateStoreError(self.path, f"write failed: {e}") from e
+        self._write(batch, "write failed")
         for family in self._cfs.values():
             family.overlay.clear()
         self._pending = 0
+
+    def _write(self, batch: WriteBatch, failure: str) -> None:
+        """Write ``batch`` to RocksDB; a failure raises :class:`StateStoreError` starting with ``failure``."""
+        try:
+            self._open_db().write(batch, self._write_opt)
+        except Exception as e:
+            raise StateStoreError(self.path, f"{failure}: {e}") from e
 
     # ------------------------------------------------------------------ changelog and replay
 
