@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from blobstate.engine.inline import OUTPUTS_COLUMN, read_payloads
-from blobstate.engine.task import META_COLUMN, UID_COLUMN
+from blobstate.engine.task import MARKER_COLUMNS, META_COLUMN, UID_COLUMN
 from blobstate.errors import BlobstateError
 
 MISMATCH_MARKER = "blobstate-attempt-mismatch"
@@ -115,10 +115,6 @@ def run_stage(
     except BaseException:
         result.release()
         raise
-
-
-MARKER_COLUMNS = (UID_COLUMN, META_COLUMN, OUTPUTS_COLUMN)
-"""The stage's columns that are not outputs."""
 
 
 def local_frame(spark: Any, payloads: list[bytes], schema: StructType) -> DataFrame | None:

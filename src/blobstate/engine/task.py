@@ -28,6 +28,8 @@ PARTITION_COLUMN = "__blobstate_partition"
 INITIAL_COLUMN = "__blobstate_initial"
 """True on rows of the initial state (first batch only); their columns carry ``INITIAL_PREFIX``."""
 INITIAL_PREFIX = "__blobstate_init_"
+MARKER_COLUMNS = (UID_COLUMN, META_COLUMN, OUTPUTS_COLUMN)
+"""The stage's columns that are not outputs."""
 PROCESSING_LOCK_TIMEOUT_SECONDS = 300.0
 """How long a processing task waits for its partition's lock: a standby sync holding it stops at its
 next version once asked; a far-behind sync restoring a snapshot may take longer."""
@@ -239,7 +241,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             adjuncts=views,
         )
         inline = InlineOutputs(
-            spec.inline_output_bytes, pa.schema([f for f in stage_schema if f.name not in _MARKERS])
+            spec.inline_output_bytes, pa.schema([f for f in stage_schema if f.name not in MARKER_COLUMNS])
         )
         for out in outputs:
             stats["output_rows"] += out.num_rows
@@ -331,7 +333,7 @@ def _open_adjuncts(
 
 def _with_null_meta(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     columns = [
-        pa.nulls(batch.num_rows, f.type) if f.name in _MARKERS else batch.column(f.name) for f in schema
+        pa.nulls(batch.num_rows, f.type) if f.name in MARKER_COLUMNS else batch.column(f.name) for f in schema
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
@@ -342,6 +344,3 @@ def _marker_batch(schema: pa.Schema, column: str, text: str, outputs: bytes | No
     values = {column: pa.array([text], pa.string()), OUTPUTS_COLUMN: pa.array([outputs], pa.binary())}
     columns = [values.get(f.name, pa.nulls(1, f.type)) for f in schema]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-_MARKERS = (UID_COLUMN, META_COLUMN, OUTPUTS_COLUMN)

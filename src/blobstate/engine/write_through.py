@@ -15,8 +15,8 @@ from typing import Any
 from pyspark.errors import PythonException
 from pyspark.sql import DataFrame
 
-from blobstate.engine.outputs import MARKER_COLUMNS, StageFailedError, StageResult, parse_metas
-from blobstate.engine.task import META_COLUMN, UID_COLUMN
+from blobstate.engine.outputs import StageFailedError, StageResult, parse_metas
+from blobstate.engine.task import MARKER_COLUMNS, META_COLUMN, UID_COLUMN
 
 
 def write_through(
