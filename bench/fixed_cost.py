@@ -40,6 +40,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from running_count_query import start_running_count
+
 PHASES = (
     "latestOffset",
     "getBatch",
@@ -96,26 +100,14 @@ def spark_phases(query: Any, warmup: int) -> dict[str, Any]:
 
 
 def run_blobstate(spark: Any, work: Path, args: argparse.Namespace, inline: int | None) -> dict[str, Any]:
-    import blobstate
-    from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount
-
     reports: list[Any] = []
-    events = (
-        spark.readStream.schema("key STRING, value BIGINT")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(work / "in"))
-    )
-    query = blobstate.transform_with_state(
-        events,
-        key="key",
-        processor=RowRunningCount(),
-        output_schema=RUNNING_COUNT_OUTPUT,
-        checkpoint=str(work / f"blobstate-ckpt-{inline}"),
-        sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
-        num_partitions=args.partitions,
-        api="row",
-        local_dir=str(work / f"local-{inline}"),
-        on_batch=reports.append,
+    query = start_running_count(
+        spark,
+        work / "in",
+        work / f"blobstate-ckpt-{inline}",
+        work / f"local-{inline}",
+        args.partitions,
+        reports.append,
         **({} if inline is None else {"inline_output_bytes": inline}),
     )
     cleanup: list[float] = []

@@ -32,6 +32,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from running_count_query import start_running_count
+
 
 def write_inputs(directory: Path, keys: int, batches: int, events: int) -> None:
     """File 0 holds every key once; files 1..batches hold ``events`` random keys each."""
@@ -61,28 +65,16 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
 
 
 def run(spark: Any, work: Path, mode: str, args: argparse.Namespace, name: str) -> dict[str, Any]:
-    import blobstate
-    from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount
-
     reports: list[Any] = []
-    events = (
-        spark.readStream.schema("key STRING, value BIGINT")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(work / "in"))
-    )
-    query = blobstate.transform_with_state(
-        events,
-        key="key",
-        processor=RowRunningCount(),
-        output_schema=RUNNING_COUNT_OUTPUT,
-        checkpoint=str(work / f"ckpt-{name}"),
-        sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
-        num_partitions=args.partitions,
-        api="row",
-        local_dir=str(work / f"local-{name}"),
+    query = start_running_count(
+        spark,
+        work / "in",
+        work / f"ckpt-{name}",
+        work / f"local-{name}",
+        args.partitions,
+        reports.append,
         snapshot_every=args.snapshot_every,
         snapshot_upload=mode,
-        on_batch=reports.append,
     )
     started = time.monotonic()
     query.processAllAvailable()
