@@ -70,7 +70,7 @@ import threading
 import time
 import timeit
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def descendants() -> dict[tuple[int, int], float]:
     """Own CPU seconds (user + system) of every live descendant of this process, by (pid, start time).
+    (:func:`descendant_kinds` tells what each one is.)
 
     Own time only: PySpark's daemon ignores SIGCHLD, so its Python workers are reaped by the kernel
     and their time never reaches anyone's ``cutime`` or ``getrusage(RUSAGE_CHILDREN)``; sampling the
@@ -152,6 +153,29 @@ def descendants() -> dict[tuple[int, int], float]:
     return found
 
 
+CPU_KINDS = ("jvm", "driver_python", "python_workers")
+"""What a sampled process is: Spark's JVM, the worker's own (driver) Python process, or anything else
+(PySpark's daemon and its Python workers)."""
+
+
+def descendant_kinds(pids: Iterable[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """The :data:`CPU_KINDS` of each ``(pid, start time)``: by command name, and the direct children of
+    this process (the benchmark's worker subprocesses) are the driver Python."""
+    root = os.getpid()
+    kinds: dict[tuple[int, int], str] = {}
+    for pid, started in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        kind = "jvm" if comm == "java" else "driver_python" if parent == root else "python_workers"
+        kinds[(pid, started)] = kind
+    return kinds
+
+
 class TreeCpuSampler:
     """Samples the CPU time of this process's descendants every ``interval`` seconds on a thread.
 
@@ -162,13 +186,24 @@ class TreeCpuSampler:
     def __init__(self, interval: float = 0.25) -> None:
         self.interval = interval
         self.seen: dict[tuple[int, int], float] = {}
+        self.kinds: dict[tuple[int, int], str] = {}
         self.series: list[tuple[float, float]] = []
+        self.kind_series: list[tuple[float, dict[str, float]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
     def sample(self) -> None:
-        self.seen.update(descendants())
-        self.series.append((time.monotonic(), sum(self.seen.values())))
+        found = descendants()
+        # Every time: a process is first seen as the launcher script that later execs the JVM.
+        self.kinds.update(descendant_kinds(found))
+        self.seen.update(found)
+        now = time.monotonic()
+        self.series.append((now, sum(self.seen.values())))
+        by_kind = dict.fromkeys(CPU_KINDS, 0.0)
+        for key, seconds in self.seen.items():
+            kind = self.kinds.get(key, "python_workers")
+            by_kind[kind] += seconds
+        self.kind_series.append((now, by_kind))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -197,6 +232,12 @@ class TreeCpuSampler:
             return self.series[-1][1]
         (t0, c0), (t1, c1) = self.series[i - 1], self.series[i]
         return c0 + (c1 - c0) * (moment - t0) / (t1 - t0) if t1 > t0 else c1
+
+    def kinds_at(self, moment: float) -> dict[str, float]:
+        """The cumulative CPU seconds of each kind of process at a moment (the nearest sample before)."""
+        times = [t for t, _ in self.kind_series]
+        i = max(bisect.bisect_right(times, moment) - 1, 0)
+        return self.kind_series[i][1]
 
 
 def kill_descendants() -> None:
@@ -565,6 +606,9 @@ def run_worker(spec: dict[str, Any], directory: Path, timeout: float) -> dict[st
         for entry in result.get("batches") or []:
             if "done_at" in entry:
                 entry["tree_cpu_seconds"] = round(sampler.at(entry["done_at"]) - cpu_at_query_start, 2)
+                entry["cpu_seconds_by_kind"] = {
+                    kind: round(seconds, 2) for kind, seconds in sampler.kinds_at(entry["done_at"]).items()
+                }
     result["process"] = {
         "wall_seconds": round(wall, 2),
         "cpu_seconds": round(process_cpu, 2),
@@ -613,6 +657,11 @@ def summarize_run(run: dict[str, Any], impl: str, data: dict[str, Any]) -> dict[
         summary["events_per_cpu_s"] = round(events / cpu) if cpu > 0 else None
         summary["cpu_per_wall"] = round(cpu / wall, 2) if wall > 0 else None
         summary["events_per_s_wall"] = round(events / wall) if wall > 0 else None
+    if "cpu_seconds_by_kind" in batches[0] and "cpu_seconds_by_kind" in steady[-1]:
+        first, last = batches[0]["cpu_seconds_by_kind"], steady[-1]["cpu_seconds_by_kind"]
+        summary["cpu_seconds_per_batch_by_kind"] = {
+            kind: round((last[kind] - first[kind]) / len(steady), 3) for kind in CPU_KINDS
+        }
     if is_blobstate(impl):
         reports = [b["blobstate"] for b in steady if "blobstate" in b]
         for name in BLOBSTATE_PHASES:

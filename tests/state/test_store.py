@@ -148,7 +148,7 @@ def test_multi_get_and_put_many_agree_with_get_and_put(tmp_path: Path) -> None:
         keys = [b"k9", b"k4", b"k5", b"missing", b"k0"]
         assert s.multi_get("cf", keys) == [s.get("cf", k) for k in keys] == [b"v9", None, b"new", None, b"v0"]
         assert s.multi_get("no-such-cf", [b"a", b"b"]) == [None, None]
-        log = s.take_changelog()
+        log = list(s.take_changelog())
         assert log[:10] == [(PUT, "cf", b"k%d" % i, b"v%d" % i) for i in range(10)]
         assert log[10:] == [(DELETE, "cf", b"k4", None), (PUT, "cf", b"k5", b"new")]
 
@@ -162,13 +162,13 @@ def test_non_bytes_keys_and_values_fail_at_the_call(store: RocksStateStore) -> N
         store.delete("cf", "text")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="bytes"):
         store.put_many("cf", [(b"k", b"v"), (b"k2", "v2")])  # type: ignore[list-item]
-    assert store.take_changelog() == []
+    assert list(store.take_changelog()) == []
     store.flush()
 
 
 # ---------------------------------------------------------------------------------------------- changelog
 def test_changelog_captures_exactly_the_writes_in_order_and_take_resets(store: RocksStateStore) -> None:
-    assert store.take_changelog() == []
+    assert list(store.take_changelog()) == []
     assert store.changelog_bytes == 0
     store.put("a", b"k1", b"v1")
     store.put("b", b"k1", b"xyz")
@@ -178,25 +178,25 @@ def test_changelog_captures_exactly_the_writes_in_order_and_take_resets(store: R
     store.get("a", b"k1")
     list(store.items("a"))
     assert store.changelog_bytes == (1 + 2 + 2) + (1 + 2 + 3) + (1 + 2) + 1 + (1 + 2 + 2)
-    assert store.take_changelog() == [
+    assert list(store.take_changelog()) == [
         (PUT, "a", b"k1", b"v1"),
         (PUT, "b", b"k1", b"xyz"),
         (DELETE, "a", b"k2", None),
         (CLEAR, "b", b"", None),
         (PUT, "a", b"k1", b"v2"),
     ]
-    assert store.take_changelog() == []
+    assert list(store.take_changelog()) == []
     assert store.changelog_bytes == 0
     store.put("c", b"k", b"v")
     assert store.changelog_bytes == 3
-    assert store.take_changelog() == [(PUT, "c", b"k", b"v")]
+    assert list(store.take_changelog()) == [(PUT, "c", b"k", b"v")]
 
 
 def test_apply_replays_without_capturing(tmp_path: Path) -> None:
     with RocksStateStore.open(tmp_path / "s") as s:
         n = s.apply([(PUT, "a", b"k", b"v"), (DELETE, "a", b"gone", None), (PUT, "b", b"k", b"w")])
         assert n == 3
-        assert s.take_changelog() == []
+        assert list(s.take_changelog()) == []
         assert s.changelog_bytes == 0
         assert contents(s) == {"a": [(b"k", b"v")], "b": [(b"k", b"w")]}
 
@@ -209,7 +209,7 @@ def test_clear_then_put_in_one_changelog_replays_onto_existing_state(tmp_path: P
         s.clear("cf")
         s.put("cf", b"after", b"2")
         s.put("cf", b"old1", b"3")
-        log = s.take_changelog()
+        log = list(s.take_changelog())
         expected = contents(s)
     assert expected == {"cf": [(b"after", b"2"), (b"old1", b"3")], "keep": [(b"k", b"z")]}
     with RocksStateStore.open(tmp_path / "replica") as r:
@@ -287,7 +287,7 @@ def test_replaying_the_changelog_reproduces_the_store(
             model_apply(ops)
             for cf, key in checks:
                 assert original.get(cf, key) == model.get(cf, {}).get(key)
-            log = original.take_changelog()
+            log = list(original.take_changelog())
             assert log == ops
             want = {cf: sorted(kv.items()) for cf, kv in model.items()}
             assert contents(original) == want

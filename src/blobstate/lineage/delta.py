@@ -18,7 +18,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 import zstandard
@@ -31,6 +30,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
 from blobstate.errors import BlobstateError
 from blobstate.gcpause import gc_paused
 from blobstate.ids import InvalidIdError, validate_uid
+from blobstate.lineage.changelog import Changelog, ChangeOp, ChangeRecord, PutBlock
 
 MAGIC = b"BSDELTA\n"
 """The first 8 bytes of every delta object."""
@@ -58,21 +58,7 @@ _BODY_COUNTS = struct.Struct("<QBBBB")
 _WIDTH_DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
 
 
-class ChangeOp(IntEnum):
-    """What one change record does to its column family."""
-
-    PUT = 1
-    """Set ``key`` to ``value``."""
-    DELETE = 2
-    """Delete ``key``; ``value`` is None."""
-    CLEAR = 3
-    """Delete every key of the column family; ``key`` is ``b""`` and ``value`` is None."""
-
-
 _OP_BY_CODE: tuple[ChangeOp | None, ...] = (None, ChangeOp.PUT, ChangeOp.DELETE, ChangeOp.CLEAR)
-
-ChangeRecord = tuple[ChangeOp, str, bytes, bytes | None]
-"""One change: ``(op, column_family, key, value)``."""
 
 
 class DeltaFormatError(BlobstateError, ValueError):
@@ -95,7 +81,7 @@ class Delta:
 
 # ---------------------------------------------------------------------------------------------- encoding
 def encode_delta(
-    records: Iterable[ChangeRecord],
+    records: Iterable[ChangeRecord] | Changelog,
     lineage: Sequence[str],
     *,
     compression_level: int = DEFAULT_COMPRESSION_LEVEL,
@@ -104,11 +90,17 @@ def encode_delta(
 
     ``lineage`` is the uids of versions v-1, v-2, ... back to and including the newest snapshot (empty
     for v = 1).
+    ``records`` is any iterable of change records, or a store's :class:`Changelog` (its bulk blocks are
+    packed as the columns they are).
     Raises :class:`~blobstate.ids.InvalidIdError` for a bad lineage uid, ``ValueError``/``TypeError``
     naming the record for a malformed record.
     """
     uids = [validate_uid(uid, f"lineage uid #{i}") for i, uid in enumerate(lineage)]
-    raw_body, count = _encode_body(records if isinstance(records, list | tuple) else list(records))
+    if isinstance(records, Changelog):
+        segments: Sequence[Sequence[ChangeRecord] | PutBlock] = records.segments()
+    else:
+        segments = [records if isinstance(records, list | tuple) else list(records)]
+    raw_body, count = _encode_body(segments)
     body, flags = raw_body, 0
     if raw_body:
         compressed = zstandard.ZstdCompressor(level=compression_level).compress(raw_body)
@@ -135,15 +127,55 @@ def _pack(values: np.ndarray, width: int) -> bytes:
     return values.astype(_WIDTH_DTYPES[width], copy=False).tobytes()
 
 
-def _encode_body(records: Sequence[ChangeRecord]) -> tuple[bytes, int]:
+@dataclass
+class _Columns:
+    """The record columns of one changelog segment (cf ids index the delta's column family table)."""
+
+    ops: np.ndarray
+    cf_ids: np.ndarray
+    key_lens: np.ndarray
+    key_data: bytes
+    value_lens: np.ndarray
+    value_data: bytes
+
+
+def _cf_id(table: dict[str, int], cf: object, record: int) -> int:
+    """``cf``'s index in the column family table, adding it on first sight (validated then)."""
+    index = table.get(cf)  # type: ignore[arg-type]
+    if index is None:
+        if not isinstance(cf, str) or not cf:
+            raise TypeError(f"change record #{record} has bad column family {cf!r}")
+        if len(cf.encode("utf-8")) > 0xFFFF:
+            raise ValueError(f"column family name {cf[:40]!r}... is longer than 65535 bytes")
+        index = table[cf] = len(table)
+    return index
+
+
+def _block_columns(block: PutBlock, first: int, table: dict[str, int]) -> _Columns:
+    """A bulk put block's columns; ``first`` is its first record's number (for errors)."""
+    n = len(block)
+    cf_id = _cf_id(table, block.cf, first)
+    positions = range(first, first + n)
+    key_data = _join(block.keys, "key", positions)
+    key_lens = np.fromiter(map(len, block.keys), dtype=np.int64, count=n)
+    value_data = _join(block.values, "value", positions)
+    value_lens = np.fromiter(map(len, block.values), dtype=np.int64, count=n)
+    if int(key_lens.sum()) != len(key_data):
+        raise TypeError("change record keys must be bytes")
+    if int(value_lens.sum()) != len(value_data):
+        raise TypeError("change record values must be bytes")
+    ops = np.full(n, int(ChangeOp.PUT), dtype=np.int64)
+    return _Columns(ops, np.full(n, cf_id, dtype=np.int64), key_lens, key_data, value_lens, value_data)
+
+
+def _record_columns(records: Sequence[ChangeRecord], first: int, table: dict[str, int]) -> _Columns:
+    """Single records' columns; ``first`` is the first one's record number (for errors)."""
     n = len(records)
-    if n == 0:
-        return _BODY_CFS.pack(0) + _BODY_COUNTS.pack(0, 0, 1, 1, 0), 0
     shapes = set(map(len, records))
     if shapes != {4}:
         bad = next(i for i, r in enumerate(records) if len(r) != 4)
         raise ValueError(
-            f"change record #{bad} has {len(records[bad])} fields: expected (op, cf, key, value)"
+            f"change record #{first + bad} has {len(records[bad])} fields: expected (op, cf, key, value)"
         )
     # One list per column: zip(*records) would build a million tuples and wake the cyclic GC.
     ops = [r[0] for r in records]
@@ -153,63 +185,81 @@ def _encode_body(records: Sequence[ChangeRecord]) -> tuple[bytes, int]:
 
     if not all(issubclass(t, int) and t is not bool for t in set(map(type, ops))):
         i = next(i for i, op in enumerate(ops) if not isinstance(op, int) or isinstance(op, bool))
-        raise TypeError(f"change record #{i} has bad op {ops[i]!r}: expected a ChangeOp")
+        raise TypeError(f"change record #{first + i} has bad op {ops[i]!r}: expected a ChangeOp")
     op_codes = np.fromiter(ops, dtype=np.int64, count=n)
     bad_ops = np.flatnonzero((op_codes < ChangeOp.PUT) | (op_codes > ChangeOp.CLEAR))
     if bad_ops.size:
         i = int(bad_ops[0])
-        raise ValueError(f"change record #{i} has bad op {ops[i]!r}: expected a ChangeOp")
+        raise ValueError(f"change record #{first + i} has bad op {ops[i]!r}: expected a ChangeOp")
 
-    table = list(dict.fromkeys(cfs))
-    cf_blobs = []
-    for cf in table:
-        if not isinstance(cf, str) or not cf:
-            raise TypeError(f"change record #{cfs.index(cf)} has bad column family {cf!r}")
-        encoded = cf.encode("utf-8")
-        if len(encoded) > 0xFFFF:
-            raise ValueError(f"column family name {cf[:40]!r}... is longer than 65535 bytes")
-        cf_blobs.append(_CF_NAME_LEN.pack(len(encoded)) + encoded)
-    cf_width, cf_column = 0, b""
-    if len(table) > 1:
-        cf_index = {cf: i for i, cf in enumerate(table)}
-        cf_width = _width(len(table) - 1)
-        cf_column = _pack(np.fromiter(map(cf_index.__getitem__, cfs), dtype=np.int64, count=n), cf_width)
+    for cf in dict.fromkeys(cfs):
+        _cf_id(table, cf, first + cfs.index(cf))
+    cf_ids = np.fromiter(map(table.__getitem__, cfs), dtype=np.int64, count=n)
 
-    key_data = _join(keys, "key")
+    key_data = _join(keys, "key", range(first, first + n))
     key_lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
     is_put = op_codes == ChangeOp.PUT
     if int(key_lens.sum()) != len(key_data):
         raise TypeError("change record keys must be bytes")
     bad_clear = np.flatnonzero((op_codes == ChangeOp.CLEAR) & (key_lens != 0))
     if bad_clear.size:
-        raise ValueError(f"change record #{int(bad_clear[0])} is a CLEAR with a non-empty key")
+        raise ValueError(f"change record #{first + int(bad_clear[0])} is a CLEAR with a non-empty key")
 
-    put_positions: list[int] | None = None
+    put_positions: list[int] = list(range(first, first + n))
     if is_put.all():
         put_values: Sequence[bytes | None] = values
     else:
-        put_positions = np.flatnonzero(is_put).tolist()
-        put_values = [values[i] for i in put_positions]
+        put_index = np.flatnonzero(is_put).tolist()
+        put_positions = [first + i for i in put_index]
+        put_values = [values[i] for i in put_index]
         other = np.flatnonzero(~is_put).tolist()
         other_values = [values[i] for i in other]
         if other_values.count(None) != len(other_values):
             i = next(i for i, v in zip(other, other_values, strict=True) if v is not None)
-            raise ValueError(f"change record #{i} is a {ChangeOp(int(op_codes[i])).name} with a value")
+            raise ValueError(
+                f"change record #{first + i} is a {ChangeOp(int(op_codes[i])).name} with a value"
+            )
     if None in put_values:
-        i = next(
-            i
-            for i, (op, v) in enumerate(zip(op_codes.tolist(), values, strict=True))
-            if op == 1 and v is None
-        )
-        raise ValueError(f"change record #{i} is a PUT with value None")
+        j = put_values.index(None)
+        raise ValueError(f"change record #{put_positions[j]} is a PUT with value None")
     value_data = _join(put_values, "value", put_positions)
     value_lens = np.fromiter(map(len, put_values), dtype=np.int64, count=len(put_values))
     if int(value_lens.sum()) != len(value_data):
         raise TypeError("change record values must be bytes")
+    return _Columns(op_codes, cf_ids, key_lens, key_data, value_lens, value_data)
 
+
+def _encode_body(segments: Sequence[Sequence[ChangeRecord] | PutBlock]) -> tuple[bytes, int]:
+    table: dict[str, int] = {}
+    parts: list[_Columns] = []
+    n = 0
+    for segment in segments:
+        if not len(segment):
+            continue
+        if isinstance(segment, PutBlock):
+            parts.append(_block_columns(segment, n, table))
+        else:
+            parts.append(_record_columns(segment, n, table))
+        n += len(segment)
+    if n == 0:
+        return _BODY_CFS.pack(0) + _BODY_COUNTS.pack(0, 0, 1, 1, 0), 0
+
+    def column(name: str) -> np.ndarray:
+        arrays = [getattr(part, name) for part in parts]
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+    op_codes, key_lens, value_lens = column("ops"), column("key_lens"), column("value_lens")
+    cf_blobs = []
+    for cf in table:
+        encoded = cf.encode("utf-8")
+        cf_blobs.append(_CF_NAME_LEN.pack(len(encoded)) + encoded)
+    cf_width, cf_column = 0, b""
+    if len(table) > 1:
+        cf_width = _width(len(table) - 1)
+        cf_column = _pack(column("cf_ids"), cf_width)
     key_width = _width(int(key_lens.max()))
     value_width = _width(int(value_lens.max())) if value_lens.size else 1
-    parts = [
+    body = [
         _BODY_CFS.pack(len(table)),
         *cf_blobs,
         _BODY_COUNTS.pack(n, cf_width, key_width, value_width, 0),
@@ -217,10 +267,10 @@ def _encode_body(records: Sequence[ChangeRecord]) -> tuple[bytes, int]:
         cf_column,
         _pack(key_lens, key_width),
         _pack(value_lens, value_width),
-        key_data,
-        value_data,
+        *(part.key_data for part in parts),
+        *(part.value_data for part in parts),
     ]
-    return b"".join(parts), n
+    return b"".join(body), n
 
 
 def _join(items: Sequence[object], what: str, positions: Sequence[int] | None = None) -> bytes:

@@ -148,8 +148,13 @@ class ValueColumns:
         dtype, row = self._dtype, self._row
         assert dtype is not None
         n = len(data)
-        present = np.fromiter((v is not None for v in data), dtype=bool, count=n)
-        values = [v for v in data if v is not None]
+        absent = data.count(None)
+        if absent:
+            present = np.fromiter((v is not None for v in data), dtype=bool, count=n)
+            values = [v for v in data if v is not None]
+        else:  # every key has a value: the common case of a steady stream
+            present = np.ones(n, dtype=bool)
+            values = data  # type: ignore[assignment]
         joined = b"".join(values)
         if len(joined) != len(values) * dtype.itemsize:
             return None  # a TTL value or an odd length: the per-row decoder reads (or refuses) it
@@ -171,8 +176,11 @@ class ValueColumns:
                 full = np.zeros(n, dtype=bool)
                 full[present] = field_null
                 null = null | full
-            full_values = np.zeros(n, dtype=raw.dtype.newbyteorder("="))
-            full_values[present] = raw
+            if absent:
+                full_values = np.zeros(n, dtype=raw.dtype.newbyteorder("="))
+                full_values[present] = raw
+            else:
+                full_values = raw.astype(raw.dtype.newbyteorder("="))
             array = pa.array(full_values, mask=null if null.any() else None)
             columns.append(array if array.type == field.type else array.cast(field.type, safe=False))
         return pa.table(columns, schema=self.arrow_schema)

@@ -9,8 +9,10 @@ its own writes. This is measurably faster than one RocksDB call per put (see ``b
 Range reads (``items``), ``clear``, ``flush``, ``checkpoint`` and ``close`` move the overlay first.
 
 Changelog. Every ``put``, ``delete`` and ``clear`` is also appended to the changelog as a change record
-``(op, column_family, key, value)`` (``ChangeOp`` from ``blobstate.lineage.delta``); ``take_changelog``
-hands the records over and starts a new changelog. ``apply`` replays records without capturing them.
+``(op, column_family, key, value)`` (``ChangeOp`` from ``blobstate.lineage.changelog``), and every
+``put_columns`` as one bulk block of those records (:class:`~blobstate.lineage.changelog.Changelog`);
+``take_changelog`` hands the records over and starts a new changelog. ``apply`` replays records without
+capturing them.
 
 Durability. RocksDB's write-ahead log is off. The source of truth is the committed deltas and snapshots in
 the blob store, not the working store: a working store is trusted only while its ``CHECKPOINT-ID`` file
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import repeat
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -47,11 +48,12 @@ from rocksdict import (
 
 from blobstate.errors import BlobstateError
 from blobstate.gcpause import gc_paused
-from blobstate.lineage.delta import ChangeOp, ChangeRecord
+from blobstate.lineage.changelog import Changelog, ChangeOp, ChangeRecord
 
 __all__ = [
     "ChangeOp",
     "ChangeRecord",
+    "Changelog",
     "NotAStoreError",
     "RocksStateStore",
     "StateStoreError",
@@ -198,9 +200,7 @@ class RocksStateStore:
         self._db: Rdict | None = db
         self._write_opt = _write_options()
         self._cfs: dict[str, _Family] = {}
-        self._changelog: list[ChangeRecord] = []
-        self._counted = 0
-        self._counted_bytes = 0
+        self._changelog = Changelog()
         self._pending = 0
         self.read_only = False
         """Opened with ``read_only``: nothing to flush on close, writes are refused by RocksDB."""
@@ -379,7 +379,7 @@ class RocksStateStore:
         overlay = family.overlay
         get = family.view.get
         if not overlay:
-            return [get(key) for key in keys]
+            return list(map(get, keys))
         values = [overlay.get(key, _MISSING) for key in keys]
         return [get(keys[i]) if value is _MISSING else value for i, value in enumerate(values)]
 
@@ -444,8 +444,8 @@ class RocksStateStore:
         with gc_paused():
             for key, value in zip(keys, values, strict=True):
                 put(key, value)
-            self._changelog.extend(zip(repeat(_PUT), repeat(cf), keys, values))
         self._write(batch, "write failed")
+        self._changelog.add_puts(cf, list(keys), list(values))
 
     def delete(self, cf: str, key: bytes) -> None:
         """Delete ``key`` from ``cf`` (absent keys are fine) and capture the change."""
@@ -512,29 +512,16 @@ class RocksStateStore:
 
     # ------------------------------------------------------------------ changelog and replay
 
-    def take_changelog(self) -> list[ChangeRecord]:
+    def take_changelog(self) -> Changelog:
         """The change records captured since the last take (every put, delete, clear, in order); resets."""
         records = self._changelog
-        self._changelog = []
-        self._counted = 0
-        self._counted_bytes = 0
+        self._changelog = Changelog()
         return records
 
     @property
     def changelog_bytes(self) -> int:
         """Size of the captured changelog: the sum of len(cf) + len(key) + len(value) over its records."""
-        records = self._changelog
-        start = self._counted
-        if start < len(records):
-            total = self._counted_bytes
-            for i in range(start, len(records)):
-                _, cf, key, value = records[i]
-                total += len(cf) + len(key)
-                if value is not None:
-                    total += len(value)
-            self._counted = len(records)
-            self._counted_bytes = total
-        return self._counted_bytes
+        return self._changelog.nbytes
 
     def apply(self, records: Iterable[ChangeRecord]) -> int:
         """Replay change records in order, in write batches, without capturing them; returns the count.
