@@ -26,12 +26,17 @@ Spark's queries use the RocksDB state store provider, changelog checkpointing an
 version 2, and write to the ``noop`` sink; blobstate's sink writes each batch's output DataFrame to
 the ``noop`` sink too. Per implementation: the median batch latency (``durationMs.triggerExecution``
 of the query's progress; for blobstate its ``BatchReport.seconds``, its trigger time is given too),
-steady-state events/s (the first batch is warm-up; ``events_per_s`` over those latencies,
-``events_per_s_trigger`` over trigger times, ``events_per_s_wall`` over the wall-clock time from the
-end of the warm-up batch to the end of the last, everything included) and events per CPU-second, where
-CPU is that of the
-whole process tree (driver, JVM, Python workers): the own user+system time of every process in it,
-sampled from /proc every 0.25 s by this process and read off at each batch's end.
+steady-state events/s (the first ``--warmup`` batches, default 1, are warm-up; ``events_per_s`` over
+the others' latencies, ``events_per_s_trigger`` over trigger times, ``events_per_s_wall`` over the
+wall-clock time from the end of the warm-up to the end of the last batch, everything included) and
+events per CPU-second, where CPU is that of the whole process tree (driver, JVM, Python workers): the
+own user+system time of every process in it, sampled from /proc every 0.25 s by this process and read
+off at each batch's end. ``cpu_seconds_per_batch_by_kind`` splits it per steady batch into the JVM, the
+driver's Python process and the Python workers (PySpark's daemon and its workers).
+
+The JVM's JIT compiler threads keep compiling for ten or more batches of a fresh JVM (on this workload
+they took about half the JVM's CPU in batches 2-6 and a quarter from batch 9 on, in every
+implementation); ``--warmup`` leaves them out of the measured batches as far as it goes.
 ``getrusage(RUSAGE_CHILDREN)`` is reported too but undercounts: PySpark's daemon ignores SIGCHLD, so
 its Python workers' time is never accounted to a parent. This process is a child subreaper, so
 descendants orphaned on exit stay in the tree it samples. Then restart-to-first-batch: a new
@@ -44,7 +49,7 @@ The machine is shared: ``machine`` gives the load average, a fixed pure-Python l
 meanwhile. Events per CPU-second is the figure that holds up under load.
 
     .venv/bin/python bench/spark_vs_native.py [--keys 100000] [--events 20000] [--batches 4]
-        [--partitions 2] [--only blobstate,tws,apply,native] [--no-restart] [--large]
+        [--warmup 1] [--partitions 2] [--only blobstate,tws,apply,native] [--no-restart] [--large]
         [--timeout SECONDS] [--timeout-restart SECONDS] [--workdir DIR (kept)] [--keep]
 
 ``--large``: 1,000,000 keys, 200,000-event batches, 6 batches (unless given), blobstate beside the
@@ -624,12 +629,15 @@ def run_worker(spec: dict[str, Any], directory: Path, timeout: float) -> dict[st
     return result
 
 
-def summarize_run(run: dict[str, Any], impl: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Steady-state figures of a run (every batch but the first) and a check of the output row counts."""
-    batches = run.get("batches") or []
-    steady = batches[1:]
+def summarize_run(run: dict[str, Any], impl: str, data: dict[str, Any], warmup: int = 1) -> dict[str, Any]:
+    """Steady-state figures of a run (every batch after the first ``warmup``) and a check of the output
+    row counts."""
+    all_batches = run.get("batches") or []
+    steady = all_batches[warmup:]
     if not steady:
-        return {"error": "fewer than two batches completed"}
+        return {"error": f"no batch completed after the {warmup} warm-up batch(es)"}
+    # the reference point: the end of the last warm-up batch
+    batches = all_batches[warmup - 1 :]
 
     def latency(entry: dict[str, Any]) -> float:
         if is_blobstate(impl) and "blobstate" in entry:
@@ -646,8 +654,8 @@ def summarize_run(run: dict[str, Any], impl: str, data: dict[str, Any]) -> dict[
         "events_per_s": round(events / sum(latencies)),
         "median_trigger_seconds": round(statistics.median(triggers), 3),
         "events_per_s_trigger": round(events / sum(triggers)),
-        "warmup_batch_seconds": round(latency(batches[0]), 3),
-        "output_rows_match_distinct_keys": output_rows_ok(batches, data),
+        "warmup_batch_seconds": round(latency(all_batches[0]), 3),
+        "output_rows_match_distinct_keys": output_rows_ok(all_batches, data),
     }
     if "tree_cpu_seconds" in batches[0] and "tree_cpu_seconds" in steady[-1]:
         cpu = steady[-1]["tree_cpu_seconds"] - batches[0]["tree_cpu_seconds"]
@@ -731,7 +739,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keys", type=int, default=None, help="default 100000 (1000000 with --large)")
     parser.add_argument("--events", type=int, default=None, help="default 20000 (200000 with --large)")
     parser.add_argument(
-        "--batches", type=int, default=None, help="default 4 (6 with --large); first is warm-up"
+        "--batches", type=int, default=None, help="default 4 (6 with --large), warm-up included"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="batches not measured (default 1): the JVM's JIT compiles for several batches",
     )
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(IMPLEMENTATIONS)}")
@@ -753,8 +767,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [n for n in names if n not in IMPLEMENTATIONS]
     if unknown:
         parser.error(f"unknown implementation(s) {unknown}; choose from {IMPLEMENTATIONS}")
-    if args.batches < 2:
-        parser.error("--batches must be at least 2 (the first is warm-up)")
+    if args.warmup < 1 or args.batches <= args.warmup:
+        parser.error("--warmup must be at least 1 and --batches more than --warmup")
     args.implementations = names
     args.timeout = args.timeout or 300 + 300 * args.batches
     args.restart_timeout = args.timeout_restart or 900
@@ -797,7 +811,7 @@ def run_implementation(
     run = run_worker(spec, base / "run", args.timeout)
     entry: dict[str, Any] = {"status": run.get("status"), "run": run}
     if run.get("status") == "ok":
-        entry["summary"] = summarize_run(run, impl, data)
+        entry["summary"] = summarize_run(run, impl, data, args.warmup)
         entry["checkpoint_bytes"] = du_bytes(base / "checkpoint")
     log(f"{impl}: {entry['status']} {entry.get('summary') or run.get('error')}")
     if args.no_restart or run.get("status") != "ok":
@@ -835,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
             "keys": args.keys,
             "events_per_batch": args.events,
             "batches": args.batches,
-            "warmup_batches": 1,
+            "warmup_batches": args.warmup,
             "partitions": args.partitions,
             "master": "local[2]",
             "implementations": args.implementations,
