@@ -25,6 +25,7 @@ from lineage_harness import (
     QUERY_ID,
     Driver,
     FaultyStore,
+    GatedStore,
     apply_model,
     dump,
     open_p,
@@ -35,6 +36,7 @@ from blobstate.ids import CheckpointId
 from blobstate.layout import LocalPartitionLayout, delta_name
 from blobstate.lineage.commitlog import CommitLog
 from blobstate.standby.replica import (
+    STEPWISE_MAX_LAG,
     SYNC_BUSY,
     SYNC_CURRENT,
     SYNC_PARTIAL,
@@ -48,6 +50,7 @@ from blobstate.standby.replica import (
 from blobstate.state.history import CommitCache, PartitionHistory
 from blobstate.state.locking import PartitionLock
 from blobstate.state.store import RocksStateStore
+from blobstate.state.uploads import wait_for_uploads
 
 Model = dict[tuple[str, bytes], bytes]
 
@@ -55,11 +58,19 @@ Model = dict[tuple[str, bytes], bytes]
 class History:
     """Commits random writes to partition 0 from the active host; keeps the model of each version."""
 
-    def __init__(self, store: BlobStore, active_dir: Path, snapshot_every: int = 3, seed: int = 5) -> None:
+    def __init__(
+        self,
+        store: BlobStore,
+        active_dir: Path,
+        snapshot_every: int = 3,
+        seed: int = 5,
+        snapshot_upload: str = "inline",
+    ) -> None:
         self.store = store
         self.active_dir = active_dir
         self.driver = Driver(store)
         self.snapshot_every = snapshot_every
+        self.snapshot_upload = snapshot_upload
         self.rng = random.Random(seed)
         self.models: dict[int, Model] = {0: {}}
         self.version = 0
@@ -67,7 +78,11 @@ class History:
     def commit(self, writes: int = 30) -> CheckpointId:
         model = dict(self.models[self.version])
         with open_p(
-            self.store, self.active_dir, self.driver.committed(), snapshot_every=self.snapshot_every
+            self.store,
+            self.active_dir,
+            self.driver.committed(),
+            snapshot_every=self.snapshot_every,
+            snapshot_upload=self.snapshot_upload,
         ) as state:
             ops: list[tuple] = []
             for _ in range(writes):
@@ -255,6 +270,38 @@ def test_a_replica_behind_deltas_that_retention_removed_loads_from_the_snapshot(
     with open_p(store, standby_host, committed) as state:
         assert dump(state) == h.models[committed.version]
         assert state.load_report.base_kind == "snapshot"
+
+
+def test_a_replica_far_behind_restores_late_named_snapshots_never_one_still_uploading(
+    store: BlobStore, tmp_path: Path
+) -> None:
+    """With background uploads every snapshot is named by a later commit. A replica catching up in one
+    step restores the newest named one and the deltas after it; one still uploading is not used."""
+    gated = GatedStore(store)
+    h = History(gated, tmp_path / "host-a", snapshot_every=3, snapshot_upload="background")
+    standby_host = tmp_path / "host-b"
+    for _ in range(STEPWISE_MAX_LAG + 3):
+        h.commit()
+        assert wait_for_uploads(60)
+    gated.gate.clear()
+    while not gated.blocked.is_set():  # commit until a due snapshot's upload is held at the gate
+        h.commit()
+    in_flight = h.driver.committed()
+    assert in_flight is not None
+    h.commit()  # its upload is in flight, so this commit names no snapshot
+    commits = [h.driver.log.read_commit(v).objects_of(OP, 0) for v in range(1, h.version + 1)]
+    assert all(c.snapshot is None for c in commits), "background uploads are never a commit's own"
+    named = [c.late_snapshot.checkpoint_name for c in commits if c.late_snapshot is not None]
+    assert len(named) >= 4 and in_flight.name not in named
+
+    target = h.driver.committed()
+    assert target is not None and target.version > STEPWISE_MAX_LAG
+    report = sync_replica(store, layout(standby_host), target, history_of(store))
+    assert report.outcome == SYNC_SYNCED and report.version == target.version, report
+    assert report.snapshot_bytes > 0 and report.deltas_applied >= 2, report  # a named snapshot + deltas
+    assert replica_contents(standby_host) == h.models[target.version]
+    gated.gate.set()
+    assert wait_for_uploads(60)
 
 
 def test_a_replica_behind_the_retained_versions_syncs_to_the_target(store: BlobStore, tmp_path: Path) -> None:

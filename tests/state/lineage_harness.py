@@ -135,6 +135,28 @@ class FaultyStore(BlobStore):
         return self.inner.expire(now)
 
 
+class GatedStore(FaultyStore):
+    """A real store whose snapshot uploads (blob puts) wait until :attr:`gate` is set."""
+
+    def __init__(self, inner: BlobStore) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.blocked = threading.Event()
+
+    def _put_bytes(self, name: str, data: bytes | memoryview, ttl: float | None) -> None:
+        if name.startswith("blobs/"):
+            self.blocked.set()
+            assert self.gate.wait(60), "the test never opened the gate"
+        super()._put_bytes(name, data, ttl)
+
+    def _put_file(self, name: str, path: Path, ttl: float | None) -> None:
+        if name.startswith("blobs/"):
+            self.blocked.set()
+            assert self.gate.wait(60), "the test never opened the gate"
+        super()._put_file(name, path, ttl)
+
+
 def forget_process_memory() -> None:
     """What a process restart loses: the caches and memos of this module's process."""
     LINEAGE_CACHE.clear()

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from lineage_harness import (
     OP,
     Driver,
     FaultyStore,
+    GatedStore,
     dump,
     forget_process_memory,
     on_tmpfs,
@@ -50,28 +50,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "local":
         return str(tmp_path / "bucket")
     return request.getfixturevalue("s3_url")
-
-
-class GatedStore(FaultyStore):
-    """A real store whose snapshot uploads (blob puts) wait until :attr:`gate` is set."""
-
-    def __init__(self, inner: BlobStore) -> None:
-        super().__init__(inner)
-        self.gate = threading.Event()
-        self.gate.set()
-        self.blocked = threading.Event()
-
-    def _put_bytes(self, name: str, data: bytes | memoryview, ttl: float | None) -> None:
-        if name.startswith("blobs/"):
-            self.blocked.set()
-            assert self.gate.wait(60), "the test never opened the gate"
-        super()._put_bytes(name, data, ttl)
-
-    def _put_file(self, name: str, path: Path, ttl: float | None) -> None:
-        if name.startswith("blobs/"):
-            self.blocked.set()
-            assert self.gate.wait(60), "the test never opened the gate"
-        super()._put_file(name, path, ttl)
 
 
 class Query:
