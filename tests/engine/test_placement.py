@@ -32,6 +32,7 @@ from blobstate.engine.placement import (
     PlacementHelper,
     build_jar,
     location_string,
+    wait_for_hosts,
 )
 
 CLUSTER_RUNS = 5
@@ -241,3 +242,33 @@ def _cluster_main() -> None:
 
 if __name__ == "__main__":
     _cluster_main()
+
+
+def test_a_restarted_driver_waits_for_the_recorded_hosts_then_plans_with_what_is_alive() -> None:
+    """``wait_for_hosts`` returns as soon as every recorded host has an executor, and at the deadline
+    with the executors alive then (a host that never comes is planned without)."""
+    a, b = ExecutorIdentity("1", "host-a"), ExecutorIdentity("2", "host-b")
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    def registering(times: dict[ExecutorIdentity, float]):  # each executor registers at its time
+        return lambda: [e for e, t in times.items() if now[0] >= t]
+
+    assert wait_for_hosts(
+        ["host-a", "host-b"], registering({a: 0, b: 3}), 10, clock=lambda: now[0], sleep=sleep
+    ) == [
+        a,
+        b,
+    ]
+    assert 3 <= now[0] < 3.5
+    now[0] = 0.0
+    alive = wait_for_hosts(["host-a", "host-b"], registering({a: 1}), 10, clock=lambda: now[0], sleep=sleep)
+    assert alive == [a] and 10 <= now[0] < 10.5
+    now[0] = 0.0
+    assert wait_for_hosts(["host-b"], registering({a: 0, b: 0}), 10, clock=lambda: now[0], sleep=sleep) == [
+        a,
+        b,
+    ]
+    assert now[0] == 0.0  # nothing to wait for

@@ -97,6 +97,10 @@ class QueryConfig:
     """Partitions being moved onto a new executor at once (each first warmed up as a replica there)."""
     acceptable_recovery_lag: int = 1
     """A warmed-up replica takes its partition over once it is at most this many versions behind."""
+    restart_executor_wait_seconds: float = 10.0
+    """A restarted query's first batch waits up to this long for executors on the hosts where the last
+    commit ran its partitions (a new application's executors register some seconds after it starts);
+    partitions whose host has none by then move as if it were lost. 0: plan with the executors alive."""
     placement: bool = True
     """Give each partition's task a preferred executor (the JVM helper); off means Spark's default."""
     trigger_interval: str | None = None
@@ -219,6 +223,11 @@ class QueryConfig:
         if self.inline_output_bytes < 0:
             raise QueryConfigError(
                 f"inline_output_bytes must not be negative, not {self.inline_output_bytes}"
+            )
+        if self.restart_executor_wait_seconds < 0:
+            raise QueryConfigError(
+                "restart_executor_wait_seconds must not be negative, not"
+                f" {self.restart_executor_wait_seconds!r}"
             )
         if self.standby_sync_seconds <= 0:
             raise QueryConfigError(

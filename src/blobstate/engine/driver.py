@@ -25,6 +25,7 @@ from blobstate.engine.outputs import (
     is_attempt_mismatch,
     run_stage,
 )
+from blobstate.engine.placement import wait_for_hosts
 from blobstate.engine.replay import SourceProgress, check_batch
 from blobstate.engine.sinks import WriterSink
 from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
@@ -633,8 +634,22 @@ class BatchDriver:
         """This batch's assignment: actives, standbys and warm-ups over the executors alive now."""
         if self.placement_helper is None:
             return None
-        alive = self.placement_helper.executors()
         before = self.assignment or parse_placement((previous.placement or {}) if previous else {})
+        if not self.assignment and before:  # a restarted driver: wait for the recorded actives' hosts
+            hosts = {a.active.host for a in before.values()}
+            alive = wait_for_hosts(
+                hosts, self.placement_helper.executors, self.config.restart_executor_wait_seconds
+            )
+            missing = sorted(hosts - {e.host for e in alive})
+            if missing:
+                log.warning(
+                    "no executor on host(s) %s after %.0f s (restart_executor_wait_seconds): their"
+                    " partitions move",
+                    ", ".join(missing),
+                    self.config.restart_executor_wait_seconds,
+                )
+        else:
+            alive = self.placement_helper.executors()
         if not self.assignment and previous is not None and self.syncer is not None:
             # A restarted driver: the replica versions the last commit recorded.
             self.syncer.seed_versions(replica_versions_of(previous.placement or {}))

@@ -26,8 +26,9 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -326,6 +327,29 @@ class PlacementHelper:
         if not isinstance(found, JavaClass):
             raise PlacementUnavailableError(f"{HELPER_CLASS} is not visible after loading {self._jar}")
         return found
+
+
+def wait_for_hosts(
+    hosts: Collection[str],
+    executors: Callable[[], list[ExecutorIdentity]],
+    timeout_seconds: float,
+    *,
+    poll_seconds: float = 0.25,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[ExecutorIdentity]:
+    """The executors alive once one runs on each of ``hosts``, or when ``timeout_seconds`` have passed.
+
+    A restarted driver's executors register some seconds after the application starts; planning before
+    those on the hosts the last commit placed its partitions would move the partitions away from their
+    working stores for nothing. ``executors`` lists the executors alive now.
+    """
+    alive = executors()
+    deadline = clock() + timeout_seconds
+    while not set(hosts) <= {e.host for e in alive} and clock() < deadline:
+        sleep(poll_seconds)
+        alive = executors()
+    return alive
 
 
 def _is_classic(spark: SparkSession) -> bool:
