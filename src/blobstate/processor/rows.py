@@ -110,6 +110,8 @@ class RowOutputCollector:
         self._name_set = frozenset(self._names)
         self._not_null = [i for i, f in enumerate(self.schema.fields) if not f.nullable]
         self._nested_not_null = [i for i, f in enumerate(arrow_schema) if has_nested_not_null(f.type)]
+        # Only nested values (structs, arrays, maps) may hold Rows that must become dicts.
+        self._flat = not any(pa.types.is_nested(f.type) for f in arrow_schema)
         self._pending: list[dict[str, Any]] = []
         self._keys: list[Any] = []  # the grouping key of each pending row
         self._sources = OutputOrigins()  # the handler of each pending row (it changes rarely)
@@ -126,7 +128,7 @@ class RowOutputCollector:
                 f" yield pyspark.sql.Row objects with the output fields ({schema_text(self.schema)})"
             )
         try:
-            values = as_dict(True)
+            values = dict(zip(row.__fields__, row, strict=False)) if self._flat else as_dict(True)
         except Exception:  # a Row of values without field names
             raise OutputSchemaError(
                 f"{yielded_by(source, key)} yielded {show(row)} without field names; build it as"
