@@ -107,10 +107,16 @@ class Changelog:
         self._bytes += block.nbytes
         self._length += len(keys)
 
+    def _count_tail(self) -> None:
+        """Add the tail's records not counted yet to the byte count."""
+        tail = self._tail
+        if tail is not None and self._tail_counted < len(tail):
+            self._bytes += _records_nbytes(tail, self._tail_counted)
+            self._tail_counted = len(tail)
+
     def _close_tail(self) -> None:
-        if self._tail is not None:
-            self._bytes += _records_nbytes(self._tail, self._tail_counted)
-            self._tail = None
+        self._count_tail()
+        self._tail = None
 
     def segments(self) -> list[Segment]:
         """The segments in write order (the object's own lists: do not modify them)."""
@@ -119,10 +125,7 @@ class Changelog:
     @property
     def nbytes(self) -> int:
         """The sum of ``len(cf) + len(key) + len(value)`` over every record (counted once per record)."""
-        tail = self._tail
-        if tail is not None and self._tail_counted < len(tail):
-            self._bytes += _records_nbytes(tail, self._tail_counted)
-            self._tail_counted = len(tail)
+        self._count_tail()
         return self._bytes
 
     def __len__(self) -> int:

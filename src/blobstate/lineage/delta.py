@@ -156,14 +156,8 @@ def _block_columns(block: PutBlock, first: int, table: dict[str, int]) -> _Colum
     n = len(block)
     cf_id = _cf_id(table, block.cf, first)
     positions = range(first, first + n)
-    key_data = _join(block.keys, "key", positions)
-    key_lens = np.fromiter(map(len, block.keys), dtype=np.int64, count=n)
-    value_data = _join(block.values, "value", positions)
-    value_lens = np.fromiter(map(len, block.values), dtype=np.int64, count=n)
-    if int(key_lens.sum()) != len(key_data):
-        raise TypeError("change record keys must be bytes")
-    if int(value_lens.sum()) != len(value_data):
-        raise TypeError("change record values must be bytes")
+    key_data, key_lens = _bytes_column(block.keys, "key", positions)
+    value_data, value_lens = _bytes_column(block.values, "value", positions)
     ops = np.full(n, int(ChangeOp.PUT), dtype=np.int64)
     return _Columns(ops, np.full(n, cf_id, dtype=np.int64), key_lens, key_data, value_lens, value_data)
 
@@ -196,11 +190,8 @@ def _record_columns(records: Sequence[ChangeRecord], first: int, table: dict[str
         _cf_id(table, cf, first + cfs.index(cf))
     cf_ids = np.fromiter(map(table.__getitem__, cfs), dtype=np.int64, count=n)
 
-    key_data = _join(keys, "key", range(first, first + n))
-    key_lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    key_data, key_lens = _bytes_column(keys, "key", range(first, first + n))
     is_put = op_codes == ChangeOp.PUT
-    if int(key_lens.sum()) != len(key_data):
-        raise TypeError("change record keys must be bytes")
     bad_clear = np.flatnonzero((op_codes == ChangeOp.CLEAR) & (key_lens != 0))
     if bad_clear.size:
         raise ValueError(f"change record #{first + int(bad_clear[0])} is a CLEAR with a non-empty key")
@@ -222,10 +213,7 @@ def _record_columns(records: Sequence[ChangeRecord], first: int, table: dict[str
     if None in put_values:
         j = put_values.index(None)
         raise ValueError(f"change record #{put_positions[j]} is a PUT with value None")
-    value_data = _join(put_values, "value", put_positions)
-    value_lens = np.fromiter(map(len, put_values), dtype=np.int64, count=len(put_values))
-    if int(value_lens.sum()) != len(value_data):
-        raise TypeError("change record values must be bytes")
+    value_data, value_lens = _bytes_column(put_values, "value", put_positions)
     return _Columns(op_codes, cf_ids, key_lens, key_data, value_lens, value_data)
 
 
@@ -271,6 +259,16 @@ def _encode_body(segments: Sequence[Sequence[ChangeRecord] | PutBlock]) -> tuple
         *(part.value_data for part in parts),
     ]
     return b"".join(body), n
+
+
+def _bytes_column(items: Sequence[object], what: str, positions: Sequence[int]) -> tuple[bytes, np.ndarray]:
+    """``items`` (keys or values) concatenated, and their lengths; ``positions[i]`` is the record number
+    of ``items[i]`` (for errors)."""
+    data = _join(items, what, positions)
+    lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))  # type: ignore[arg-type]
+    if int(lens.sum()) != len(data):
+        raise TypeError(f"change record {what}s must be bytes")
+    return data, lens
 
 
 def _join(items: Sequence[object], what: str, positions: Sequence[int] | None = None) -> bytes:
