@@ -197,3 +197,20 @@ def test_snapshot_upload_defaults_to_background_and_is_checked() -> None:
     assert QueryConfig.build({"spark.blobstate.snapshot_upload": "inline"}, {}).snapshot_upload == "inline"
     with pytest.raises(ValueError, match=r"snapshot_upload must be 'inline' or 'background', not 'later'"):
         QueryConfig.build({}, {"snapshot_upload": "later"})
+
+
+@pytest.mark.spark
+def test_the_partition_count_defaults_as_spark_chooses_it(spark: Any, tmp_path: Any) -> None:
+    from blobstate.blobstore import open_blob_store
+    from blobstate.engine.query import default_num_partitions
+    from blobstate.lineage.commitlog import CommitLog, QueryMetadata
+
+    store = open_blob_store(str(tmp_path / "ckpt"))
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        spark.conf.set("spark.sql.shuffle.partitions", "7")
+        assert default_num_partitions(store, spark) == 7  # a new checkpoint: the session's shuffle count
+        CommitLog(store).write_metadata(QueryMetadata.new(3, {"0": {"key_columns": ["k"]}}))
+        assert default_num_partitions(CommitLog(store).store, spark) == 3  # an existing one keeps its own
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)

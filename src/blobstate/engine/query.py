@@ -75,7 +75,7 @@ def transform_with_state(
     output_schema: StructType | str,
     checkpoint: str,
     sink: Sink,
-    num_partitions: int,
+    num_partitions: int | None = None,
     on_batch: Any = None,
     initial_state: Any = None,
     initial_state_key: str | Sequence[str] | None = None,
@@ -90,7 +90,9 @@ def transform_with_state(
     the one location of the query's state (a path, ``file://``, or ``s3://``; Spark's offsets go to
     ``<checkpoint>/_spark``); ``sink(batch_df, batch_id)`` receives each batch's output, as
     ``foreachBatch`` would, and must be idempotent per batch id for end-to-end exactly-once;
-    ``num_partitions`` the number of state partitions, fixed for the life of the checkpoint.
+    ``num_partitions`` the number of state partitions, fixed for the life of the checkpoint; by default,
+    as with Spark's own stateful operators, a new checkpoint takes ``spark.sql.shuffle.partitions`` and
+    an existing one keeps the count it recorded.
     ``api="row"`` runs a processor written for Spark's row-based ``transformWithState`` (Rows in and
     out) instead of one for ``transformWithStateInPandas`` (the default, ``api="pandas"``);
     ``api="arrow"`` runs a :class:`blobstate.ArrowStatefulProcessor` (vectorized: one call per
@@ -112,7 +114,9 @@ def transform_with_state(
     """
     if not df.isStreaming:
         raise ValueError("transform_with_state needs a streaming DataFrame (spark.readStream...)")
-    if not isinstance(num_partitions, int) or num_partitions < 1:
+    if num_partitions is not None and (
+        not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1
+    ):
         raise ValueError(f"num_partitions must be a positive integer, not {num_partitions!r}")
     spark = df.sparkSession
     config = QueryConfig.build(spark_blobstate_conf(spark), options, input_watermark(df))
@@ -140,6 +144,8 @@ def transform_with_state(
 
     combined, adjunct_specs = with_side_streams(df, key_columns, list(adjuncts))
     store = open_blob_store(store_url)
+    if num_partitions is None:
+        num_partitions = default_num_partitions(store, spark)
     key_schema = df.select(*[f"`{k}`" for k in key_columns]).schema.jsonValue()
     metadata = _ensure_metadata(store, num_partitions, config, key_columns, adjunct_specs, key_schema)
     from blobstate.engine.placement import PlacementHelper, PlacementUnavailableError
@@ -276,6 +282,19 @@ def _validate_processor(processor: Any, config: QueryConfig) -> None:
             raise TypeError(
                 f"processor must be a blobstate.StatefulProcessor instance, not {type(processor).__name__}"
             )
+
+
+def default_num_partitions(store: Any, spark: Any) -> int:
+    """The partition count of a query that names none, as Spark's stateful operators choose it: the
+    count an existing checkpoint recorded, else the session's ``spark.sql.shuffle.partitions``."""
+    from blobstate.blobstore import BlobNotFoundError
+    from blobstate.lineage.commitlog import CommitLog
+
+    try:
+        return CommitLog(store).read_metadata().num_partitions
+    except BlobNotFoundError:
+        pass
+    return int(spark.conf.get("spark.sql.shuffle.partitions", "200"))  # Spark checks it is positive
 
 
 def _ensure_metadata(
