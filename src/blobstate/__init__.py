@@ -33,6 +33,9 @@ _EXPORTS = {
     "Adjunct": "blobstate.adjunct",
     "read_state": "blobstate.reader",
     "register_reader": "blobstate.reader",
+    "BlobstateError": "blobstate.errors",
+    "BlobstateQueryError": "blobstate.engine.handle",
+    "ProcessorQueryError": "blobstate.engine.handle",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

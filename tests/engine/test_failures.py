@@ -388,7 +388,10 @@ def test_a_commit_by_another_driver_stops_the_query(spark: Any, tmp_path: Path) 
         query.processAllAvailable()
     query.stop()
     message = str(raised.value)
-    assert "CommitConflictError" in message and "another driver owns the query" in message
+    # the cause on the first line, as for a processor's failure, not Spark's foreachBatch wrapper
+    assert isinstance(raised.value, blobstate.BlobstateQueryError)
+    first = message.splitlines()[0]
+    assert first.startswith("CommitConflictError: ") and "another driver owns the query" in first, first
     assert "'other-driver'" in message
     log = CommitLog(store)
     assert log.versions() == [1, 2] and log.read_commit(2).writer == "other-driver"  # not overwritten

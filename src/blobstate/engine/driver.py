@@ -211,8 +211,9 @@ class BatchDriver:
     """Spark's own checkpoint location (offsets, commits): read to tell replays from a reset."""
     on_batch: Callable[[BatchReport], None] | None = None
     reports: list[BatchReport] = field(default_factory=list)
-    failure: BatchError | None = None
-    """Why the processing stage of the last batch failed, when the processor raised (else None)."""
+    failure: BlobstateError | None = None
+    """Why the last batch failed, when blobstate knows (the processor or the sink raised, or a blobstate
+    check refused to go on), else None: the query's handle raises it first."""
     post_commit_steps: list[tuple[str, PostCommitStep]] = field(default_factory=list)
     """What runs after each commit, in order (default: cleanup; standby sync comes next)."""
     _post_commit_thread: threading.Thread | None = None
@@ -257,9 +258,17 @@ class BatchDriver:
 
     # ------------------------------------------------------------------ one batch
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        """The ``foreachBatch`` function."""
-        version = batch_id + 1
+        """The ``foreachBatch`` function; a blobstate failure is kept for the query's handle to raise."""
         self.failure = None
+        try:
+            self._run_batch(batch_df, batch_id)
+        except BlobstateError as error:
+            if self.failure is None:
+                self.failure = error
+            raise
+
+    def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
+        version = batch_id + 1
         source = self._source(batch_id)
         if self.commit_log.commit_exists(version):
             committed = self.commit_log.read_commit(version)

@@ -1,10 +1,12 @@
 """The ``StreamingQuery`` that :func:`blobstate.transform_with_state` returns.
 
 It is Spark's own query object (same JVM query, same methods). The one difference: when a batch failed
-because the processor raised, ``awaitTermination`` and ``processAllAvailable`` raise
-:class:`ProcessorQueryError`, a ``StreamingQueryException`` whose first line is the processor's own
-exception with its handler, grouping key, partition and batch, not Spark's foreachBatch wrapper around
-pages of worker traceback. The original exception is its ``__cause__``.
+for a reason blobstate knows, ``awaitTermination`` and ``processAllAvailable`` raise
+:class:`BlobstateQueryError`, a ``StreamingQueryException`` whose first line is the cause, not Spark's
+foreachBatch wrapper around pages of traceback: for :class:`ProcessorQueryError` the processor's own
+exception with its handler, grouping key, partition and batch; otherwise the blobstate error (a commit
+by another driver, a checkpoint that does not match Spark's, a bad side row, ...) by class and message.
+Spark's exception is its ``__cause__``.
 """
 
 from __future__ import annotations
@@ -14,14 +16,20 @@ from typing import Any
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
+from blobstate.engine.driver import ProcessorFailedError, SinkFailedError
 from blobstate.errors import BlobstateError
 
 
-class ProcessorQueryError(BlobstateError, StreamingQueryException):
-    """The query stopped because the processor raised; the message starts with what it raised."""
+class BlobstateQueryError(BlobstateError, StreamingQueryException):
+    """The query stopped because of a failure blobstate knows; the message starts with the cause."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message=message)
+
+
+class ProcessorQueryError(BlobstateQueryError):
+    """The query stopped because the processor (or the sink) raised; the message starts with what it
+    raised."""
 
 
 class BlobstateStreamingQuery(StreamingQuery):
@@ -59,9 +67,12 @@ class BlobstateStreamingQuery(StreamingQuery):
 
     def _surfaced(self, error: StreamingQueryException) -> StreamingQueryException:
         failure = getattr(self.blobstate_driver, "failure", None)
-        if failure is None or isinstance(error, ProcessorQueryError):
+        if failure is None or isinstance(error, BlobstateQueryError):
             return error
-        return ProcessorQueryError(f"{failure}\n(the query stopped: {str(error).splitlines()[0]})")
+        stopped = f"(the query stopped: {str(error).splitlines()[0]})"
+        if isinstance(failure, ProcessorFailedError | SinkFailedError):
+            return ProcessorQueryError(f"{failure}\n{stopped}")
+        return BlobstateQueryError(f"{type(failure).__name__}: {failure}\n{stopped}")
 
 
-__all__ = ["BlobstateStreamingQuery", "ProcessorQueryError"]
+__all__ = ["BlobstateQueryError", "BlobstateStreamingQuery", "ProcessorQueryError"]
