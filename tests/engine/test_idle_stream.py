@@ -139,3 +139,22 @@ def test_an_idle_period_closes_sessions_as_spark_does(spark: Any, tmp_path: Path
     reports = blobstate.batch_reports(blobstate_query)
     closing = [r for r in reports if r.input_rows == 0 and r.output_rows > 0]
     assert closing, "no batch without input emitted the closed sessions"
+
+
+def test_await_input_drained_returns_while_no_data_batches_keep_running(spark: Any, tmp_path: Path) -> None:
+    """In ProcessingTime mode a batch runs every trigger (Spark's ``processAllAvailable`` never returns
+    there); ``awaitInputDrained`` returns once everything written before it was processed and committed."""
+    input_dir = tmp_path / "in"
+    input_dir.mkdir()
+    ours = BatchRecorder()
+    query = _start_blobstate(spark, input_dir, tmp_path, ours)
+    try:
+        write_batch_files(input_dir, [kv_table([(u, 1) for u in USERS]), kv_table([("ann", 1)] * 7)])
+        query.awaitInputDrained()
+        assert sum(r.input_rows for r in blobstate.batch_reports(query)) == len(USERS) + 7
+        write_batch_files(input_dir, [kv_table([("bob", 1)] * 3)], first=2)
+        query.awaitInputDrained()
+        assert sum(r.input_rows for r in blobstate.batch_reports(query)) == len(USERS) + 10
+        assert query.isActive  # drained, not stopped: no-data batches go on
+    finally:
+        query.stop()

@@ -53,6 +53,27 @@ class BlobstateStreamingQuery(StreamingQuery):
         except StreamingQueryException as error:
             raise self._surfaced(error) from error
 
+    def awaitInputDrained(self) -> None:
+        """Wait until every input row available now has been processed and committed (or the query
+        stopped); raises the query's failure, cause first.
+
+        Unlike Spark's ``processAllAvailable`` this returns also while no-data batches keep running: time
+        mode ``ProcessingTime`` runs one per trigger for its timers, so Spark's wait never ends there.
+        In that mode the input is drained once a batch that started after this call found no input
+        rows; in time modes ``None`` and ``EventTime``, where no batch runs without a reason, it is
+        Spark's own wait.
+        """
+        config = getattr(self.blobstate_driver, "config", None)
+        if getattr(config, "time_mode", None) != "ProcessingTime":
+            self.processAllAvailable()
+            return
+        reports: list[Any] = self.blobstate_driver.reports
+        seen = len(reports)
+        # The first batch to finish after this call may have started before it; every later one after.
+        while not any(r.input_rows == 0 and not r.skipped for r in reports[seen + 1 :]):
+            if self.awaitTermination(0.1):
+                return
+
     def stop(self) -> None:
         """As Spark's; also stops standby syncs (waiting for a running round) and forgets the query's
         ticks channel in the driver JVM."""
