@@ -343,6 +343,20 @@ SWEEP_ATTEMPTS = 5
 """How often ``gc --full`` recomputes its mark when commits land (and cleanup deletes) while it runs."""
 
 
+VANISHED = (StateLoadError, BlobNotFoundError)
+"""What reading a retained version's objects raises when one is gone: a missing delta or index
+(:class:`StateLoadError`), or a snapshot blob whose TTL the cleanup removes (:class:`BlobNotFoundError`)."""
+
+
+def _newer_commit_landed(store: BlobStore, read: Any) -> bool:
+    """Whether the commit log (read again) has a commit newer than ``read``.
+
+    Then the newer commit's cleanup may have deleted what a mark from ``read`` could not find, and the
+    mark starts again from the newest commit; otherwise the object is retained and really missing.
+    """
+    return (_commit_log(store).latest_version() or 0) > read.version
+
+
 @dataclass
 class GcStats:
     """What ``gc`` did on a query checkpoint."""
@@ -455,9 +469,9 @@ def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> Any:
         try:
             stats.ttl_removed = after_commit(store, latest, commit_log=log_).ttl_removed
             return latest
-        except StateLoadError as error:
+        except VANISHED as error:
             last_error = error
-            if _commit_log(store).latest_version() == latest.version:
+            if not _newer_commit_landed(store, latest):
                 raise GcRefusedError(
                     f"gc refuses to expire anything in {store.url}: the post-commit cleanup of version "
                     f"{latest.version} cannot read what it must keep: {error}; run `blobstate verify "
@@ -477,11 +491,11 @@ def _sweep(store: BlobStore, stats: GcStats, dry_run: bool) -> None:
         listed = store.list("state/") + store.list("blobs/")
         try:
             referenced = referenced_by_retained(store, latest, commit_log=log_)
-        except StateLoadError as error:
+        except VANISHED as error:
             # A retained object is missing or unreadable. If a commit landed meanwhile, its cleanup
             # may have deleted what this (now older) mark looked for: mark again from the new commit.
             last_error = error
-            if _commit_log(store).latest_version() != latest.version:
+            if _newer_commit_landed(store, latest):
                 continue
             raise GcRefusedError(
                 f"gc --full refuses to sweep {store.url}: a retained version cannot be read completely: "
@@ -497,7 +511,7 @@ def _sweep(store: BlobStore, stats: GcStats, dry_run: bool) -> None:
                 referenced = referenced_by_retained(
                     store, log_again.read_commit(newest), commit_log=log_again
                 )
-            except StateLoadError as error:
+            except VANISHED as error:
                 last_error = error
                 continue
             candidates = _unreferenced(candidates, referenced, newest)
