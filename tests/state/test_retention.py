@@ -395,6 +395,7 @@ def test_gc_completes_when_a_commit_deletes_a_blob_it_is_making_permanent(tmp_pa
     q = Query(inner, tmp_path / "work", every=1, retain=1)
     q.run(3)
     store = FaultyStore(inner)
+    store.io_threads = 1  # one request at a time: the commit lands before gc reaches the other blobs
     landed: list[str] = []
 
     def commit_meanwhile(op: str, name: str) -> bool:
