@@ -142,6 +142,30 @@ def test_an_uncommitted_version_is_one_error_line(tmp_path: Path, capsys: pytest
     assert len(err) == 1 and "version 9" in err[0] and "commits/9.json" in err[0] and "is 3" in err[0]
 
 
+@pytest.mark.parametrize("where", ["mistyped", "spark"])
+def test_a_location_without_a_checkpoint_is_refused_like_every_other_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    url, _ = _checkpoint(tmp_path)
+    if where == "spark":  # Spark's own checkpoint inside the query's location: no metadata.json
+        target = Path(url) / "_spark"
+        for name in ("metadata", "offsets/0", "commits/0"):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            (target / name).write_text("v1\n{}")
+    else:
+        target = tmp_path / "checkpont"
+    for args in (["lineage", str(target)], ["lineage", str(target), "--json"], ["verify", str(target)]):
+        with pytest.raises(SystemExit) as exited:
+            main(args)
+        err = capsys.readouterr().err.strip().splitlines()
+        if args[0] == "lineage":
+            assert exited.value.code == 1
+            assert len(err) == 1 and err[0].startswith(f"error: {target} is not a query checkpoint"), err
+        else:
+            assert exited.value.code == 1  # verify refuses it too
+    assert where == "spark" or not target.exists()
+
+
 @pytest.mark.parametrize(
     ("command", "flags"), [("lineage", ["--json"]), ("verify", ["--json", "--checksums"])]
 )

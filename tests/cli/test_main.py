@@ -70,3 +70,25 @@ def test_the_console_script_exits_non_zero_with_one_line(tmp_path: Path) -> None
     )
     assert result.returncode == 1
     assert "commits/1.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_version_names_the_release_and_the_checkpoint_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    from blobstate.lineage.commitlog import COMMIT_FORMAT_VERSION, METADATA_FORMAT_VERSION
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"blobstate {version('blobstate')} ")
+    assert f"metadata.json {METADATA_FORMAT_VERSION}, commits {COMMIT_FORMAT_VERSION}" in out[0]
+
+
+def test_a_command_s_own_version_option_is_not_the_release(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _broken_checkpoint(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["lineage", url, "--version", "1"])
+    assert exited.value.code == 1 and "commits/1.json" in capsys.readouterr().err

@@ -146,6 +146,8 @@ def test_restore_refuses_a_non_empty_directory(
         (["inspect", "{url}", "--partition", "7"], "has no partition 7: it has partitions 0..1"),
         (["inspect", "{url}", "--partition", "0", "--version", "1"], "version 1 of"),
         (["inspect", "{url}", "--partition", "0", "--version", "9"], "is not committed (the latest is 5"),
+        (["inspect", "{url}", "--partition", "0", "--version", "0"], "never existed: versions start at 1"),
+        (["restore", "{url}", "{tmp}", "--partition", "0", "--version", "0"], "committed versions are 1..5"),
         (["inspect", "{url}", "--partition", "0", "--snapshot", "x"], "--snapshot applies to backups"),
         (["restore", "{url}", "{tmp}", "--partition", "0", "--delete-extra"], "apply to backups"),
         (["inspect", "{empty}", "--partition", "0"], "is not a query checkpoint (no metadata.json)"),

@@ -134,6 +134,9 @@ class FaultyStore(BlobStore):
     def expire(self, now: float | None = None) -> list[str]:
         return self.inner.expire(now)
 
+    def expired(self, now: float | None = None) -> list[str]:
+        return self.inner.expired(now)
+
 
 class GatedStore(FaultyStore):
     """A real store whose snapshot uploads (blob puts) wait until :attr:`gate` is set."""

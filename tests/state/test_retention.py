@@ -383,6 +383,102 @@ def test_gc_full_completes_when_commits_and_their_cleanups_land_while_it_marks(t
     assert q.restore(q.version, tmp_path / "latest") == q.models[q.version]
 
 
+def _real_store(kind: str, tmp_path: Path) -> BlobStore:
+    return new_memory_store() if kind == "memory" else open_blob_store(str(tmp_path / "checkpoint"))
+
+
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_gc_completes_when_a_commit_deletes_a_blob_it_is_making_permanent(tmp_path: Path, kind: str) -> None:
+    """A commit and its cleanup land while gc finishes the previous commit's cleanup: the newer cleanup
+    deletes snapshot blobs gc was about to make permanent. gc marks again from the newer commit."""
+    inner = _real_store(kind, tmp_path)
+    q = Query(inner, tmp_path / "work", every=1, retain=1)
+    q.run(3)
+    store = FaultyStore(inner)
+    store.io_threads = 1  # one request at a time: the commit lands before gc reaches the other blobs
+    landed: list[str] = []
+
+    def commit_meanwhile(op: str, name: str) -> bool:
+        if op == "remove_ttl" and name.startswith("blobs/") and not landed:
+            landed.append(name)
+            q.step({b"k%d" % i: b"meanwhile" for i in range(5)})  # every key changes: new blobs
+            forget_process_memory()
+        return False
+
+    forget_process_memory()
+    store.fail_when = commit_meanwhile
+    stats = gc_checkpoint(store, full=True, now=FAR_FUTURE)
+    store.fail_when = None
+    assert landed and stats.latest_version == q.version == 4
+    assert not all(inner.exists(name) for op, name in store.calls if op == "remove_ttl"), (
+        "the landed cleanup deleted nothing gc was reading: the test did not interleave"
+    )
+    assert verify(inner).problems == []
+    assert q.restore(q.version, tmp_path / "latest") == q.models[q.version]
+
+
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_gc_refuses_naming_a_retained_blob_that_is_really_missing(tmp_path: Path, kind: str) -> None:
+    store = _real_store(kind, tmp_path)
+    q = Query(store, tmp_path / "work", every=1, retain=1)
+    q.run(3)
+    index = read_snapshot_index(store, snapshot_name(OP, 0, q.cids[q.version]))
+    lost = sorted(index.present_blob_ids())[0]
+    store.delete(lost)
+    forget_process_memory()
+    before = remaining(store)
+    for full in (False, True):
+        with pytest.raises(GcRefusedError, match=lost):
+            gc_checkpoint(store, full=full, now=FAR_FUTURE)
+    assert remaining(store) == before
+
+
+def _pending_states(store: BlobStore) -> dict[str, bool]:
+    return {name: store.has_ttl(name) for name in remaining(store)}
+
+
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_gc_dry_run_previews_every_step_and_changes_nothing(tmp_path: Path, kind: str) -> None:
+    """The newest commit's cleanup never ran (its objects are pending, older versions not yet deleted),
+    an attempt was never committed, and a blob is leaked: the dry run reports what gc then does."""
+    store = _real_store(kind, tmp_path)
+    q = Query(store, tmp_path / "work", every=2, retain=2)
+    q.run(4)
+    q.step({b"k": b"uncleaned"}, cleanup=False)  # the driver died before its cleanup
+    q.attempt({b"k": b"never committed"}, where=tmp_path / "attempt")
+    leaked = "blobs/0/0/" + "cd" * 16
+    store.put(leaked, b"permanent and referenced by nothing")
+    forget_process_memory()
+    before = _pending_states(store)
+    dry = gc_checkpoint(store, full=True, now=FAR_FUTURE, dry_run=True)
+    assert _pending_states(store) == before, "the dry run changed the store"
+    forget_process_memory()
+    real = gc_checkpoint(store, full=True, now=FAR_FUTURE)
+    assert dry.dry_run and not real.dry_run
+    assert dry.ttl_pending and dry.ttl_pending <= dry.ttl_removed
+    assert dry.cleanup_deleted and dry.expired and leaked in dry.deleted
+    preview = (dry.ttl_removed, dry.cleanup_deleted, dry.expired, dry.deleted)
+    assert preview == (real.ttl_removed, real.cleanup_deleted, real.expired, real.deleted)
+
+
+def test_gc_dry_run_command_says_it_is_a_dry_run_and_what_gc_would_clear(tmp_path: Path) -> None:
+    from blobstate.cli.main import app
+
+    url = str(tmp_path / "checkpoint")
+    q = Query(open_blob_store(url), tmp_path / "work", every=2, retain=2)
+    q.run(4)
+    q.step({b"k": b"uncleaned"}, cleanup=False)
+    forget_process_memory()
+    dry = CliRunner().invoke(app, ["gc", url, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    forget_process_memory()
+    real = CliRunner().invoke(app, ["gc", url])
+    assert real.exit_code == 0, real.output
+    assert dry.output.startswith("dry run, nothing changed: ")
+    cleared = real.output.split("TTL cleared on ")[1].split()[0]
+    assert int(cleared) > 0 and f"would clear the TTL of {cleared} referenced objects" in dry.output
+
+
 def test_cleanup_reads_each_commit_once_however_many_partitions(tmp_path: Path) -> None:
     inner = new_memory_store()
     partitions = 4

@@ -209,6 +209,10 @@ class BlobStore(ABC):
         """
         return []
 
+    def expired(self, now: float | None = None) -> list[str]:
+        """The names :meth:`expire` would delete at ``now``, deleting nothing (``gc --dry-run``)."""
+        return []
+
     def expiry_problem(self) -> str | None:
         """None when pending objects will expire; otherwise a sentence saying what is wrong and the fix.
 

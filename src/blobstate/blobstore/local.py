@@ -328,6 +328,22 @@ class LocalBlobStore(BlobStore):
         self._drop_stale_tmp()
         return sorted(deleted)
 
+    def expired(self, now: float | None = None) -> list[str]:
+        """Objects whose recorded expiry is at or before ``now``, deleting nothing."""
+        now = time.time() if now is None else now
+        out = []
+        for name in self._pending_names():
+            record = self._ttl_path(name)
+            try:
+                expiry = float(record.read_text())
+            except FileNotFoundError:
+                continue
+            except ValueError as error:
+                raise BlobStoreError(f"corrupt TTL record {str(record)!r} for blob {name!r}") from error
+            if expiry <= now and self._object_path(name).is_file():
+                out.append(name)
+        return sorted(out)
+
     def _pending_names(self) -> list[str]:
         ttl_root = self.root / TTL_DIR
         if not ttl_root.is_dir():

@@ -98,6 +98,13 @@ class MemoryBlobStore(BlobStore):
         with self._bucket.lock:
             return {n: len(d) for n, d in self._bucket.objects.items() if n.startswith(prefix)}
 
+    def expired(self, now: float | None = None) -> list[str]:
+        """Pending objects whose TTL has passed, deleting nothing."""
+        now = time.time() if now is None else now
+        b = self._bucket
+        with b.lock:
+            return sorted(n for n, t in b.expiry.items() if t <= now and n in b.objects)
+
     def expire(self, now: float | None = None) -> list[str]:
         """Delete pending objects whose TTL has passed."""
         now = time.time() if now is None else now

@@ -17,7 +17,12 @@ def gc(
         bool,
         typer.Option("--full", help="Also delete committed objects that no retained version references."),
     ] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Delete nothing; show what would go.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Change nothing; show the TTLs it would clear and what it would delete."
+        ),
+    ] = False,
     install_lifecycle: Annotated[
         bool,
         typer.Option(
@@ -56,14 +61,23 @@ def gc(
         if expiry_problem:
             raise typer.Exit(1)
         return
-    verb = "would delete" if dry_run else "deleted"
-    typer.echo(
-        f"checkpoint {url}: newest version {stats.latest_version}, versions {stats.retained_from}.."
-        f"{stats.latest_version} retained; post-commit cleanup finished (TTL cleared on {stats.ttl_removed} "
-        f"referenced objects); "
-        f"expired {len(stats.expired)} pending objects past their TTL"
-    )
+    newest, oldest = stats.latest_version, stats.retained_from
+    span = f"newest version {newest}, versions {oldest}..{newest} retained"
+    if dry_run:
+        typer.echo(
+            f"dry run, nothing changed: checkpoint {url}: {span}; post-commit cleanup would clear the TTL "
+            f"of {stats.ttl_removed} referenced objects ({stats.ttl_pending} of them still pending) and "
+            f"delete {len(stats.cleanup_deleted)} objects of versions no longer retained; would expire "
+            f"{len(stats.expired)} pending objects past their TTL"
+        )
+    else:
+        typer.echo(
+            f"checkpoint {url}: {span}; post-commit cleanup finished (TTL cleared on {stats.ttl_removed} "
+            f"referenced objects, deleted {len(stats.cleanup_deleted)} objects of versions no longer "
+            f"retained); expired {len(stats.expired)} pending objects past their TTL"
+        )
     if full:
+        verb = "would delete" if dry_run else "deleted"
         typer.echo(
             f"swept: listed {stats.listed} objects, {stats.referenced} referenced by retained versions, "
             f"{stats.pending_kept} pending left to expire; {verb} {len(stats.deleted)} unreferenced"
@@ -82,10 +96,15 @@ def _report_repository(
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
         verb = "would delete" if dry_run else "deleted"
-        typer.echo(
-            f"backup repository {url}: newest snapshot {stats.newest or '-'}; "
-            f"expired {len(stats.expired)} pending objects past their TTL"
-        )
+        if dry_run:
+            typer.echo(
+                f"dry run, nothing changed: backup repository {url}: newest snapshot {stats.newest or '-'}"
+            )
+        else:
+            typer.echo(
+                f"backup repository {url}: newest snapshot {stats.newest or '-'}; "
+                f"expired {len(stats.expired)} pending objects past their TTL"
+            )
         if full:
             typer.echo(
                 f"swept: listed {stats.listed} objects, {stats.referenced} referenced by committed "

@@ -116,6 +116,20 @@ class VersionNotCommittedError(BlobstateError):
     """``lineage --version V`` names a version that has no commit."""
 
 
+class NotACheckpointError(BlobstateError):
+    """``lineage`` was given a location that holds no query checkpoint (no ``metadata.json``)."""
+
+
+def require_checkpoint(store: Any, url: str) -> None:
+    """Refuse, naming ``url``, a location without a query checkpoint's ``metadata.json`` (a mistyped
+    path, Spark's own ``_spark`` directory inside a checkpoint, a backup repository)."""
+    from blobstate.layout import METADATA
+    from blobstate.reader.checkpoint import is_query_checkpoint
+
+    if not is_query_checkpoint(store):
+        raise NotACheckpointError(f"{url} is not a query checkpoint ({METADATA} is missing)")
+
+
 def _size(n: int | None) -> str:
     if n is None:
         return "-"
@@ -240,6 +254,7 @@ def lineage(
     from blobstate.blobstore import open_blob_store
 
     with open_blob_store(url) as store:
+        require_checkpoint(store, url)
         rows = collect_versions(store, limit=limit, version=version)
         result = collect_lineage(
             store,

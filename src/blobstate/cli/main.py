@@ -27,9 +27,40 @@ app = typer.Typer(
 DEBUG_FLAG = "--debug"
 
 
+def version_line() -> str:
+    """``blobstate <version>`` (from the installed package's metadata) and the checkpoint formats this
+    release writes and reads."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from blobstate.lineage.commitlog import COMMIT_FORMAT_VERSION, METADATA_FORMAT_VERSION
+    from blobstate.lineage.delta import FORMAT_VERSION as DELTA_FORMAT_VERSION
+
+    try:
+        release = version("blobstate")
+    except PackageNotFoundError:
+        release = "(not installed: version unknown)"
+    return (
+        f"blobstate {release} (checkpoint formats written and read: metadata.json "
+        f"{METADATA_FORMAT_VERSION}, commits {COMMIT_FORMAT_VERSION}, deltas {DELTA_FORMAT_VERSION})"
+    )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, DEBUG_FLAG, help="On an error, show the full traceback."),
+    show_version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print blobstate's version and the checkpoint formats it writes and reads, then exit.",
+        callback=_print_version,
+        is_eager=True,
+    ),
 ) -> None:
     """blobstate: RocksDB state for PySpark streaming, checkpointed incrementally to a blob store."""
 

@@ -48,6 +48,14 @@ def report(
             "--no-state-sizes", help="Do not read snapshot indexes for the state's size (fewer reads)."
         ),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace files and symbolic links at the output names that the report did not write "
+            "(the links themselves, never what they point to).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Write one self-contained HTML page with plots of every committed batch's metrics.
@@ -55,6 +63,12 @@ def report(
     Plots: latency, rows in/out, bytes uploaded, restore seconds per partition, state size, snapshots,
     and standby lag and failovers when the query ran with standbys. Needs matplotlib
     (pip install 'blobstate[report]').
+
+    The files are written into a new directory next to --out and moved into place; the report never
+    writes through a symbolic link. It lists the files it wrote in blobstate-report.json in --out and
+    replaces only those on the next run: a link or another file at an output name (index.html,
+    <plot>.png) is refused unless --force. PNGs a previous report listed but this one does not draw are
+    removed; nothing else in --out is touched.
     """
     from blobstate.blobstore import open_blob_store
     from blobstate.report.metrics import load_batch_metrics
@@ -65,7 +79,7 @@ def report(
         summary, rows = load_batch_metrics(store, state_sizes=not no_state_sizes, progress=progress)
         if not rows:
             raise ReportError(f"{url} has no committed versions: nothing to report")
-        page, pngs = write_report(summary, rows, out, progress)
+        page, pngs = write_report(summary, rows, out, progress, force=force)
     if as_json:
         typer.echo(
             json.dumps(

@@ -11,6 +11,9 @@ only for the current grouping key (in ``handleInputRows``, ``handleInitialState`
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +35,7 @@ from blobstate.processor.values import EXPIRED, StateCodec, storage_signature
 from blobstate.state.interface import KeyValueStore
 
 __all__ = [
+    "CallbackNameWarning",
     "ExpiredTimerInfo",
     "ListState",
     "MapState",
@@ -43,6 +47,39 @@ __all__ = [
 ]
 
 TIME_MODES = {"none": "None", "processingtime": "ProcessingTime", "eventtime": "EventTime"}
+
+log = logging.getLogger(__name__)
+
+
+class CallbackNameWarning(UserWarning):
+    """A processor defines a callback under the other processor API's name, which its API never calls."""
+
+
+_LOGGED: set[tuple[type, str]] = set()
+_LOGGED_LOCK = threading.Lock()
+
+
+def overrides(processor: Any, name: str, base: type) -> bool:
+    """Whether ``processor``'s class defines ``name`` itself rather than taking ``base``'s default."""
+    attr = getattr(type(processor), name, None)
+    return callable(attr) and attr is not getattr(base, name, None)
+
+
+def warn_other_api_callback(processor: Any, defined: str, called: str) -> None:
+    """Warn (``warnings.warn``, and a log line once per class and process) that ``processor`` defines
+    ``defined``, the other API's name, while its API calls ``called``, which it does not define."""
+    cls = type(processor)
+    message = (
+        f"{cls.__qualname__} defines {defined}, which this processor API never calls: its timers call "
+        f"{called}, which {cls.__qualname__} does not define, so they fire and are deleted without running "
+        f"its code; rename {defined} to {called}"
+    )
+    warnings.warn(message, CallbackNameWarning, stacklevel=3)
+    with _LOGGED_LOCK:
+        if (cls, defined) in _LOGGED:
+            return
+        _LOGGED.add((cls, defined))
+    log.warning("%s", message)
 
 
 def normalize_time_mode(time_mode: str) -> str:

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
 
 from blobstate.gcpause import gc_paused
 from blobstate.processor import codec, layout
@@ -51,6 +52,8 @@ from blobstate.processor.api import (
     ValueState,
     _Session,
     delete_timer,
+    overrides,
+    warn_other_api_callback,
 )
 from blobstate.processor.columnar import ValueColumns, _rows_to_table
 from blobstate.processor.errors import ImplicitKeyError, InvalidHandleStateError, StateVariableError
@@ -523,14 +526,26 @@ class ArrowHandle(StatefulProcessorHandle):
 
 
 def check_api(processor: Any, api: str) -> None:
-    """Refuse a processor written for another API than ``api`` (``arrow``, or a per-key one)."""
+    """Refuse a processor written for another API than ``api`` (``arrow``, or a per-key one), and warn
+    (:class:`~blobstate.processor.api.CallbackNameWarning`) about a timer callback under the other
+    API's name. Runs when a query starts and before a partition's ``init``."""
     if api == "arrow":
         check_arrow_processor(processor)
-    elif is_arrow_processor(processor) and not callable(getattr(processor, "handleInputRows", None)):
+        if overrides(processor, "handleExpiredTimer", object) and not overrides(
+            processor, "handleExpiredTimers", ArrowStatefulProcessor
+        ):
+            warn_other_api_callback(processor, "handleExpiredTimer", "handleExpiredTimers")
+        return
+    if is_arrow_processor(processor) and not callable(getattr(processor, "handleInputRows", None)):
         raise TypeError(
             f"{type(processor).__name__} is a vectorized processor (handleInputBatch):"
             " run it with api='arrow'"
         )
+    # A per-key processor (api='pandas' or 'row') whose timer callback has the vectorized API's name.
+    if overrides(processor, "handleExpiredTimers", ArrowStatefulProcessor) and not overrides(
+        processor, "handleExpiredTimer", _SparkStatefulProcessor
+    ):
+        warn_other_api_callback(processor, "handleExpiredTimers", "handleExpiredTimer")
 
 
 def check_arrow_processor(processor: Any) -> None:

@@ -76,6 +76,11 @@ def open_version(store: BlobStore, version: int | None = None) -> CheckpointVers
         version = latest
     if isinstance(version, bool) or not isinstance(version, int):
         raise StateReadError(f"version must be an int, not {type(version).__name__} ({version!r})")
+    if version < 1:
+        raise StateReadError(
+            f"version {version} of {store.url} never existed: versions start at 1 (committed versions are "
+            f"1..{latest}; {span})"
+        )
     if version > latest:
         raise StateReadError(
             f"version {version} of {store.url} is not committed (the latest is {latest}; {span})"

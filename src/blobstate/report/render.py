@@ -375,26 +375,26 @@ def page_html(summary: CheckpointSummary, rows: Sequence[BatchMetrics], plots: S
 
 
 def write_report(
-    summary: CheckpointSummary, rows: Sequence[BatchMetrics], out_dir: Path, progress: Progress | None = None
+    summary: CheckpointSummary,
+    rows: Sequence[BatchMetrics],
+    out_dir: Path,
+    progress: Progress | None = None,
+    *,
+    force: bool = False,
 ) -> tuple[Path, list[Path]]:
     """Write ``index.html`` and one ``<plot>.png`` per plot into ``out_dir``; returns their paths.
 
-    A plot's PNG left in ``out_dir`` by an earlier report but not drawn this time is removed, so the
-    directory always matches the page.
+    Through :func:`blobstate.report.output.write_outputs`: never through a symbolic link, never over a
+    file an earlier report did not write (unless ``force``); a plot's PNG an earlier report wrote but
+    not drawn this time is removed, so the directory always matches the page.
     """
+    from blobstate.report.output import write_outputs
+
     plots = render_plots(rows, progress)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for plot in plots:
-        path = out_dir / f"{plot.name}.png"
-        path.write_bytes(plot.png)
-        written.append(path)
-    for name, _, _ in PLOTS + STANDBY_PLOTS:
-        if name not in {p.name for p in plots}:
-            (out_dir / f"{name}.png").unlink(missing_ok=True)
-    page = out_dir / PAGE_NAME
-    page.write_text(page_html(summary, rows, plots), encoding="utf-8")
-    return page, written
+    files = {f"{plot.name}.png": plot.png for plot in plots}
+    files[PAGE_NAME] = page_html(summary, rows, plots).encode("utf-8")
+    write_outputs(out_dir, files, force=force)
+    return out_dir / PAGE_NAME, [out_dir / f"{plot.name}.png" for plot in plots]
 
 
 __all__ = [

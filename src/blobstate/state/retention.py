@@ -64,6 +64,8 @@ class RetentionStats:
 
     partitions: int = 0
     ttl_removed: int = 0
+    ttl_pending: list[str] = field(default_factory=list)
+    """Dry run: the objects of ``ttl_removed`` that still have a TTL."""
     deleted: list[str] = field(default_factory=list)
     versions_deleted: int = 0
     kept: int = 0
@@ -73,6 +75,7 @@ class RetentionStats:
         """Accumulate another partition's stats."""
         self.partitions += other.partitions
         self.ttl_removed += other.ttl_removed
+        self.ttl_pending += other.ttl_pending
         self.deleted += other.deleted
         self.versions_deleted += other.versions_deleted
         self.kept += other.kept
@@ -205,6 +208,29 @@ def _remove_ttls(store: BlobStore, names: Iterable[str], optional: set[str]) -> 
     return sum(store.run_parallel(remove, todo))
 
 
+def _preview_ttls(store: BlobStore, names: Iterable[str], optional: set[str]) -> tuple[int, list[str]]:
+    """What :func:`_remove_ttls` would do, changing nothing: how many objects it would make permanent (as
+    it counts them) and those of them that still have a TTL. A missing required object raises as there."""
+    todo = [n for n in names if (store.url, n) not in MEMO.permanent]
+
+    def pending(name: str) -> bool | None:
+        try:
+            return store.has_ttl(name)
+        except BlobNotFoundError:
+            if name in optional:
+                return None
+            raise
+
+    found = store.run_parallel(pending, todo)
+    return sum(p is not None for p in found), [n for n, p in zip(todo, found, strict=True) if p]
+
+
+def _present(store: BlobStore, names: Iterable[str]) -> list[str]:
+    """Those of ``names`` that exist: what :func:`_delete_all` would delete."""
+    names = sorted(names)
+    return [n for n, there in zip(names, store.run_parallel(store.exists, names), strict=True) if there]
+
+
 def _delete_all(store: BlobStore, names: Iterable[str]) -> list[str]:
     names = sorted(names)
     done = store.run_parallel(store.delete_if_exists, names)
@@ -215,18 +241,23 @@ def _delete_all(store: BlobStore, names: Iterable[str]) -> list[str]:
 
 
 def cleanup_partition(
-    store: BlobStore, history: PartitionHistory, newest: CheckpointId, *, lowest: int
+    store: BlobStore, history: PartitionHistory, newest: CheckpointId, *, lowest: int, dry_run: bool = False
 ) -> RetentionStats:
     """Post-commit cleanup of one partition whose newest committed checkpoint is ``newest``.
 
     Versions ``lowest .. newest.version`` stay restorable; what only older versions reference goes.
+    ``dry_run`` changes nothing and reports what the cleanup would do.
     """
     operator, partition = history.operator, history.partition
     stats = RetentionStats(partitions=1)
     keep = compute_keep_set(store, history, newest, lowest)
     stats.kept = len(keep.objects)
     optional = _base_deltas(keep, operator, partition, lowest)
-    stats.ttl_removed = _remove_ttls(store, sorted(keep.objects | optional), optional)
+    if dry_run:
+        stats.ttl_removed, stats.ttl_pending = _preview_ttls(store, sorted(keep.objects | optional), optional)
+    else:
+        stats.ttl_removed = _remove_ttls(store, sorted(keep.objects | optional), optional)
+    delete = _present if dry_run else _delete_all
     keep_objects = keep.objects | optional
 
     # Versions below the oldest base are no longer needed; so is the base's own delta when the base
@@ -264,17 +295,18 @@ def cleanup_partition(
                 log.warning("not deleting the blobs of %s: %s", sname, error)
                 blobs = set()
             own = blob_prefix(operator, partition)
-            stats.deleted += _delete_all(store, {b for b in blobs - keep_objects if b.startswith(own)})
+            stats.deleted += delete(store, {b for b in blobs - keep_objects if b.startswith(own)})
             names.append(sname)
         if has_delta:
             names.append(delta_name(operator, partition, cid))
         # The delta goes last: while it exists, the next cleanup still finds this version.
         for name in names:
             if name not in keep_objects:
-                stats.deleted += _delete_all(store, [name])
+                stats.deleted += delete(store, [name])
         stats.versions_deleted += 1
-    with MEMO.lock:
-        MEMO.floor[key] = max(MEMO.floor.get(key, 0), base - 1)
+    if not dry_run:
+        with MEMO.lock:
+            MEMO.floor[key] = max(MEMO.floor.get(key, 0), base - 1)
     return stats
 
 
@@ -292,12 +324,14 @@ def _partitions(commit: Any) -> list[tuple[str, int, str]]:
     return out
 
 
-def after_commit(store: BlobStore, commit: Any, *, commit_log: Any = None) -> RetentionStats:
+def after_commit(
+    store: BlobStore, commit: Any, *, commit_log: Any = None, dry_run: bool = False
+) -> RetentionStats:
     """Post-commit cleanup of every partition in ``commit`` (a :class:`blobstate.lineage.commitlog.Commit`).
 
     Keeps versions ``commit.retained_from .. commit.version`` restorable. Idempotent; safe to run again
     after a crash part-way (and at start-up, see :func:`cleanup_latest`). Raises the first error after
-    trying every partition.
+    trying every partition. ``dry_run`` changes nothing and reports what the cleanup would do.
     """
     started = time.monotonic()
     log_ = commit_log or _commit_log(store)
@@ -311,6 +345,7 @@ def after_commit(store: BlobStore, commit: Any, *, commit_log: Any = None) -> Re
                 PartitionHistory(cache, operator, partition),
                 CheckpointId(commit.version, uid),
                 lowest=commit.retained_from,
+                dry_run=dry_run,
             )
             total.add(stats)
         except Exception as error:
@@ -343,6 +378,20 @@ SWEEP_ATTEMPTS = 5
 """How often ``gc --full`` recomputes its mark when commits land (and cleanup deletes) while it runs."""
 
 
+VANISHED = (StateLoadError, BlobNotFoundError)
+"""What reading a retained version's objects raises when one is gone: a missing delta or index
+(:class:`StateLoadError`), or a snapshot blob whose TTL the cleanup removes (:class:`BlobNotFoundError`)."""
+
+
+def _newer_commit_landed(store: BlobStore, read: Any) -> bool:
+    """Whether the commit log (read again) has a commit newer than ``read``.
+
+    Then the newer commit's cleanup may have deleted what a mark from ``read`` could not find, and the
+    mark starts again from the newest commit; otherwise the object is retained and really missing.
+    """
+    return (_commit_log(store).latest_version() or 0) > read.version
+
+
 @dataclass
 class GcStats:
     """What ``gc`` did on a query checkpoint."""
@@ -350,12 +399,17 @@ class GcStats:
     latest_version: int = 0
     retained_from: int = 0
     ttl_removed: int = 0
+    ttl_pending: int | None = None
+    """Dry run: of ``ttl_removed``, the objects that still have a TTL (None: not counted)."""
+    cleanup_deleted: list[str] = field(default_factory=list)
+    """Objects of versions no longer retained that the post-commit cleanup deleted."""
     expired: list[str] = field(default_factory=list)
     listed: int = 0
     referenced: int = 0
     deleted: list[str] = field(default_factory=list)
     pending_kept: int = 0
     mark_attempts: int = 0
+    dry_run: bool = False
 
 
 def referenced_by_retained(store: BlobStore, commit: Any, *, commit_log: Any = None) -> set[str]:
@@ -427,19 +481,24 @@ def gc_checkpoint(
        expire, names of versions newer than the newest commit are never touched. When commits land
        meanwhile the mark is recomputed (up to :data:`SWEEP_ATTEMPTS` times).
 
-    ``dry_run`` changes nothing and reports what would be deleted.
+    ``dry_run`` changes nothing and reports what each step would do: the TTLs it would remove (and how
+    many of those objects are still pending), what the cleanup, the expiry and the sweep would delete.
     """
-    stats = GcStats()
-    latest = _finish_cleanup(store, stats, dry_run)
-    if not dry_run:
+    stats = GcStats(dry_run=dry_run)
+    latest, made_permanent = _finish_cleanup(store, stats, dry_run)
+    if dry_run:
+        # gc expires only after the cleanup made the retained versions' objects permanent.
+        stats.expired = [n for n in store.expired(now) if n not in made_permanent]
+    else:
         stats.expired = list(store.expire(now))
     if full and latest is not None:
         _sweep(store, stats, dry_run)
     return stats
 
 
-def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> Any:
-    """Run the newest commit's post-commit cleanup (again); returns that commit (None: no commits).
+def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> tuple[Any, set[str]]:
+    """Run the newest commit's post-commit cleanup (again); returns that commit (None: no commits) and,
+    in a dry run, the pending objects it would make permanent.
 
     When a commit lands meanwhile, its own cleanup may delete what this one is reading: then the newer
     commit's cleanup is run instead.
@@ -448,16 +507,17 @@ def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> Any:
     for _ in range(SWEEP_ATTEMPTS):
         log_, latest = _read_checkpoint(store)
         if latest is None:
-            return None
+            return None, set()
         stats.latest_version, stats.retained_from = latest.version, latest.retained_from
-        if dry_run:
-            return latest
         try:
-            stats.ttl_removed = after_commit(store, latest, commit_log=log_).ttl_removed
-            return latest
-        except StateLoadError as error:
+            done = after_commit(store, latest, commit_log=log_, dry_run=dry_run)
+            stats.ttl_removed, stats.cleanup_deleted = done.ttl_removed, sorted(done.deleted)
+            if dry_run:
+                stats.ttl_pending = len(done.ttl_pending)
+            return latest, set(done.ttl_pending)
+        except VANISHED as error:
             last_error = error
-            if _commit_log(store).latest_version() == latest.version:
+            if not _newer_commit_landed(store, latest):
                 raise GcRefusedError(
                     f"gc refuses to expire anything in {store.url}: the post-commit cleanup of version "
                     f"{latest.version} cannot read what it must keep: {error}; run `blobstate verify "
@@ -477,17 +537,19 @@ def _sweep(store: BlobStore, stats: GcStats, dry_run: bool) -> None:
         listed = store.list("state/") + store.list("blobs/")
         try:
             referenced = referenced_by_retained(store, latest, commit_log=log_)
-        except StateLoadError as error:
+        except VANISHED as error:
             # A retained object is missing or unreadable. If a commit landed meanwhile, its cleanup
             # may have deleted what this (now older) mark looked for: mark again from the new commit.
             last_error = error
-            if _commit_log(store).latest_version() != latest.version:
+            if _newer_commit_landed(store, latest):
                 continue
             raise GcRefusedError(
                 f"gc --full refuses to sweep {store.url}: a retained version cannot be read completely: "
                 f"{error}; run `blobstate verify {store.url}`"
             ) from error
-        candidates = _unreferenced(listed, referenced, latest.version)
+        # A dry run's cleanup and expiry deleted nothing: what they would delete is reported there.
+        previewed = set(stats.cleanup_deleted) | set(stats.expired) if dry_run else set()
+        candidates = _unreferenced([n for n in listed if n not in previewed], referenced, latest.version)
         candidates = [n for n in candidates if not _pending(store, n, stats)]
         log_again = _commit_log(store)
         newest = log_again.latest_version()
@@ -497,7 +559,7 @@ def _sweep(store: BlobStore, stats: GcStats, dry_run: bool) -> None:
                 referenced = referenced_by_retained(
                     store, log_again.read_commit(newest), commit_log=log_again
                 )
-            except StateLoadError as error:
+            except VANISHED as error:
                 last_error = error
                 continue
             candidates = _unreferenced(candidates, referenced, newest)
