@@ -289,7 +289,7 @@ def _ensure_metadata(
     """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
     stores: a broadcast store is an operator of its own with one partition)."""
     from blobstate.lineage.commitlog import CommitLog, QueryMetadata
-    from blobstate.processor.stored_schema import StoredSchemaError, parse_stored_schema
+    from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
     main: dict[str, Any] = {"key_columns": list(key_columns)}
     if key_schema is not None:  # the key's Spark types, for the state reader (not part of the identity)

@@ -28,9 +28,9 @@ from blobstate.processor.errors import (
     StateVariableError,
 )
 from blobstate.processor.schema import to_struct_type
-from blobstate.processor.stored_schema import parse_declaration
 from blobstate.processor.values import EXPIRED, StateCodec, storage_signature
 from blobstate.state.interface import KeyValueStore
+from blobstate.stored_schema import parse_declaration
 
 __all__ = [
     "ExpiredTimerInfo",

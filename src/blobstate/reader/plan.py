@@ -12,7 +12,6 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from blobstate.blobstore import open_blob_store
-from blobstate.processor.stored_schema import StoredSchemaError, parse_stored_schema
 from blobstate.reader.checkpoint import (
     CheckpointVersion,
     choose_operator,
@@ -22,6 +21,7 @@ from blobstate.reader.checkpoint import (
 )
 from blobstate.reader.schema import infer_key_schema, row_schema
 from blobstate.reader.variables import TIMERS, StateReadError, StateVariable, any_key, declarations
+from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The state of one partition's RocksDB store read back as rows: state variables, their entries, timers.
 
 Reads what :mod:`blobstate.processor.api` writes (column families in :mod:`blobstate.processor.layout`):
-the declarations in ``$meta`` (JSON, their schemas parsed by :mod:`blobstate.processor.stored_schema`,
+the declarations in ``$meta`` (JSON, their schemas parsed by :mod:`blobstate.stored_schema`,
 which never imports a type named in storage), grouping keys and MapState user keys with the tagged key
 decoder of :mod:`blobstate.processor.codec`, values with the schema-driven
 :class:`~blobstate.processor.values.StateCodec`. Nothing is unpickled or evaluated.
@@ -22,8 +22,8 @@ from pyspark.sql.types import StructType
 
 from blobstate.errors import BlobstateError
 from blobstate.processor import codec, layout
-from blobstate.processor.stored_schema import StoredSchemaError, parse_declaration
 from blobstate.processor.values import StateCodec, UnsupportedTypeError
+from blobstate.stored_schema import StoredSchemaError, parse_declaration
 
 _BEFORE_ANY_EXPIRY = -(1 << 63)
 
@@ -38,7 +38,7 @@ class StateReadError(BlobstateError, ValueError):
 @dataclass(frozen=True)
 class StateVariable:
     """A state variable as its declaration in ``$meta`` records it (parsed by
-    :func:`~blobstate.processor.stored_schema.parse_declaration`)."""
+    :func:`~blobstate.stored_schema.parse_declaration`)."""
 
     name: str
     kind: str
@@ -65,7 +65,7 @@ def declarations(store: Any, *, where: str = "a partition's store") -> dict[str,
 
     ``where`` names the store (operator, partition, version, checkpoint) in errors: a declaration that
     is not one blobstate wrote, or whose schema is not one it reads from storage, is a
-    :class:`~blobstate.processor.stored_schema.StoredSchemaError` naming the variable and the field.
+    :class:`~blobstate.stored_schema.StoredSchemaError` naming the variable and the field.
     """
     found: dict[str, StateVariable] = {}
     prefix = layout.meta_key("")
