@@ -111,6 +111,8 @@ def parse_stored_schema(json_value: Any, *, where: str) -> StructType:
     user-defined type is refused rather than imported. Raises :class:`StoredSchemaError`.
     """
     parser = _Parser(where)
+    if not isinstance(json_value, dict):
+        parser.fail("", f"expected a struct (a JSON object), found {_shown(json_value)}")
     parsed = parser.data_type(json_value, "", 1, None)
     if not isinstance(parsed, StructType):
         parser.fail("", f"expected a struct, found {_shown(json_value)}")
