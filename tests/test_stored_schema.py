@@ -279,7 +279,10 @@ def test_a_declaration_blobstate_wrote_parses() -> None:
         (b"{}", "invalid declaration of {w}: field 'kind': None is not value, list or map"),
         (decl(kind="value"), "invalid declaration of {w}: field 'schema': missing"),
         (decl(kind="value", schema="struct<a:int>"), "invalid value schema of {w}: expected a struct"),
-        (decl(kind="value", schema={"type": "struct", "fields": "a"}), "invalid value schema of {w}: a struct's fields are 'a', not a list"),
+        (
+            decl(kind="value", schema={"type": "struct", "fields": "a"}),
+            "invalid value schema of {w}: a struct's fields are 'a', not a list",
+        ),
         (decl(kind="value", schema=SCHEMA, ttl="yes"), "invalid declaration of {w}: field 'ttl'"),
         (decl(kind="map", schema=SCHEMA), "invalid declaration of {w}: field 'userKeySchema': missing"),
         (

@@ -24,6 +24,8 @@ from blobstate.blobstore import open_blob_store
 from blobstate.cli.main import main
 from blobstate.engine.config import QueryConfig
 from blobstate.engine.query import _ensure_metadata
+from blobstate.ids import CheckpointId
+from blobstate.layout import delta_name
 from blobstate.lineage.commitlog import Commit, CommitLog, content_digest
 from blobstate.processor import layout
 from blobstate.processor.runner import run_partition
@@ -219,11 +221,18 @@ def restart_partition(url: str, local: Path, partition: int) -> None:
                 pass
 
 
-def readers_that_do_not_read_schemas(url: str, tmp_path: Path, capsys: Any) -> None:
-    """lineage, verify and report read commits and objects, never a schema: they run as usual."""
-    for args in (["lineage", url], ["verify", url], ["report", url, "--out", str(tmp_path / "report")]):
-        code, _, err = run_cli(args, capsys)
-        assert code == 0, (args, err)
+def lineage_runs(url: str, capsys: Any) -> None:
+    """lineage reads commits and objects, never a schema: it runs as usual."""
+    code, _, err = run_cli(["lineage", url], capsys)
+    assert code == 0, err
+
+
+def verify_problems(url: str, capsys: Any) -> list[str]:
+    """The problems ``verify`` reports (it exits 1 when there are any)."""
+    code, _, err = run_cli(["verify", url], capsys)
+    problems = [line for line in err.splitlines() if line.startswith("problem: ")]
+    assert code == (1 if problems else 0), err
+    return problems
 
 
 @pytest.mark.parametrize("case", sorted(PLANTED_META))
@@ -251,7 +260,12 @@ def test_a_planted_declaration_is_never_imported_and_every_reader_names_it(
     for error in (planning.value, reading.value, executor.value):
         assert where in str(error) and problem in str(error) and "\n" not in str(error)
 
-    readers_that_do_not_read_schemas(url, tmp_path, capsys)
+    lineage_runs(url, capsys)
+    (problem_line,) = verify_problems(url, capsys)  # the version's delta writes the declaration
+    delta = delta_name("0", PARTITION, CheckpointId(version, uid))
+    assert problem_line.startswith(f"problem: {delta}: invalid ")
+    assert f"state variable {variable!r} written to $meta" in problem_line and problem in problem_line
+    assert f"(operator 0 partition {PARTITION}, version {version} uid {uid})" in problem_line
     with pytest.raises(StoredSchemaError) as restart:
         restart_partition(url, tmp_path / "restart", PARTITION)
     assert f"state variable {variable!r} in $meta" in str(restart.value) and problem in str(restart.value)
@@ -275,12 +289,26 @@ def test_a_planted_key_schema_is_never_imported_and_every_reader_names_it(
 
     code, _, err = run_cli(["inspect", url, "--partition", "0"], capsys)
     assert code == 0, err  # inspect types keys by their stored values: it never reads key_schema
-    readers_that_do_not_read_schemas(url, tmp_path, capsys)
+    lineage_runs(url, capsys)
+    (problem_line,) = verify_problems(url, capsys)
+    assert problem_line.startswith(f"problem: metadata.json: {where}") and problem in problem_line
     with open_blob_store(url) as store, pytest.raises(StoredSchemaError) as restart:
         _ensure_metadata(
             store, 2, QueryConfig(), ("key",), (), {"type": "struct", "fields": field_list(("key", "string"))}
         )
     assert str(restart.value).startswith(where) and problem in str(restart.value)
+    assert not probe.exists() and PROBE not in sys.modules
+
+
+def test_report_reads_no_schema_of_a_checkpoint_planted_everywhere(
+    url: str, tmp_path: Path, probe: Path, capsys: Any
+) -> None:
+    plant_meta(url, tmp_path / "local", "totals", PLANTED_META["udt"][1])
+    plant_meta(url, tmp_path / "local", "buckets", PLANTED_META["udt-user-key"][1])
+    plant_meta(url, tmp_path / "local", "recent", PLANTED_META["pickled"][1])
+    plant_key_schema(url, PLANTED_KEY_SCHEMA["udt"][0])
+    code, out, err = run_cli(["report", url, "--out", str(tmp_path / "report")], capsys)
+    assert code == 0 and "wrote" in out, err
     assert not probe.exists() and PROBE not in sys.modules
 
 
@@ -290,8 +318,9 @@ def test_a_key_schema_of_other_columns_than_the_key_is_refused(url: str) -> None
         plan_read(url, state_var="visits")
 
 
-def test_an_intact_key_schema_still_types_the_key(url: str) -> None:
+def test_an_intact_key_schema_still_types_the_key(url: str, capsys: Any) -> None:
     plant_key_schema(url, struct(("key", "string")))
+    assert verify_problems(url, capsys) == []
     plan = plan_read(url, state_var="visits")
     assert plan.schema["key"].dataType.simpleString() == "struct<key:string>"
     with open_blob_store(url) as store:
