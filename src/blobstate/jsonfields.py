@@ -15,7 +15,8 @@ Fail = Callable[[str, str], NoReturn]
 
 
 def load_strict_json(data: bytes, fail: Fail) -> object:
-    """Parse ``data`` as JSON, refusing duplicate keys, ``NaN``/``Infinity`` and undecodable bytes."""
+    """Parse ``data`` as JSON, refusing duplicate keys, ``NaN``/``Infinity``, undecodable bytes and nesting
+    deeper than the interpreter's recursion limit."""
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -32,6 +33,8 @@ def load_strict_json(data: bytes, fail: Fail) -> object:
         return json.loads(data, object_pairs_hook=no_duplicates, parse_constant=no_constants)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         fail("", f"not valid JSON: {error}")
+    except RecursionError:
+        fail("", "not valid JSON: nested too deeply")
 
 
 def is_int(value: object) -> bool:

@@ -25,6 +25,15 @@ FORBIDDEN_MODULES = {
 }
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__"}
 FORBIDDEN_ATTRIBUTES = {"read_pickle", "unsafe_load", "full_load"}  # pandas, PyYAML
+SCHEMA_PARSERS = {"fromJson", "_parse_datatype_json_value", "_parse_datatype_json_string"}
+"""PySpark's parsers of JSON schemas import the module a user-defined type names: a schema read from
+storage goes through :mod:`blobstate.stored_schema` instead."""
+SCHEMA_PARSERS_ALLOWED = {
+    # the live query's own schemas (an adjunct's value schema, a side stream's user-given schema),
+    # never read from storage
+    "adjunct/spec.py",
+    "adjunct/history.py",
+}
 
 
 def offences(path: Path) -> list[str]:
@@ -45,6 +54,9 @@ def offences(path: Path) -> list[str]:
                 found.append(f"{where} {func.id}()")
             if isinstance(func, ast.Attribute) and func.attr in FORBIDDEN_ATTRIBUTES:
                 found.append(f"{where} .{func.attr}()")
+            called = func.attr if isinstance(func, ast.Attribute) else _name(func)
+            if called in SCHEMA_PARSERS and _relative(path) not in SCHEMA_PARSERS_ALLOWED:
+                found.append(f"{where} {called}()")
             if isinstance(func, ast.Attribute) and func.attr == "load" and _name(func.value) == "yaml":
                 found.append(f"{where} yaml.load()")
             for arg in node.args:  # importlib.import_module("pickle") and the like
@@ -56,6 +68,10 @@ def offences(path: Path) -> list[str]:
                 ):
                     found.append(f"{where} allow_pickle=")
     return found
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(SRC).as_posix() if path.is_relative_to(SRC) else path.name
 
 
 def _name(node: ast.AST) -> str:
@@ -75,6 +91,8 @@ def test_the_scan_catches_what_it_looks_for(tmp_path: Path) -> None:
         "import pickle\nfrom marshal import loads\nimport importlib\nimportlib.import_module('shelve')\n"
         "eval('1')\nexec('x = 1')\nimport numpy as np\nnp.load('f', allow_pickle=True)\n"
         "import pandas as pd\npd.read_pickle('f')\nimport json\njson.loads('1')\n"
+        "from pyspark.sql.types import StructType, _parse_datatype_json_string\nStructType.fromJson({})\n"
+        "_parse_datatype_json_string('{}')\n"
     )
     assert sorted(o.split(" ", 1)[1] for o in offences(probe)) == sorted(
         [
@@ -85,5 +103,7 @@ def test_the_scan_catches_what_it_looks_for(tmp_path: Path) -> None:
             "exec()",
             "allow_pickle=",
             ".read_pickle()",
+            "fromJson()",
+            "_parse_datatype_json_string()",
         ]
     )

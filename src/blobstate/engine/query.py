@@ -308,10 +308,15 @@ def _ensure_metadata(
     """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
     stores: a broadcast store is an operator of its own with one partition)."""
     from blobstate.lineage.commitlog import CommitLog, QueryMetadata
+    from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
     main: dict[str, Any] = {"key_columns": list(key_columns)}
     if key_schema is not None:  # the key's Spark types, for the state reader (not part of the identity)
-        main["key_schema"] = key_schema
+        try:  # recorded only if it reads back (else the reader types the key from its stored values)
+            parse_stored_schema(key_schema, where="key schema of the query")
+            main["key_schema"] = key_schema
+        except StoredSchemaError:
+            pass
     if adjuncts:
         main["adjuncts"] = {a.name: a.mode for a in adjuncts}
     operators = {config.operator: main}
@@ -319,7 +324,13 @@ def _ensure_metadata(
         if a.mode == "broadcast":
             operators[a.operator] = {"key_columns": list(a.key_in_union), "partitions": 1}
     wanted = QueryMetadata.new(num_partitions, operators)
-    return CommitLog(store).write_metadata(wanted)
+    metadata = CommitLog(store).write_metadata(wanted)
+    recorded = metadata.operators.get(config.operator, {}).get("key_schema")
+    if recorded is not None:  # a checkpoint whose metadata records a schema blobstate will not read
+        parse_stored_schema(
+            recorded, where=f"key_schema of operator {config.operator} in metadata.json of {store.url}"
+        )
+    return metadata
 
 
 def _decide_adjuncts(driver: BatchDriver, adjuncts: list[Any], latest: Any) -> None:

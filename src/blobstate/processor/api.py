@@ -33,6 +33,7 @@ from blobstate.processor.errors import (
 from blobstate.processor.schema import to_struct_type
 from blobstate.processor.values import EXPIRED, StateCodec, storage_signature
 from blobstate.state.interface import KeyValueStore
+from blobstate.stored_schema import parse_declaration
 
 __all__ = [
     "CallbackNameWarning",
@@ -580,17 +581,21 @@ class StatefulProcessorHandle:
         store = self._s.store
         key = layout.meta_key(state._name)
         old = store.get(layout.META_CF, key)
+        encoded = json.dumps(declaration, sort_keys=True).encode()
         if old is not None:
-            previous = json.loads(old)
-            if previous.get("kind") != state.kind:
+            # The stored declaration is data from the checkpoint: parsed by blobstate's own schema parser
+            where = f"state variable {state._name!r} in $meta of the partition's committed state"
+            stored = parse_declaration(old, where=where)
+            if stored.kind != state.kind:
                 raise StateVariableError(
-                    f"Cannot change state variable {state._name!r} from {previous.get('kind')} state to"
-                    f" {state.kind} state between query restarts: declare it as {previous.get('kind')}"
+                    f"Cannot change state variable {state._name!r} from {stored.kind} state to"
+                    f" {state.kind} state between query restarts: declare it as {stored.kind}"
                     " state, delete it with deleteIfExists in init, or start from a new checkpoint"
                 )
-            self._reconcile_schema(state, previous, declaration)
-        encoded = json.dumps(declaration, sort_keys=True).encode()
+            self._reconcile_schema(state, stored.to_json(), declaration)
         if old != encoded:
+            # What is written must read back: the same allow-list and bounds as any stored schema
+            parse_declaration(encoded, where=f"state variable {state._name!r} as declared")
             store.put(layout.META_CF, key, encoded)
         self._s.declared[state._name] = state
         if state._ttl is not None:

@@ -39,6 +39,14 @@ class CheckpointVersion:
         """The version read."""
         return self.commit.version
 
+    def describe(self, operator: str, partition: int) -> str:
+        """``operator <op> partition <p> at version <v> (uid <uid>) of <url>``: one partition's state
+        at this version, for messages."""
+        uid = self.commit.checkpoints.get(operator, {}).get(partition)
+        return (
+            f"operator {operator} partition {partition} at version {self.version} (uid {uid}) of {self.url}"
+        )
+
     def key_columns(self, operator: str) -> list[str]:
         """The grouping key columns of ``operator``."""
         return list(self.metadata.operators[operator]["key_columns"])

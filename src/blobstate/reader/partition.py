@@ -82,7 +82,8 @@ def inspect_partition(
             rocks = loaded.store
             try:
                 variables = []
-                for var in sorted(declarations(rocks).values(), key=lambda v: v.name):
+                declared = declarations(rocks, where=checkpoint.describe(op, p))
+                for var in sorted(declared.values(), key=lambda v: v.name):
                     keys: set[tuple] = set()
                     rows = 0
                     shown = []
@@ -97,7 +98,7 @@ def inspect_partition(
                             "kind": var.kind,
                             "schema": var.value_type().simpleString(),
                             "user_key_schema": None if var.user_key_schema is None
-                            else var.user_key_type().simpleString(),  # type: ignore[union-attr]
+                            else var.user_key_schema.simpleString(),
                             "ttl": var.ttl,
                             "keys": len(keys),
                             "rows": rows,

@@ -12,9 +12,16 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from blobstate.blobstore import open_blob_store
-from blobstate.reader.checkpoint import choose_operator, choose_partitions, open_version, restored_partition
+from blobstate.reader.checkpoint import (
+    CheckpointVersion,
+    choose_operator,
+    choose_partitions,
+    open_version,
+    restored_partition,
+)
 from blobstate.reader.schema import infer_key_schema, row_schema
 from blobstate.reader.variables import TIMERS, StateReadError, StateVariable, any_key, declarations
+from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
 
 @dataclass(frozen=True)
@@ -30,11 +37,19 @@ class ReadPlan:
     schema: StructType
 
 
-def _key_schema(spec: dict[str, Any]) -> StructType | None:
-    recorded = spec.get("key_schema")
-    if isinstance(recorded, dict) and recorded.get("type") == "struct":
-        return StructType.fromJson(recorded)
-    return None
+def _key_schema(checkpoint: CheckpointVersion, operator: str) -> StructType | None:
+    """The operator's ``key_schema`` recorded in ``metadata.json`` (None when it records none)."""
+    recorded = checkpoint.metadata.operators[operator].get("key_schema")
+    if recorded is None:
+        return None
+    where = f"key_schema of operator {operator} in metadata.json of {checkpoint.url}"
+    parsed = parse_stored_schema(recorded, where=where)
+    names = checkpoint.key_columns(operator)
+    if parsed.fieldNames() != names:
+        raise StoredSchemaError(
+            where, "", f"its fields {parsed.fieldNames()} are not the key columns {names}"
+        )
+    return parsed
 
 
 def plan_read(
@@ -60,12 +75,12 @@ def plan_read(
         if schema is not None and state_var is not None:
             return ReadPlan(url, checkpoint.version, op, partitions, state_var, schema)
         names = checkpoint.key_columns(op)
-        key_schema = _key_schema(checkpoint.metadata.operators[op])
+        key_schema = _key_schema(checkpoint, op)
         var: StateVariable | None = None
         known: set[str] = set()
         for p in partitions:
             with restored_partition(store, checkpoint, op, p) as rocks:
-                declared = declarations(rocks)
+                declared = declarations(rocks, where=checkpoint.describe(op, p))
                 known.update(declared)
                 if state_var is None and len(declared) == 1:
                     state_var = next(iter(declared))

@@ -27,7 +27,7 @@ def partition_rows(
                 for key, ts in timers(rocks, arity):
                     yield key, ts, partition
                 return
-            var = declarations(rocks).get(state_var)
+            var = declarations(rocks, where=checkpoint.describe(operator, partition)).get(state_var)
             if var is None:  # not declared in this partition: it holds none of it
                 return
             expected = row_schema(key_type, var).fieldNames()

@@ -1,8 +1,9 @@
 """The state of one partition's RocksDB store read back as rows: state variables, their entries, timers.
 
 Reads what :mod:`blobstate.processor.api` writes (column families in :mod:`blobstate.processor.layout`):
-the declarations in ``$meta`` (JSON, read as data), grouping keys and MapState user keys with the tagged
-key decoder of :mod:`blobstate.processor.codec`, values with the schema-driven
+the declarations in ``$meta`` (JSON, their schemas parsed by :mod:`blobstate.stored_schema`,
+which never imports a type named in storage), grouping keys and MapState user keys with the tagged key
+decoder of :mod:`blobstate.processor.codec`, values with the schema-driven
 :class:`~blobstate.processor.values.StateCodec`. Nothing is unpickled or evaluated.
 
 Rows are flattened as Spark's state reader (``format("statestore")``) flattens them: one row per value,
@@ -13,7 +14,6 @@ returned too: the reader shows what the version stores, and the expiry says when
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +22,8 @@ from pyspark.sql.types import StructType
 
 from blobstate.errors import BlobstateError
 from blobstate.processor import codec, layout
-from blobstate.processor.values import StateCodec
+from blobstate.processor.values import StateCodec, UnsupportedTypeError
+from blobstate.stored_schema import StoredSchemaError, parse_declaration
 
 _BEFORE_ANY_EXPIRY = -(1 << 63)
 
@@ -36,43 +37,42 @@ class StateReadError(BlobstateError, ValueError):
 
 @dataclass(frozen=True)
 class StateVariable:
-    """A state variable as its declaration in ``$meta`` records it."""
+    """A state variable as its declaration in ``$meta`` records it (parsed by
+    :func:`~blobstate.stored_schema.parse_declaration`)."""
 
     name: str
     kind: str
     """``value``, ``list`` or ``map``."""
-    schema: dict[str, Any]
-    """The value schema, ``StructType.jsonValue()`` form."""
-    user_key_schema: dict[str, Any] | None
+    schema: StructType
+    """The value schema."""
+    user_key_schema: StructType | None
+    """The user key schema of map state (None for the other kinds)."""
     ttl: bool
+    where: str = "a partition's store"
+    """The store it was read from (operator, partition, version, checkpoint), for errors."""
 
     def value_type(self) -> StructType:
-        """The value schema as a StructType (built from the JSON by PySpark's parser of types)."""
-        return StructType.fromJson(self.schema)
+        """The value schema."""
+        return self.schema
 
     def user_key_type(self) -> StructType | None:
-        """The MapState user key schema as a StructType (None for other kinds)."""
-        return None if self.user_key_schema is None else StructType.fromJson(self.user_key_schema)
+        """The MapState user key schema (None for other kinds)."""
+        return self.user_key_schema
 
 
-def declarations(store: Any) -> dict[str, StateVariable]:
-    """Every state variable declared in ``store`` (a RocksStateStore), by name."""
+def declarations(store: Any, *, where: str = "a partition's store") -> dict[str, StateVariable]:
+    """Every state variable declared in ``store`` (a RocksStateStore), by name.
+
+    ``where`` names the store (operator, partition, version, checkpoint) in errors: a declaration that
+    is not one blobstate wrote, or whose schema is not one it reads from storage, is a
+    :class:`~blobstate.stored_schema.StoredSchemaError` naming the variable and the field.
+    """
     found: dict[str, StateVariable] = {}
     prefix = layout.meta_key("")
     for key, data in store.items(layout.META_CF, prefix):
-        name = bytes(key[len(prefix) :]).decode("utf-8")
-        decl = json.loads(data)
-        if not isinstance(decl, dict) or decl.get("kind") not in ("value", "list", "map"):
-            raise StateReadError(
-                f"the declaration of state variable {name!r} in $meta is not one blobstate wrote"
-            )
-        found[name] = StateVariable(
-            name=name,
-            kind=decl["kind"],
-            schema=decl["schema"],
-            user_key_schema=decl.get("userKeySchema"),
-            ttl=bool(decl.get("ttl")),
-        )
+        name = bytes(key[len(prefix) :]).decode("utf-8", "backslashreplace")
+        decl = parse_declaration(data, where=f"state variable {name!r} in $meta of {where}")
+        found[name] = StateVariable(name, decl.kind, decl.schema, decl.user_key_schema, decl.ttl, where)
     return found
 
 
@@ -80,7 +80,12 @@ def entries(store: Any, var: StateVariable, arity: int) -> Iterator[tuple]:
     """The rows of ``var``: ``(key, value, expiry)`` for value state, ``(key, element, expiry)`` per list
     element, ``(key, user_key, value, expiry)`` per map entry; ``expiry`` is None without a TTL."""
     cf = layout.state_cf(var.name)
-    values = StateCodec(var.name, var.value_type())
+    try:
+        values = StateCodec(var.name, var.value_type())
+    except UnsupportedTypeError as error:
+        raise StoredSchemaError(
+            f"value schema of state variable {var.name!r} in $meta of {var.where}", "", str(error)
+        ) from None
     # decode_live's fast paths at a time before any expiry: every stored value, expired or not
     decode, never = values.decode_live, _BEFORE_ANY_EXPIRY
     if var.kind == "value":
@@ -96,7 +101,7 @@ def entries(store: Any, var: StateVariable, arity: int) -> Iterator[tuple]:
             for element in values.decode_list(data, key):
                 yield key, element, expiry
     else:
-        user_arity = len((var.user_key_schema or {}).get("fields", ()))
+        user_arity = len(var.user_key_schema.fields) if var.user_key_schema is not None else 0
         for k, data in store.items(cf):
             key, end = codec.decode_key(k, arity)
             user_key, _ = codec.decode_key(k, user_arity, end)

@@ -7,11 +7,13 @@ lineage exactly as loading does, then checks every object the version reaches:
 
 - deltas (those the chain replays, and each retained version's own delta, which a rebuild around its
   snapshot needs) and snapshot indexes are read in full and checked against the size and SHA-256 their
-  commit records; deltas are decoded in full, and every uid a lineage record names must be the
-  committed one;
+  commit records; deltas are decoded in full, every uid a lineage record names must be the
+  committed one, and every state variable declaration a delta writes to ``$meta`` must parse as
+  readers parse it (:mod:`blobstate.stored_schema`; declarations only in a snapshot are not read);
 - blobs a snapshot index references must be present with the size the index records (one listing, no
   reads); with ``checksums=True`` every blob is read and checked against its CRC-32;
-- committed objects that still carry a TTL (and so would expire) are reported too.
+- committed objects that still carry a TTL (and so would expire) are reported too;
+- an operator's ``key_schema`` in ``metadata.json`` must parse as the state reader parses it.
 
 A committed snapshot that is missing or corrupt is a problem even when the version can still be rebuilt
 from an older base and deltas (the problem says so). Each problem names the object and the operator,
@@ -31,6 +33,12 @@ from blobstate.lineage.delta import DeltaFormatError, decode_delta
 from blobstate.state.chain import fetch_checked_delta, resolve_chain
 from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory
+
+META_CF = "$meta"
+"""``blobstate.processor.layout.META_CF``, the column family of state variable declarations (the processor
+package, with the Spark API it loads, is not imported to verify a checkpoint)."""
+DECLARATION_KEY = b"var:"
+"""The key prefix of a declaration in it (``blobstate.processor.layout.meta_key``)."""
 
 
 @dataclass(frozen=True)
@@ -180,11 +188,32 @@ class _Checker:
         self.report.deltas_read += 1
         self.report.delta_bytes += len(data)
         try:
-            decode_delta(data, name=name)
+            delta = decode_delta(data, name=name)
         except DeltaFormatError as error:
             self.problem(name, f"corrupt: {error.problem}", cid)
             return
+        self.declarations(name, cid, delta.records)
         self.pending(name, cid)
+
+    def declarations(self, name: str, cid: CheckpointId, records: list[Any]) -> None:
+        """State variable declarations the delta writes to ``$meta`` must read back as readers and a
+        restarted query read them (:mod:`blobstate.stored_schema`)."""
+        written = [
+            (k, v)
+            for _, cf, k, v in records
+            if cf == META_CF and v is not None and k.startswith(DECLARATION_KEY)
+        ]
+        if not written:
+            return
+        from blobstate.stored_schema import StoredSchemaError, parse_declaration
+
+        for key, value in written:
+            variable = key[len(DECLARATION_KEY) :].decode("utf-8", "backslashreplace")
+            try:
+                parse_declaration(value, where=f"state variable {variable!r} written to $meta")
+            except StoredSchemaError as error:
+                self.problem(name, str(error), cid)
+                return
 
     def snapshot(self, cid: CheckpointId, chain: Any) -> bool:
         """Check a snapshot index and its blobs; whether they are all good."""
@@ -328,6 +357,20 @@ def _commits(store: BlobStore) -> Any:
     return CommitLog(store)
 
 
+def _key_schemas(store: BlobStore, operators: dict[str, Any], report: VerifyReport) -> None:
+    """An operator's ``key_schema`` must parse as the state reader parses it."""
+    recorded = {op: spec["key_schema"] for op, spec in operators.items() if "key_schema" in spec}
+    if not recorded:
+        return
+    from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
+
+    for op, value in sorted(recorded.items()):
+        try:
+            parse_stored_schema(value, where=f"key_schema of operator {op} in {METADATA} of {store.url}")
+        except StoredSchemaError as error:
+            report.problems.append(Problem(METADATA, str(error)))
+
+
 def verify(
     store: BlobStore,
     *,
@@ -347,13 +390,14 @@ def verify(
     report = VerifyReport(store.url, blobs_read=checksums, ttl_checked=check_ttl)
     log_ = _commits(store)
     try:
-        log_.read_metadata()
+        metadata = log_.read_metadata()
     except BlobNotFoundError:
         report.problems.append(Problem(METADATA, f"missing: {store.url} is not a blobstate query checkpoint"))
         return report
     except CommitLogError as error:
         report.problems.append(Problem(METADATA, f"unreadable: {error}"))
         return report
+    _key_schemas(store, metadata.operators, report)
     versions = log_.versions()
     present = set(versions)
     for missing in (v for v in range(1, (versions[-1] if versions else 0) + 1) if v not in present):
