@@ -40,6 +40,7 @@ from blobstate.standby.assignment import (
     placement_json,
     plan_assignment,
     replica_versions_of,
+    standby_lag,
 )
 from blobstate.standby.syncer import StandbySyncer
 from blobstate.state.retention import retained_from
@@ -726,11 +727,8 @@ class BatchDriver:
                 cold += 1
         versions = self._replica_versions()
         rounds = self.syncer.take_rounds() if self.syncer is not None else []
-        latest = max((m["version"] for m in metas.values()), default=0) - 1
-        lag = {
-            str(p): {r.host: latest - versions.get((p, r.host), 0) for r in a.standbys}
-            for p, a in sorted(plan.assignment.items())
-        }
+        committing = max((m["version"] for m in metas.values()), default=0)
+        lag = standby_lag(plan.assignment, versions, committing)
         return {
             "replicas": self.config.standby_replicas,
             "active_failures": plan.active_failures + len(moved_in_stage),
