@@ -177,7 +177,7 @@ def test_host_losses_between_and_during_batches_fail_over_to_standbys_with_exact
         metrics = after["partitions"][p]
         assert metrics["host"] != victim["host"]
         assert metrics["snapshot_restore_bytes"] == 0, (p, metrics)
-        assert metrics["load_rule"] in ("standby", "remote"), metrics
+        assert metrics["load_rule"] in ("standby", "standby+deltas"), metrics
     job.wait_for(lambda line: line.get("paused") == 4, "the pause after batch 4")
     # A replacement executor comes up on the spare host before batch 5 (the job waits for it).
     cluster.start_host(host_index(cluster, victim["host"]))  # the spare comes back for the next loss
