@@ -720,7 +720,16 @@ class BatchDriver:
                 continue
             # Spark ran the task elsewhere: the planned executor was lost during the batch.
             to_replica = any((m["executor_id"], m["host"]) == (r.executor_id, r.host) for r in a.replicas())
-            moved_in_stage.append({"partition": p, "to": m["executor_id"], "standby": to_replica})
+            moved_in_stage.append(
+                {
+                    "partition": p,
+                    "from": a.active.executor_id,
+                    "to": m["executor_id"],
+                    "from_host": a.active.host,
+                    "to_host": m["host"],
+                    "standby": to_replica,
+                }
+            )
             if to_replica:
                 failovers += 1
             else:
@@ -741,11 +750,14 @@ class BatchDriver:
                     "from": m.source.executor_id,
                     "to": m.target.executor_id,
                     "reason": m.reason,
+                    "from_host": m.source.host,
+                    "to_host": m.target.host,
                 }
                 for m in plan.moves
             ]
             + [
-                {"partition": m["partition"], "to": m["to"], "reason": "during-batch"} for m in moved_in_stage
+                {**{k: v for k, v in m.items() if k != "standby"}, "reason": "during-batch"}
+                for m in moved_in_stage
             ],
             "short_of_standbys": {str(p): n for p, n in plan.short_of_standbys.items()},
             "lag_versions": lag,
