@@ -102,6 +102,9 @@ def test_query_progress_and_listeners_carry_the_batch_metrics(spark: Any, tmp_pa
     parsed = blobstate.progress_metrics(query.lastProgress)
     assert parsed["inputRows"] == 3 and parsed["partitions"] == partitions
     assert parsed["writeThrough"] is False and isinstance(parsed["loadRules"], dict)
+    # nothing failed: no recovery, though Spark spent time beyond the slowest task (input, shuffle)
+    assert parsed["sparkRecoverySeconds"] == 0 and parsed["sparkOverheadSeconds"] > 0
+    assert all(r.spark_recovery_seconds == 0 for r in reports)
     assert [blobstate.progress_metrics(p)["batchId"] for p in query.recentProgress] == [0, 1]
 
     by_batch = {p["batchId"]: _blobstate_source(p) for p in query.recentProgress}

@@ -26,6 +26,7 @@ from blobstate.engine.outputs import (
     run_stage,
 )
 from blobstate.engine.placement import wait_for_hosts
+from blobstate.engine.recovery import spark_recovery_seconds, stage_resubmitted_at
 from blobstate.engine.replay import SourceProgress, check_batch
 from blobstate.engine.sinks import WriterSink
 from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
@@ -135,8 +136,11 @@ class BatchReport:
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per-partition metrics, as in the commit (``PARTITION_METRICS``)."""
     spark_recovery_seconds: float = 0.0
-    """Stage time beyond its slowest task: Spark's own scheduling and recovery (locality waits, shuffle
-    fetch retries, resubmitted map stages), apart from blobstate's load time."""
+    """Time the processing stage spent on retries after a failure (a lost executor, a fetch failure, a
+    failed task attempt, outputs lost before the sink): 0 in a batch without one (``recovery.py``)."""
+    spark_overhead_seconds: float = 0.0
+    """Stage time beyond its slowest processing task: reading and shuffling the input, Spark's
+    scheduling and locality waits, and any recovery. Most of an ordinary batch when the tasks are short."""
     standby: dict[str, Any] = field(default_factory=dict)
     """Standby and failover metrics of the batch, as in the commit (``metrics.standby``)."""
 
@@ -166,6 +170,7 @@ class BatchReport:
             "writeThrough": self.write_through,
             "inlinedPartitions": self.inlined_partitions,
             "sparkRecoverySeconds": self.spark_recovery_seconds,
+            "sparkOverheadSeconds": self.spark_overhead_seconds,
             "standby": self.standby,
             "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
         }
@@ -298,7 +303,8 @@ class BatchDriver:
             metas = stage.metas
             standby = self._standby_metrics(plan, metas)
             max_task = max((m["task_seconds"] for m in metas.values()), default=0.0)
-            recovery = round(max(0.0, sink_started - stage_started - max_task), 3)
+            overhead = round(max(0.0, sink_started - stage_started - max_task), 3)
+            recovery = self._recovery_seconds(stage)
             # Where partitions really ran (Spark may have moved a task to a replica during the batch).
             ran = committed_assignment(plan.assignment, metas) if plan is not None else None
             commit = self._commit(
@@ -310,6 +316,7 @@ class BatchDriver:
                 source,
                 standby,
                 recovery,
+                overhead,
                 ran,
                 broadcast,
                 decisions,
@@ -348,6 +355,7 @@ class BatchDriver:
             inlined_partitions=stage.inlined,
             partitions=_partition_metrics(metas),
             spark_recovery_seconds=recovery,
+            spark_overhead_seconds=overhead,
             standby=standby,
         )
         self._report(report)
@@ -523,10 +531,13 @@ class BatchDriver:
         """Run the stage and hand its outputs to the sink; run both again if the outputs were lost."""
         if self._writes_through():
             return self._write_through(batch_df, spec, plan), time.monotonic(), 1
+        first_submitted: float | None = None
         for attempt in range(1, self.max_stage_attempts + 1):
             if attempt > 1:
                 plan = self._assign_again(plan)
             stage = self._run_stage(batch_df, spec, plan)
+            first_submitted = stage.submitted_at if first_submitted is None else first_submitted
+            stage.earlier_runs_seconds = stage.submitted_at - first_submitted
             sink_started = time.monotonic()
             try:
                 self._hand_to_sink(stage.frame, spec.version)
@@ -784,6 +795,7 @@ class BatchDriver:
         """The stage inside the sink's write (``write_through.py``): no persisted outputs, one job."""
         stage, _ = self._stage_frame(batch_df, spec, plan)
         what = f"batch {spec.version}"
+        submitted_at = time.time()
         try:
             result = write_through(
                 stage,
@@ -796,6 +808,7 @@ class BatchDriver:
             self.failure = ProcessorFailedError(str(error))
             raise self.failure from None
         self._check_metas(result.metas, spec.version)
+        result.submitted_at = submitted_at
         return result
 
     def _run_stage(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> StageResult:
@@ -803,6 +816,7 @@ class BatchDriver:
         stage, schema = self._stage_frame(batch_df, spec, plan)
         shuffle_seconds = time.monotonic() - started
         what = f"batch {spec.version}"
+        submitted_at = time.time()
         try:
             result = run_stage(stage, self.placement_helper, self.num_partitions, what, worker_error, schema)
         except StageFailedError as error:
@@ -812,7 +826,19 @@ class BatchDriver:
             raise self.failure from None
         self._check_metas(result.metas, spec.version)
         result.shuffle_seconds = shuffle_seconds
+        result.submitted_at = submitted_at
         return result
+
+    def _recovery_seconds(self, stage: StageResult) -> float:
+        """The committed run's ``spark_recovery_seconds`` (``recovery.py``)."""
+        stage_ids = {m.get("stage_id") for m in stage.metas.values()}
+        stage_id = stage_ids.pop() if len(stage_ids) == 1 else None
+        return spark_recovery_seconds(
+            stage.metas,
+            submitted_at=stage.submitted_at,
+            resubmitted_at=stage_resubmitted_at(self.spark, stage_id),
+            earlier_runs_seconds=stage.earlier_runs_seconds,
+        )
 
     def _stage_frame(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> tuple[DataFrame, Any]:
         """The processing stage (the batch shuffled by key into the state partitions, then ``run_task``)
@@ -882,6 +908,7 @@ class BatchDriver:
         source: SourceProgress | None,
         standby: dict[str, Any] | None = None,
         spark_recovery_seconds: float = 0.0,
+        spark_overhead_seconds: float = 0.0,
         ran: dict[int, PartitionAssignment] | None = None,
         broadcast: dict[str, Any] | None = None,
         decisions: dict[str, Any] | None = None,
@@ -920,6 +947,7 @@ class BatchDriver:
                 "partitions": _partition_metrics(metas),
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
                 "spark_recovery_seconds": spark_recovery_seconds,
+                "spark_overhead_seconds": spark_overhead_seconds,
                 **(timings or {}),
                 "standby": standby or {},
                 **(

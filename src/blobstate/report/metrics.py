@@ -162,6 +162,11 @@ class BatchMetrics:
     state_keys: int | None = None
     max_task_seconds: float | None = None
     spark_recovery_seconds: float | None = None
+    """Time the processing stage spent on retries after a failure (0 without one); None in commits
+    written before it was measured (their ``spark_recovery_seconds`` is :attr:`spark_overhead_seconds`)."""
+    spark_overhead_seconds: float | None = None
+    """Stage time beyond the slowest processing task: reading and shuffling the input, scheduling and
+    any recovery."""
     split: dict[str, float] = field(default_factory=dict)
     """Whichever of :data:`STAGE_SPLIT` the commit carries."""
     standby: StandbyMetrics | None = None
@@ -332,11 +337,25 @@ def batch_row(commit: Commit, state_bytes: Mapping[tuple[int, int], int] | None 
         restore_bytes=_opt_int(_total(p.restore_bytes for p in parts)),
         state_keys=_opt_int(_total(p.state_keys for p in parts)),
         max_task_seconds=_maximum(p.task_seconds for p in parts),
-        spark_recovery_seconds=_number(metrics, "spark_recovery_seconds"),
+        **_spark_seconds(metrics),
         split={k: v for k in STAGE_SPLIT if (v := _number(metrics, k)) is not None},
         standby=_standby(metrics.get("standby")),
         writer=commit.writer,
     )
+
+
+def _spark_seconds(metrics: Mapping[str, Any]) -> dict[str, float | None]:
+    """``spark_recovery_seconds`` and ``spark_overhead_seconds`` of a commit. Commits written before the
+    overhead had its own name recorded it as ``spark_recovery_seconds``, and no recovery figure."""
+    if "spark_overhead_seconds" not in metrics:
+        return {
+            "spark_recovery_seconds": None,
+            "spark_overhead_seconds": _number(metrics, "spark_recovery_seconds"),
+        }
+    return {
+        "spark_recovery_seconds": _number(metrics, "spark_recovery_seconds"),
+        "spark_overhead_seconds": _number(metrics, "spark_overhead_seconds"),
+    }
 
 
 def _opt_int(value: float | None) -> int | None:
