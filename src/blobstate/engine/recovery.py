@@ -8,6 +8,10 @@ when it started in a stage attempt Spark resubmitted (after a shuffle fetch fail
 outputs recomputed first). That span holds what the failure cost the stage: detecting the lost
 executor, fetch retries, the recomputed map outputs and the wait for an executor to run the retry.
 
+Task start times are the executors' wall clocks. The driver's clock enters only when every partition
+was retried (the job's submission is then the start) or Spark resubmitted the stage (its submission
+time tells which tasks ran in the new attempt): a clock skew between hosts shifts those cases by it.
+
 It leaves out the rest of the stage (reading and shuffling the input, scheduling, the tasks'
 own work: ``spark_overhead_seconds`` and the per-partition seconds) and failures in the input's shuffle
 map stage before any processing task started.
