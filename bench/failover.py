@@ -13,8 +13,8 @@ for ``standby_replicas`` 1 and 0, runs a fresh query (a driver subprocess):
 4. one more batch of 2,000 updates: the failover batch (its time, restore bytes and seconds).
 
 Prints one JSON object: per run the steady and failover batch seconds, their ratio, restore bytes and
-seconds of the moved partitions, Spark's own recovery seconds, and the standby's cost per steady batch
-(sync task seconds and bytes). Run by hand (takes several minutes at the 1 GB size):
+seconds of the moved partitions, Spark's recovery and overhead seconds, and the standby's cost per
+steady batch (sync task seconds and bytes). Run by hand (takes several minutes at the 1 GB size):
 
     .venv/bin/python bench/failover.py [--sizes 100,1000] (MB per partition)
 """
@@ -220,6 +220,7 @@ def run(cluster: MultiHostCluster, mb_per_partition: int, replicas: int, steady:
         "moved_load_seconds": {p: failover["partitions"][p]["load_seconds"] for p in moved},
         "moved_load_rules": {p: failover["partitions"][p]["load_rule"] for p in moved},
         "failover_spark_recovery_seconds": failover["spark_recovery_seconds"],
+        "failover_spark_overhead_seconds": failover["spark_overhead_seconds"],
         "failovers": failover["standby"].get("failovers"),
         "failovers_without_standby": failover["standby"].get("failovers_without_standby"),
         "sync_task_seconds_per_batch": round(

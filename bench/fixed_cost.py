@@ -133,7 +133,7 @@ def run_blobstate(spark: Any, work: Path, args: argparse.Namespace, inline: int 
         "task_load_seconds": part("load_seconds"),
         "task_process_seconds": part("process_seconds"),
         "task_commit_seconds": part("commit_seconds"),
-        "spark_recovery_seconds": median([r.spark_recovery_seconds for r in steady]),
+        "spark_overhead_seconds": median([r.spark_overhead_seconds for r in steady]),
         "inlined_partitions": median([r.inlined_partitions for r in steady]),
     }
     return out

@@ -4,7 +4,8 @@ Public names: :func:`transform_with_state`, :class:`StatefulProcessor` and the s
 PySpark's ``transformWithStateInPandas`` (``StatefulProcessorHandle``, ``ValueState``, ``ListState``,
 ``MapState``, ``TimerValues``, ``ExpiredTimerInfo``), the vectorized API (``ArrowStatefulProcessor``,
 ``ArrowHandle``, ``KeyedBatch``, ``ExpiredTimers``; ``api="arrow"``), :func:`read_state` (a
-checkpoint's state as a DataFrame) and :mod:`blobstate.blobstore`.
+checkpoint's state as a DataFrame), :func:`progress_metrics` (a batch's blobstate metrics from Spark's
+query progress) and :mod:`blobstate.blobstore`.
 Imports are lazy so the command line starts without loading Spark.
 """
 
@@ -36,6 +37,7 @@ _EXPORTS = {
     "BlobstateError": "blobstate.errors",
     "BlobstateQueryError": "blobstate.engine.handle",
     "ProcessorQueryError": "blobstate.engine.handle",
+    "progress_metrics": "blobstate.engine.progress",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

@@ -177,3 +177,99 @@ def test_help_shows_flags_as_flags(
         line = next(line for line in out.splitlines() if line.strip().startswith(flag + " "))
         assert "<bool>" not in line and "/--no-" not in line, line
     assert "<bool>" not in out
+
+
+def _failover_checkpoint(root: Path) -> str:
+    """Version 1, then version 2: partition 0 failed over to its standby's host, which has a new standby."""
+    url = str(root / "failover")
+    placements = {
+        1: {
+            0: {
+                "executor_id": "1",
+                "host": "10.0.0.2",
+                "standbys": [{"executor_id": "2", "host": "10.0.0.3"}],
+            },
+            1: {
+                "executor_id": "2",
+                "host": "10.0.0.3",
+                "standbys": [{"executor_id": "1", "host": "10.0.0.2"}],
+            },
+        },
+        2: {
+            0: {
+                "executor_id": "2",
+                "host": "10.0.0.3",
+                "standbys": [{"executor_id": "4", "host": "10.0.0.4", "version": 0}],
+            },
+            1: {
+                "executor_id": "2",
+                "host": "10.0.0.3",
+                "standbys": [{"executor_id": "4", "host": "10.0.0.4", "version": 1}],
+                "warmup": {"executor_id": "5", "host": "10.0.0.5", "version": 1},
+            },
+        },
+    }
+    moves = [
+        {
+            "partition": 0,
+            "from": "1",
+            "to": "2",
+            "reason": "standby",
+            "from_host": "10.0.0.2",
+            "to_host": "10.0.0.3",
+        },
+        {"partition": 1, "to": "2", "reason": "during-batch"},  # as recorded before moves named hosts
+    ]
+    with open_blob_store(url) as store:
+        log = CommitLog(store)
+        log.write_metadata(QueryMetadata.new(2, {"0": {"key_columns": ["k"]}}))
+        for v in (1, 2):
+            log.write_commit(
+                Commit(
+                    version=v,
+                    checkpoints={"0": {p: new_uid() for p in (0, 1)}},
+                    writer="w",
+                    objects={"0": {p: PartitionObjects(ObjectRef.of(b"x" * v)) for p in (0, 1)}},
+                    retained_from=1,
+                    placement=placements[v],  # type: ignore[arg-type]
+                    metrics={
+                        "seconds": 1.0,
+                        "partitions": {
+                            p: {"load_rule": "standby+deltas" if (v, p) == (2, 0) else "working"}
+                            for p in (0, 1)
+                        },
+                        "standby": {"replicas": 1, "moves": moves if v == 2 else [], "lag_versions": {}},
+                    },
+                    created_time_ms=T0 + 60_000 * v,
+                )
+            )
+    return url
+
+
+def test_one_version_shows_active_and_standby_hosts_and_the_moves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _failover_checkpoint(tmp_path)
+    out = _run(["lineage", url, "--version", "2"], capsys)
+    assert "standby+deltas" in out
+    hosts = {line.split()[0]: line for line in out.splitlines() if "10.0.0.3 (2)" in line}
+    assert hosts["0"].split()[1:] == ["10.0.0.3", "(2)", "10.0.0.4", "(4)", "@", "0"]
+    assert hosts["1"].split()[3:] == ["10.0.0.4", "(4)", "@", "1;", "warm-up", "10.0.0.5", "(5)", "@", "1"]
+    moves = next(line for line in out.splitlines() if line.strip().startswith("moves:"))
+    assert moves.strip() == (
+        "moves: partition 0: 1 (10.0.0.2) -> 2 (10.0.0.3), standby; partition 1: ? -> 2, during-batch"
+    )
+
+    one = json.loads(_run(["lineage", url, "--json", "--version", "2"], capsys))["versions"][0]
+    assert one["partitions"]["0"]["host"] == "10.0.0.3"
+    assert one["partitions"]["0"]["standbys"] == [{"executor_id": "4", "host": "10.0.0.4", "version": 0}]
+    assert one["partitions"]["1"]["warmup"] == {"executor_id": "5", "host": "10.0.0.5", "version": 1}
+    assert one["standby"]["moves"][0] == {
+        "partition": 0,
+        "source": "1",
+        "target": "2",
+        "reason": "standby",
+        "source_host": "10.0.0.2",
+        "target_host": "10.0.0.3",
+    }
+    assert len(one["standby"]["moves"]) == 2

@@ -99,6 +99,14 @@ def test_query_progress_and_listeners_carry_the_batch_metrics(spark: Any, tmp_pa
     assert sum(p["input_rows"] for p in partitions.values()) == 3
     assert all(p["load_rule"] and p["commit_seconds"] >= 0 for p in partitions.values())
 
+    parsed = blobstate.progress_metrics(query.lastProgress)
+    assert parsed["inputRows"] == 3 and parsed["partitions"] == partitions
+    assert parsed["writeThrough"] is False and isinstance(parsed["loadRules"], dict)
+    # nothing failed: no recovery, though Spark spent time beyond the slowest task (input, shuffle)
+    assert parsed["sparkRecoverySeconds"] == 0 and parsed["sparkOverheadSeconds"] > 0
+    assert all(r.spark_recovery_seconds == 0 for r in reports)
+    assert [blobstate.progress_metrics(p)["batchId"] for p in query.recentProgress] == [0, 1]
+
     by_batch = {p["batchId"]: _blobstate_source(p) for p in query.recentProgress}
     assert {b: int(m["inputRows"]) for b, m in by_batch.items()} == {0: 3, 1: 3}
     assert {b: m["inputRows"] for b, m in listener.metrics.items()} == {0: "3", 1: "3"}

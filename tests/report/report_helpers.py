@@ -58,7 +58,9 @@ def write_checkpoint(
     """Commits 1..versions; those in ``no_metrics`` carry none (as written before metrics existed).
 
     Partition ``p`` has a snapshot at version ``v`` when ``(v + p) % 3 == 0``; deltas are ``100 * v + p``
-    bytes; versions from 2 carry standby metrics and version 3 the driver's stage/sink/commit split.
+    bytes; versions from 2 carry standby metrics and version 3 the driver's stage/sink/commit split;
+    version 2 records Spark's overhead as ``spark_recovery_seconds`` (as commits did before the overhead
+    had its own name), later versions both figures.
     """
     log = CommitLog(store)
     meta = log.write_metadata(QueryMetadata.new(N, {"0": {"key_columns": ["user"]}}))
@@ -76,9 +78,12 @@ def write_checkpoint(
                 "seconds": 1.5 * v,
                 "partitions": {p: partition_metrics(v, p) for p in range(N)},
                 "objects": {p: [] for p in range(N)},
-                "spark_recovery_seconds": 0.25,
+                "spark_recovery_seconds": 0.25,  # version 2 as written before the overhead had its name
                 "standby": standby_metrics(v),
             }
+            if v >= 3:
+                metrics["spark_overhead_seconds"] = 0.25
+                metrics["spark_recovery_seconds"] = 1.5 if v == 3 else 0.0  # the failover batch retried
             if v == 3:
                 metrics.update({"stage_seconds": 2.0, "sink_seconds": 1.0, "commit_seconds": 0.5})
         log.write_commit(

@@ -76,11 +76,23 @@ def test_standby_lag_and_failovers(store) -> None:
     _, rows = load_batch_metrics(store)
     three = rows[2].standby
     assert three is not None and three.eventful
-    assert (three.failovers, three.active_failures, three.moves, three.replicas) == (1, 1, 1, 1)
+    assert (three.failovers, three.active_failures, three.replicas) == (1, 1, 1)
+    assert [m.describe() for m in three.moves] == ["partition 1: exec-1 -> exec-9, standby"]
     assert three.lag_versions == {p: 3 % 2 + p for p in range(N)}
     assert three.max_lag_versions == 1 + N - 1
     assert three.sync_bytes == 4096
     assert rows[3].standby is not None and rows[3].standby.failovers == 0
+
+
+def test_spark_recovery_and_overhead_apart_and_in_older_commits(store) -> None:
+    write_checkpoint(store, versions=4)
+    _, rows = load_batch_metrics(store)
+    # version 2's spark_recovery_seconds was the stage time beyond the slowest task: no recovery figure
+    assert (rows[1].spark_overhead_seconds, rows[1].spark_recovery_seconds) == (0.25, None)
+    assert [(r.spark_overhead_seconds, r.spark_recovery_seconds) for r in rows[2:]] == [
+        (0.25, 1.5),
+        (0.25, 0.0),
+    ]
 
 
 def test_a_hole_in_the_log_is_reported_and_skipped(store) -> None:

@@ -20,7 +20,9 @@ from blobstate.standby.assignment import (
     PartitionAssignment,
     assignment_json,
     parse_assignment,
+    placement_json,
     plan_assignment,
+    standby_lag,
 )
 
 
@@ -205,3 +207,22 @@ MALFORMED = [{"active": {"executor_id": 1, "host": "h"}}, {"standbys": []}, {"ac
 def test_a_malformed_recorded_assignment_is_refused(raw: dict) -> None:
     with pytest.raises(ValueError, match="malformed partition assignment"):
         PartitionAssignment.from_json(raw)
+
+
+def test_standby_lag_counts_versions_behind_the_commit_it_is_recorded_in() -> None:
+    # The replica of partition 0 stopped syncing at version 1; commits 2, 3 and 4 follow.
+    assignment = {
+        0: PartitionAssignment(ex(0, 2), (ex(1, 3),)),
+        1: PartitionAssignment(ex(1, 3), (ex(0, 2),)),
+    }
+    lags = []
+    for version in (2, 3, 4):
+        versions = {(0, "127.0.0.3"): 1, (1, "127.0.0.2"): version - 1}
+        lag = standby_lag(assignment, versions, version)
+        placement = placement_json(assignment, versions)
+        # the commit's lag agrees with the replica version its own placement records
+        assert lag["0"]["127.0.0.3"] == version - placement[0]["standbys"][0]["version"]
+        assert lag["1"] == {"127.0.0.2": 1}, "a replica at the previous commit is one version behind"
+        lags.append(lag["0"]["127.0.0.3"])
+    assert lags == [1, 2, 3]
+    assert standby_lag({0: PartitionAssignment(ex(0, 2), (ex(1, 3),))}, {}, 5) == {"0": {"127.0.0.3": 5}}

@@ -209,9 +209,31 @@ def _version_line(row: Any) -> str:
     )
 
 
+def _replica(replica: Any) -> str:
+    """``host (executor id) @ version`` of a replica."""
+    version = "" if replica.version is None else f" @ {replica.version}"
+    return f"{replica.host} ({replica.executor_id}){version}"
+
+
+def _placement_detail(row: Any) -> None:
+    """Each partition's active host and its standby replicas (with the versions the commit recorded),
+    then the batch's moves."""
+    if not any(m.host or m.standbys for m in row.partitions.values()):
+        return
+    typer.echo(f"  {'partition':>9}  {'active':<28}  standbys (host (executor) @ version)")
+    for p, m in sorted(row.partitions.items()):
+        active = "-" if m.host is None else f"{m.host} ({m.executor_id or '?'})"
+        standbys = ", ".join(_replica(r) for r in m.standbys) or "-"
+        if m.warmup is not None:
+            standbys += f"; warm-up {_replica(m.warmup)}"
+        typer.echo(f"  {p:>9}  {active:<28}  {standbys}")
+    moves = row.standby.moves if row.standby is not None else ()
+    typer.echo("  moves: " + ("; ".join(m.describe() for m in moves) if moves else "none"))
+
+
 def _partition_detail(row: Any, lineage_rows: dict[tuple[str, int], dict[str, Any]]) -> None:
     typer.echo(
-        f"  {'partition':>9}  {'uid':<32}  {'rows in':>9}  {'rows out':>9}  {'restore s':>9}  {'load':<8}"
+        f"  {'partition':>9}  {'uid':<32}  {'rows in':>9}  {'rows out':>9}  {'restore s':>9}  {'load':<14}"
         f"  {'uploaded':>11}  {'delta':>11}  {'snapshot':<8}  restore from"
     )
     for (op, p), info in sorted(lineage_rows.items()):
@@ -226,9 +248,10 @@ def _partition_detail(row: Any, lineage_rows: dict[tuple[str, int], dict[str, An
         typer.echo(
             f"  {name:>9}  {info['uid']:<32}  {_fmt(m and m.input_rows, ','):>9}"
             f"  {_fmt(m and m.output_rows, ','):>9}  {_fmt(m and m.restore_seconds, '.3f'):>9}"
-            f"  {(m and m.load_rule) or '-':<8}  {_size(m and m.bytes_uploaded):>11}"
+            f"  {(m and m.load_rule) or '-':<14}  {_size(m and m.bytes_uploaded):>11}"
             f"  {_size(info.get('delta_bytes')):>11}  {snapshot:<8}  {restore}"
         )
+    _placement_detail(row)
 
 
 def lineage(
@@ -248,8 +271,9 @@ def lineage(
     """Show committed versions: commit time, rows in/out, batch seconds, bytes uploaded, restore seconds
     (slowest partition) and snapshot or delta; "-" where a commit predates a metric.
 
-    With --version, one version and every partition's figures, uid and restore chain; with --partition,
-    that partition's versions with their uids, sizes and restore chains.
+    With --version, one version and every partition's figures, uid and restore chain, its active and
+    standby hosts and the batch's moves; with --partition, that partition's versions with their uids,
+    sizes and restore chains.
     """
     from blobstate.blobstore import open_blob_store
 

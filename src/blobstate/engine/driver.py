@@ -26,6 +26,7 @@ from blobstate.engine.outputs import (
     run_stage,
 )
 from blobstate.engine.placement import wait_for_hosts
+from blobstate.engine.recovery import spark_recovery_seconds, stage_resubmitted_at
 from blobstate.engine.replay import SourceProgress, check_batch
 from blobstate.engine.sinks import WriterSink
 from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
@@ -40,6 +41,7 @@ from blobstate.standby.assignment import (
     placement_json,
     plan_assignment,
     replica_versions_of,
+    standby_lag,
 )
 from blobstate.standby.syncer import StandbySyncer
 from blobstate.state.retention import retained_from
@@ -134,8 +136,11 @@ class BatchReport:
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per-partition metrics, as in the commit (``PARTITION_METRICS``)."""
     spark_recovery_seconds: float = 0.0
-    """Stage time beyond its slowest task: Spark's own scheduling and recovery (locality waits, shuffle
-    fetch retries, resubmitted map stages), apart from blobstate's load time."""
+    """Time the processing stage spent on retries after a failure (a lost executor, a fetch failure, a
+    failed task attempt, outputs lost before the sink): 0 in a batch without one (``recovery.py``)."""
+    spark_overhead_seconds: float = 0.0
+    """Stage time beyond its slowest processing task: reading and shuffling the input, Spark's
+    scheduling and locality waits, and any recovery. Most of an ordinary batch when the tasks are short."""
     standby: dict[str, Any] = field(default_factory=dict)
     """Standby and failover metrics of the batch, as in the commit (``metrics.standby``)."""
 
@@ -165,6 +170,7 @@ class BatchReport:
             "writeThrough": self.write_through,
             "inlinedPartitions": self.inlined_partitions,
             "sparkRecoverySeconds": self.spark_recovery_seconds,
+            "sparkOverheadSeconds": self.spark_overhead_seconds,
             "standby": self.standby,
             "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
         }
@@ -306,7 +312,8 @@ class BatchDriver:
             metas = stage.metas
             standby = self._standby_metrics(plan, metas)
             max_task = max((m["task_seconds"] for m in metas.values()), default=0.0)
-            recovery = round(max(0.0, sink_started - stage_started - max_task), 3)
+            overhead = round(max(0.0, sink_started - stage_started - max_task), 3)
+            recovery = self._recovery_seconds(stage)
             # Where partitions really ran (Spark may have moved a task to a replica during the batch).
             ran = committed_assignment(plan.assignment, metas) if plan is not None else None
             commit = self._commit(
@@ -318,6 +325,7 @@ class BatchDriver:
                 source,
                 standby,
                 recovery,
+                overhead,
                 ran,
                 broadcast,
                 decisions,
@@ -356,6 +364,7 @@ class BatchDriver:
             inlined_partitions=stage.inlined,
             partitions=_partition_metrics(metas),
             spark_recovery_seconds=recovery,
+            spark_overhead_seconds=overhead,
             standby=standby,
         )
         self._report(report)
@@ -531,10 +540,13 @@ class BatchDriver:
         """Run the stage and hand its outputs to the sink; run both again if the outputs were lost."""
         if self._writes_through():
             return self._write_through(batch_df, spec, plan), time.monotonic(), 1
+        first_submitted: float | None = None
         for attempt in range(1, self.max_stage_attempts + 1):
             if attempt > 1:
                 plan = self._assign_again(plan)
             stage = self._run_stage(batch_df, spec, plan)
+            first_submitted = stage.submitted_at if first_submitted is None else first_submitted
+            stage.earlier_runs_seconds = stage.submitted_at - first_submitted
             sink_started = time.monotonic()
             try:
                 self._hand_to_sink(stage.frame, spec.version)
@@ -728,18 +740,24 @@ class BatchDriver:
                 continue
             # Spark ran the task elsewhere: the planned executor was lost during the batch.
             to_replica = any((m["executor_id"], m["host"]) == (r.executor_id, r.host) for r in a.replicas())
-            moved_in_stage.append({"partition": p, "to": m["executor_id"], "standby": to_replica})
+            moved_in_stage.append(
+                {
+                    "partition": p,
+                    "from": a.active.executor_id,
+                    "to": m["executor_id"],
+                    "from_host": a.active.host,
+                    "to_host": m["host"],
+                    "standby": to_replica,
+                }
+            )
             if to_replica:
                 failovers += 1
             else:
                 cold += 1
         versions = self._replica_versions()
         rounds = self.syncer.take_rounds() if self.syncer is not None else []
-        latest = max((m["version"] for m in metas.values()), default=0) - 1
-        lag = {
-            str(p): {r.host: latest - versions.get((p, r.host), 0) for r in a.standbys}
-            for p, a in sorted(plan.assignment.items())
-        }
+        committing = max((m["version"] for m in metas.values()), default=0)
+        lag = standby_lag(plan.assignment, versions, committing)
         return {
             "replicas": self.config.standby_replicas,
             "active_failures": plan.active_failures + len(moved_in_stage),
@@ -752,11 +770,14 @@ class BatchDriver:
                     "from": m.source.executor_id,
                     "to": m.target.executor_id,
                     "reason": m.reason,
+                    "from_host": m.source.host,
+                    "to_host": m.target.host,
                 }
                 for m in plan.moves
             ]
             + [
-                {"partition": m["partition"], "to": m["to"], "reason": "during-batch"} for m in moved_in_stage
+                {**{k: v for k, v in m.items() if k != "standby"}, "reason": "during-batch"}
+                for m in moved_in_stage
             ],
             "short_of_standbys": {str(p): n for p, n in plan.short_of_standbys.items()},
             "lag_versions": lag,
@@ -783,6 +804,7 @@ class BatchDriver:
         """The stage inside the sink's write (``write_through.py``): no persisted outputs, one job."""
         stage, _ = self._stage_frame(batch_df, spec, plan)
         what = f"batch {spec.version}"
+        submitted_at = time.time()
         try:
             result = write_through(
                 stage,
@@ -795,6 +817,7 @@ class BatchDriver:
             self.failure = ProcessorFailedError(str(error))
             raise self.failure from None
         self._check_metas(result.metas, spec.version)
+        result.submitted_at = submitted_at
         return result
 
     def _run_stage(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> StageResult:
@@ -802,6 +825,7 @@ class BatchDriver:
         stage, schema = self._stage_frame(batch_df, spec, plan)
         shuffle_seconds = time.monotonic() - started
         what = f"batch {spec.version}"
+        submitted_at = time.time()
         try:
             result = run_stage(stage, self.placement_helper, self.num_partitions, what, worker_error, schema)
         except StageFailedError as error:
@@ -811,7 +835,19 @@ class BatchDriver:
             raise self.failure from None
         self._check_metas(result.metas, spec.version)
         result.shuffle_seconds = shuffle_seconds
+        result.submitted_at = submitted_at
         return result
+
+    def _recovery_seconds(self, stage: StageResult) -> float:
+        """The committed run's ``spark_recovery_seconds`` (``recovery.py``)."""
+        stage_ids = {m.get("stage_id") for m in stage.metas.values()}
+        stage_id = stage_ids.pop() if len(stage_ids) == 1 else None
+        return spark_recovery_seconds(
+            stage.metas,
+            submitted_at=stage.submitted_at,
+            resubmitted_at=stage_resubmitted_at(self.spark, stage_id),
+            earlier_runs_seconds=stage.earlier_runs_seconds,
+        )
 
     def _stage_frame(self, batch_df: DataFrame, spec: TaskSpec, plan: Plan | None) -> tuple[DataFrame, Any]:
         """The processing stage (the batch shuffled by key into the state partitions, then ``run_task``)
@@ -881,6 +917,7 @@ class BatchDriver:
         source: SourceProgress | None,
         standby: dict[str, Any] | None = None,
         spark_recovery_seconds: float = 0.0,
+        spark_overhead_seconds: float = 0.0,
         ran: dict[int, PartitionAssignment] | None = None,
         broadcast: dict[str, Any] | None = None,
         decisions: dict[str, Any] | None = None,
@@ -919,6 +956,7 @@ class BatchDriver:
                 "partitions": _partition_metrics(metas),
                 "objects": {p: m["objects_written"] for p, m in metas.items()},
                 "spark_recovery_seconds": spark_recovery_seconds,
+                "spark_overhead_seconds": spark_overhead_seconds,
                 **(timings or {}),
                 "standby": standby or {},
                 **(

@@ -61,6 +61,10 @@ class StageResult:
     """Partitions whose outputs came with their metadata (all of them: the sink reads no persisted row)."""
     shuffle_seconds: float = 0.0
     """Time spent preparing the stage's input (``BatchReport.shuffle_seconds``)."""
+    submitted_at: float = 0.0
+    """Wall-clock time the driver submitted this run's job (``recovery.py``)."""
+    earlier_runs_seconds: float = 0.0
+    """Time of the runs of the stage discarded before this one (their outputs were lost)."""
 
     @property
     def output_rows(self) -> int:

@@ -267,6 +267,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         "executor_id": executor.executor_id,
         "host": executor.host,
         "attempt": context.attemptNumber(),
+        "stage_id": context.stageId(),
         "objects_written": list(result.objects_written),
         "objects": result.objects.to_json(),
         "snapshot_repairs": list(state.load_report.snapshot_repairs),

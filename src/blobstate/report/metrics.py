@@ -53,6 +53,16 @@ def _maximum(values: Iterable[float | None]) -> float | None:
 
 
 @dataclass(frozen=True)
+class Replica:
+    """A replica of a partition as its commit's ``placement`` records it: where it is kept, and the last
+    version the driver knew it at (None: not recorded)."""
+
+    executor_id: str
+    host: str
+    version: int | None = None
+
+
+@dataclass(frozen=True)
 class PartitionMetrics:
     """One partition's figures at one version (``metrics.partitions[p]`` and the commit's ``objects``)."""
 
@@ -78,6 +88,35 @@ class PartitionMetrics:
     commit_seconds: float | None = None
     executor_id: str | None = None
     host: str | None = None
+    """Where the partition ran (its active executor and host)."""
+    standbys: tuple[Replica, ...] = ()
+    """Its standby replicas after the batch (the commit's ``placement``; none before standbys existed)."""
+    warmup: Replica | None = None
+    """A replica being warmed up to take the partition over (rebalancing), not a standby."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """A partition that changed executor in a batch (``metrics.standby.moves``)."""
+
+    partition: int
+    source: str | None
+    """The executor it left (None: not recorded, as for a move during the batch)."""
+    target: str | None
+    reason: str | None
+    """``same-host``, ``standby``, ``cold``, ``rebalance`` or ``during-batch``."""
+    source_host: str | None = None
+    target_host: str | None = None
+
+    def describe(self) -> str:
+        """``partition 0: 1 (10.0.0.2) -> 2 (10.0.0.3), standby``."""
+
+        def end(executor: str | None, host: str | None) -> str:
+            text = executor if executor is not None else "?"
+            return f"{text} ({host})" if host else text
+
+        where = f"{end(self.source, self.source_host)} -> {end(self.target, self.target_host)}"
+        return f"partition {self.partition}: {where}" + (f", {self.reason}" if self.reason else "")
 
 
 @dataclass(frozen=True)
@@ -89,7 +128,8 @@ class StandbyMetrics:
     failovers_without_standby: int
     active_failures: int
     standby_failures: int
-    moves: int
+    moves: tuple[Move, ...]
+    """The partitions that changed executor, from where to where and why."""
     max_lag_versions: int | None
     """The largest lag (versions behind the committed one) of any standby of any partition."""
     lag_versions: dict[int, int]
@@ -122,6 +162,11 @@ class BatchMetrics:
     state_keys: int | None = None
     max_task_seconds: float | None = None
     spark_recovery_seconds: float | None = None
+    """Time the processing stage spent on retries after a failure (0 without one); None in commits
+    written before it was measured (their ``spark_recovery_seconds`` is :attr:`spark_overhead_seconds`)."""
+    spark_overhead_seconds: float | None = None
+    """Stage time beyond the slowest processing task: reading and shuffling the input, scheduling and
+    any recovery."""
     split: dict[str, float] = field(default_factory=dict)
     """Whichever of :data:`STAGE_SPLIT` the commit carries."""
     standby: StandbyMetrics | None = None
@@ -185,14 +230,17 @@ def _partitions(commit: Commit, state_bytes: Mapping[tuple[int, int], int]) -> d
     metrics = commit.metrics or {}
     per_partition = metrics.get("partitions")
     per_partition = per_partition if isinstance(per_partition, Mapping) else {}
+    placement = commit.placement if isinstance(commit.placement, Mapping) else {}
     numbers = sorted({p for parts in commit.objects.values() for p in parts})
     out: dict[int, PartitionMetrics] = {}
     for p in numbers:
         refs = [parts[p] for parts in commit.objects.values() if p in parts]
         m = _partition_entry(per_partition, p)
+        placed = _partition_entry(placement, p)
         rule = m.get("load_rule") if m else None
-        executor = m.get("executor_id") if m else None
-        host = m.get("host") if m else None
+        # where it ran: the task's own report, else the commit's placement
+        executor = (m or {}).get("executor_id") or (placed or {}).get("executor_id")
+        host = (m or {}).get("host") or (placed or {}).get("host")
         out[p] = PartitionMetrics(
             partition=p,
             snapshot=any(r.snapshot is not None or r.late_snapshot is not None for r in refs),
@@ -210,8 +258,37 @@ def _partitions(commit: Commit, state_bytes: Mapping[tuple[int, int], int]) -> d
             commit_seconds=_number(m, "commit_seconds"),
             executor_id=executor if isinstance(executor, str) else None,
             host=host if isinstance(host, str) else None,
+            standbys=tuple(r for r in map(_replica, (placed or {}).get("standbys") or ()) if r is not None),
+            warmup=_replica((placed or {}).get("warmup")),
         )
     return out
+
+
+def _replica(raw: object) -> Replica | None:
+    if not isinstance(raw, Mapping):
+        return None
+    executor, host, version = raw.get("executor_id"), raw.get("host"), raw.get("version")
+    if not isinstance(executor, str) or not isinstance(host, str):
+        return None
+    return Replica(executor, host, version if isinstance(version, int) else None)
+
+
+def _move(raw: object) -> Move | None:
+    if not isinstance(raw, Mapping) or _integer(raw, "partition") is None:
+        return None
+
+    def text(key: str) -> str | None:
+        value = raw.get(key)  # type: ignore[union-attr]
+        return value if isinstance(value, str) else None
+
+    return Move(
+        int(raw["partition"]),
+        text("from"),
+        text("to"),
+        text("reason"),
+        text("from_host"),
+        text("to_host"),
+    )
 
 
 def _standby(raw: object) -> StandbyMetrics | None:
@@ -236,7 +313,7 @@ def _standby(raw: object) -> StandbyMetrics | None:
         failovers_without_standby=_integer(raw, "failovers_without_standby") or 0,
         active_failures=_integer(raw, "active_failures") or 0,
         standby_failures=_integer(raw, "standby_failures") or 0,
-        moves=len(moves) if isinstance(moves, list) else 0,
+        moves=tuple(m for m in map(_move, moves if isinstance(moves, list) else ()) if m is not None),
         max_lag_versions=max(lag.values()) if lag else None,
         lag_versions=lag,
         sync_bytes=None if sync_bytes is None else int(sync_bytes),
@@ -260,11 +337,25 @@ def batch_row(commit: Commit, state_bytes: Mapping[tuple[int, int], int] | None 
         restore_bytes=_opt_int(_total(p.restore_bytes for p in parts)),
         state_keys=_opt_int(_total(p.state_keys for p in parts)),
         max_task_seconds=_maximum(p.task_seconds for p in parts),
-        spark_recovery_seconds=_number(metrics, "spark_recovery_seconds"),
+        **_spark_seconds(metrics),
         split={k: v for k in STAGE_SPLIT if (v := _number(metrics, k)) is not None},
         standby=_standby(metrics.get("standby")),
         writer=commit.writer,
     )
+
+
+def _spark_seconds(metrics: Mapping[str, Any]) -> dict[str, float | None]:
+    """``spark_recovery_seconds`` and ``spark_overhead_seconds`` of a commit. Commits written before the
+    overhead had its own name recorded it as ``spark_recovery_seconds``, and no recovery figure."""
+    if "spark_overhead_seconds" not in metrics:
+        return {
+            "spark_recovery_seconds": None,
+            "spark_overhead_seconds": _number(metrics, "spark_recovery_seconds"),
+        }
+    return {
+        "spark_recovery_seconds": _number(metrics, "spark_recovery_seconds"),
+        "spark_overhead_seconds": _number(metrics, "spark_overhead_seconds"),
+    }
 
 
 def _opt_int(value: float | None) -> int | None:
@@ -367,8 +458,10 @@ __all__ = [
     "STAGE_SPLIT",
     "BatchMetrics",
     "CheckpointSummary",
+    "Move",
     "PartitionMetrics",
     "Progress",
+    "Replica",
     "StandbyMetrics",
     "batch_metrics",
     "batch_row",

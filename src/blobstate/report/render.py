@@ -130,9 +130,12 @@ class _Figures:
         ax.plot(
             self.versions, _series(self.rows, lambda r: r.max_task_seconds), marker=".", label="slowest task"
         )
+        overhead = _series(self.rows, lambda r: r.spark_overhead_seconds)
+        if _known(overhead):
+            ax.plot(self.versions, overhead, linestyle="--", label="Spark beyond slowest task")
         recovery = _series(self.rows, lambda r: r.spark_recovery_seconds)
-        if _known(recovery):
-            ax.plot(self.versions, recovery, linestyle="--", label="Spark beyond slowest task")
+        if any(v > 0 for v in recovery if v == v):  # only when some batch recovered from a failure
+            ax.plot(self.versions, recovery, linestyle="-.", label="Spark recovery (retries)")
         for key in STAGE_SPLIT:
             ys = _series(self.rows, lambda r, key=key: r.split.get(key))
             if _known(ys):

@@ -374,6 +374,20 @@ def placement_json(
     return out
 
 
+def standby_lag(
+    assignment: Mapping[int, PartitionAssignment], versions: ReplicaVersions, committed_version: int
+) -> dict[str, dict[str, int]]:
+    """How many versions each standby replica is behind ``committed_version``, the version of the commit
+    these metrics go into: per partition, by standby host (a replica of unknown version holds nothing, 0).
+
+    A replica at the previous commit is 1 behind: the sync to this version starts after the commit.
+    """
+    return {
+        str(p): {s.host: committed_version - versions.get((p, s.host), 0) for s in a.standbys}
+        for p, a in sorted(assignment.items())
+    }
+
+
 def parse_placement(placement: Mapping[Any, Any]) -> dict[int, PartitionAssignment]:
     """The assignment recorded in a commit's ``placement`` (entries without a host are skipped: commits
     of old versions recorded executor ids only, which mean nothing to another application)."""

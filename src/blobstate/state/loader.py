@@ -49,7 +49,10 @@ RULE_EMPTY = "empty"
 RULE_WORKING = "working"
 RULE_LOCAL_CHECKPOINT = "local-checkpoint"
 RULE_STANDBY = "standby"
+RULE_STANDBY_DELTAS = "standby+deltas"
+"""Rule 3 from the standby replica (hard links) and the deltas it had not applied yet."""
 RULE_REMOTE = "remote"
+"""Rule 3 from a remote snapshot (or from nothing) and deltas, or from another local copy and deltas."""
 
 
 @dataclass
@@ -273,6 +276,8 @@ def _restore_base(
             return prior_info  # the working store itself is the base: nothing to copy
         source = _local_copy(layout, base, working)
         assert source is not None
+        if source == layout.standby:
+            report.rule = RULE_STANDBY_DELTAS
         report.bytes_copied += materialize(source, working)
         return read_info(source, base)
     return _restore_snapshot(store, layout, working, chain, report)
