@@ -163,7 +163,10 @@ def test_host_losses_between_and_during_batches_fail_over_to_standbys_with_exact
     job.wait_for(lambda line: line.get("paused") == 2, "the pause after batch 2")
     check_invariant_1(paused)
     assert all(len(a["standbys"]) == 1 for a in paused["assignment"].values())
-    assert all(v == 3 for _, _, v in paused["replica_versions"]), paused["replica_versions"]
+    # Every assigned standby is at the committed version (a replica no longer assigned may lag behind).
+    versions = {(str(p), host): v for p, host, v in paused["replica_versions"]}
+    assigned = [(p, s["host"]) for p, a in paused["assignment"].items() for s in a["standbys"]]
+    assert all(versions.get(k) == 3 for k in assigned), (assigned, paused["replica_versions"])
     victim = paused["assignment"]["0"]["active"]
     lost = sorted(p for p, a in paused["assignment"].items() if a["active"]["host"] == victim["host"])
     cluster.kill_host(host_index(cluster, victim["host"]))
