@@ -77,6 +77,10 @@ class QueryConfig:
     local_dir: str = ""
     """Executor-local directory for working stores, checkpoints and replicas; empty (the default) means
     each executor's own ``<tmp>/blobstate-<uid>``, resolved on the executor."""
+    local_dir_grace_seconds: float = 3600.0
+    """A partition's local directory (working store, local checkpoints, standby replica, broadcast copy)
+    that no task, sync or reader has used for this long is removed by the executors' tasks, never
+    while in use; the next use rebuilds it from the checkpoint."""
     snapshot_every: int = 10
     """Upload a snapshot every this many versions of a partition."""
     snapshot_delta_bytes: int = 64 * 1024 * 1024
@@ -228,6 +232,10 @@ class QueryConfig:
             raise QueryConfigError(
                 "restart_executor_wait_seconds must not be negative, not"
                 f" {self.restart_executor_wait_seconds!r}"
+            )
+        if self.local_dir_grace_seconds < 0:
+            raise QueryConfigError(
+                f"local_dir_grace_seconds must not be negative, not {self.local_dir_grace_seconds!r}"
             )
         if self.standby_sync_seconds <= 0:
             raise QueryConfigError(
