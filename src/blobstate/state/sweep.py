@@ -229,15 +229,16 @@ def _rmdir_if_old(path: Path, grace_seconds: float, now: float) -> None:
         return
 
 
-_last_sweep: dict[str, float] = {}
+_last_sweep: dict[tuple[str, float], float] = {}
 
 
 def sweep_idle(
     local_dir: str | os.PathLike[str], grace_seconds: float, *, keep: tuple[Path, ...] = ()
 ) -> int:
-    """:func:`sweep_local_dir`, at most every ``min(grace / 4, 60)`` seconds in this process; returns how
-    many partition directories it removed. Never raises: a failed sweep is logged and retried later."""
-    key = str(local_dir)
+    """:func:`sweep_local_dir`, at most every ``min(grace / 4, 60)`` seconds in this process (per local
+    directory and grace period); returns how many partition directories it removed. Never raises: a
+    failed sweep is logged and retried later."""
+    key = (str(local_dir), grace_seconds)  # another query's grace period sweeps on its own schedule
     clock = time.monotonic()
     previous = _last_sweep.get(key)
     if previous is not None and clock - previous < min(grace_seconds / 4, MAX_SWEEP_INTERVAL_SECONDS):
