@@ -23,6 +23,7 @@ from blobstate.blobstore.azure_options import (
 from blobstate.blobstore.open import AZURE_SCHEMES
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
 from blobstate.errors import BlobstateError
+from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from blobstate.engine.watermark import InputWatermark
@@ -77,7 +78,7 @@ class QueryConfig:
     local_dir: str = ""
     """Executor-local directory for working stores, checkpoints and replicas; empty (the default) means
     each executor's own ``<tmp>/blobstate-<uid>``, resolved on the executor."""
-    local_dir_grace_seconds: float = 3600.0
+    local_dir_grace_seconds: float = DEFAULT_LOCAL_DIR_GRACE_SECONDS
     """A partition's local directory (working store, local checkpoints, standby replica, broadcast copy)
     that no task, sync or reader has used for this long is removed by the executors' tasks, never
     while in use; the next use rebuilds it from the checkpoint."""

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from blobstate.engine.inline import OUTPUTS_COLUMN, InlineOutputs
+from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
 META_COLUMN = "__blobstate_meta"
 UID_COLUMN = "__blobstate_uid"
@@ -81,7 +82,7 @@ class TaskSpec:
     inline_output_bytes: int = 0
     """A partition's outputs up to this many bytes go to the driver in its metadata row (``inline.py``);
     0: always emitted as rows."""
-    local_dir_grace_seconds: float = 3600.0
+    local_dir_grace_seconds: float = DEFAULT_LOCAL_DIR_GRACE_SECONDS
     """Partition directories under the local directory unused for this long are removed
     (``blobstate.state.sweep``)."""
 
