@@ -21,9 +21,11 @@ from lineage_harness import (
 
 from blobstate.blobstore import open_blob_store
 from blobstate.layout import CHECKPOINT_ID_FILE, LocalPartitionLayout, delta_name, snapshot_name
+from blobstate.lineage.commitlog import CommitLog
 from blobstate.lineage.delta import decode_delta
 from blobstate.snapshot import read_snapshot_index
 from blobstate.state.errors import PartitionClosedError
+from blobstate.state.history import CommitCache, PartitionHistory
 from blobstate.state.localdirs import list_checkpoints, read_checkpoint_id
 from blobstate.state.locking import PartitionLockedError
 
@@ -336,3 +338,46 @@ def test_works_on_the_local_directory_store(tmp_path: Path) -> None:
     assert not store.has_ttl(result.delta_name)
     with open_p(store, tmp_path / "other", driver.committed()) as state:
         assert dump(state) == {("a", b"k"): b"v"}
+
+
+def _local_files(local: Path) -> int:
+    """Files under ``local``, leaving out ``.trash-*`` trees (removed by a background thread)."""
+    count = 0
+    for _dirpath, dirnames, filenames in os.walk(local):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".trash-")]
+        count += len(filenames)
+    return count
+
+
+@pytest.mark.parametrize("snapshot_upload", ["inline", "background"])
+def test_the_local_directories_stay_bounded_over_hundreds_of_versions(
+    tmp_path: Path, snapshot_upload: str
+) -> None:
+    """A long-running partition reopens its working store every version and syncs a standby replica
+    elsewhere: neither directory grows with the number of versions (RocksDB's info logs included)."""
+    from blobstate.standby.replica import sync_replica
+    from blobstate.state.uploads import wait_for_uploads
+
+    store = new_memory_store()
+    driver = Driver(store, retain=10)
+    active, standby = tmp_path / "active", tmp_path / "standby"
+    history = PartitionHistory(CommitCache(CommitLog(store)), OP, 0)
+    committed = None
+    counts: dict[int, tuple[int, int]] = {}
+    model: dict[tuple[str, bytes], bytes] = {}
+    for version in range(1, 241):
+        with open_p(store, active, committed, snapshot_every=10, snapshot_upload=snapshot_upload) as state:
+            pairs = [(b"%d" % (version * 7 % 50 + i), b"%d" % version) for i in range(20)]
+            state.store.put_many("a", pairs)
+            model.update((("a", k), v) for k, v in pairs)
+            result = state.commit()
+        driver.cleanup(driver.commit({0: result}, version))
+        committed = result.checkpoint_id
+        sync_replica(store, layout(standby), committed, history)
+        if version % 40 == 0:
+            wait_for_uploads()
+            counts[version] = (_local_files(active), _local_files(standby))
+    assert max(a for a, _ in counts.values()) <= 60, counts
+    assert max(s for _, s in counts.values()) <= 25, counts
+    with open_p(store, tmp_path / "fresh", committed) as state:
+        assert dump(state) == model

@@ -427,6 +427,18 @@ def test_close_is_idempotent_and_a_closed_store_refuses_use(tmp_path: Path) -> N
             call()
 
 
+def test_reopening_a_store_keeps_a_bounded_number_of_rocksdb_info_logs(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    for i in range(12):
+        with RocksStateStore.open(path) as s:
+            s.put("a", b"k", str(i).encode())
+        with RocksStateStore.open(path, read_only=True) as s:
+            assert s.get("a", b"k") == str(i).encode()
+    logs = sorted(p.name for p in path.iterdir() if p.name.startswith("LOG"))
+    assert len(logs) <= 2, logs
+    assert "LOG" in logs
+
+
 def test_the_rocksdb_store_is_the_key_value_store_the_processor_layer_needs(tmp_path: Path) -> None:
     from blobstate.state.interface import KeyValueStore
 

@@ -32,8 +32,9 @@ from blobstate.layout import LocalPartitionLayout, delta_name
 from blobstate.lineage.refs import ObjectRef
 from blobstate.state.errors import StateLoadError
 from blobstate.state.localdirs import LineageInfo, mark_clean, read_checkpoint_id
+from blobstate.state.locking import is_current, lock_current, record_use
+from blobstate.state.sweep import READERS_LOCK
 
-READERS_LOCK = "ADJUNCT-READERS.lock"
 REPLICA_LOCK_TIMEOUT_SECONDS = 300.0
 
 
@@ -128,13 +129,19 @@ def write_version(
 
 @contextmanager
 def _flock(path: Path, mode: int) -> Iterator[int]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = lock_current(path, mode)
     try:
-        fcntl.flock(fd, mode)
+        record_use(fd)
         yield fd
     finally:
         os.close(fd)
+
+
+def _relock(fd: int, path: Path, mode: int) -> bool:
+    """Change the lock on ``fd`` to ``mode``; False when the copy's directory was removed meanwhile (a
+    lock changes in two steps, so the idle-directory sweep can take it between them)."""
+    fcntl.flock(fd, mode)
+    return is_current(fd, path)
 
 
 def _replica_at(layout: LocalPartitionLayout, target: CheckpointId) -> bool:
@@ -185,23 +192,30 @@ def open_replica(
     readers = layout.root / READERS_LOCK
     target = pending.checkpoint_id
     started = time.monotonic()
-    with _flock(readers, fcntl.LOCK_SH) as fd:
-        if not _replica_at(layout, target):
-            fcntl.flock(fd, fcntl.LOCK_EX)  # no reader holds the copy while it changes
+    while True:
+        with _flock(readers, fcntl.LOCK_SH) as fd:
             if not _replica_at(layout, target):
-                lock = PartitionLock(layout.lock_file)
-                lock.acquire(timeout=REPLICA_LOCK_TIMEOUT_SECONDS)
-                try:
-                    history = PartitionHistory(CommitCache(CommitLog(store)), spec.operator, 0)
-                    _bring_to(store, layout, pending, history)
-                finally:
-                    lock.release()
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            if not _replica_at(layout, target):  # pragma: no cover - another writer between the locks
-                raise StateLoadError(f"broadcast store {spec.operator} on this executor moved off {target}")
-        seconds = time.monotonic() - started
-        replica = RocksStateStore.open(layout.standby, read_only=True)
-        try:
-            yield replica, seconds
-        finally:
-            replica.close()
+                # No reader holds the copy while it changes.
+                if not _relock(fd, readers, fcntl.LOCK_EX):
+                    continue
+                if not _replica_at(layout, target):
+                    lock = PartitionLock(layout.lock_file)
+                    lock.acquire(timeout=REPLICA_LOCK_TIMEOUT_SECONDS)
+                    try:
+                        history = PartitionHistory(CommitCache(CommitLog(store)), spec.operator, 0)
+                        _bring_to(store, layout, pending, history)
+                    finally:
+                        lock.release()
+                if not _relock(fd, readers, fcntl.LOCK_SH):
+                    continue
+                if not _replica_at(layout, target):  # pragma: no cover - another writer between the locks
+                    raise StateLoadError(
+                        f"broadcast store {spec.operator} on this executor moved off {target}"
+                    )
+            seconds = time.monotonic() - started
+            replica = RocksStateStore.open(layout.standby, read_only=True)
+            try:
+                yield replica, seconds
+            finally:
+                replica.close()
+            return

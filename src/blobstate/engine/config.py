@@ -23,6 +23,7 @@ from blobstate.blobstore.azure_options import (
 from blobstate.blobstore.open import AZURE_SCHEMES
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
 from blobstate.errors import BlobstateError
+from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from blobstate.engine.watermark import InputWatermark
@@ -77,6 +78,10 @@ class QueryConfig:
     local_dir: str = ""
     """Executor-local directory for working stores, checkpoints and replicas; empty (the default) means
     each executor's own ``<tmp>/blobstate-<uid>``, resolved on the executor."""
+    local_dir_grace_seconds: float = DEFAULT_LOCAL_DIR_GRACE_SECONDS
+    """A partition's local directory (working store, local checkpoints, standby replica, broadcast copy)
+    that no task, sync or reader has used for this long is removed by the executors' tasks, never
+    while in use; the next use rebuilds it from the checkpoint."""
     snapshot_every: int = 10
     """Upload a snapshot every this many versions of a partition."""
     snapshot_delta_bytes: int = 64 * 1024 * 1024
@@ -228,6 +233,10 @@ class QueryConfig:
             raise QueryConfigError(
                 "restart_executor_wait_seconds must not be negative, not"
                 f" {self.restart_executor_wait_seconds!r}"
+            )
+        if self.local_dir_grace_seconds < 0:
+            raise QueryConfigError(
+                f"local_dir_grace_seconds must not be negative, not {self.local_dir_grace_seconds!r}"
             )
         if self.standby_sync_seconds <= 0:
             raise QueryConfigError(

@@ -402,6 +402,7 @@ class BatchDriver:
             late_watermark_ms=late_watermark,
             event_time_column=self.config.event_time_column,
             local_dir=self.config.local_dir,
+            local_dir_grace_seconds=self.config.local_dir_grace_seconds,
             snapshot_every=self.config.snapshot_every,
             snapshot_delta_bytes=self.config.snapshot_delta_bytes,
             snapshot_upload=self.config.snapshot_upload,

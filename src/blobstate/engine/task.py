@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from blobstate.engine.inline import OUTPUTS_COLUMN, InlineOutputs
+from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
 META_COLUMN = "__blobstate_meta"
 UID_COLUMN = "__blobstate_uid"
@@ -81,6 +82,9 @@ class TaskSpec:
     inline_output_bytes: int = 0
     """A partition's outputs up to this many bytes go to the driver in its metadata row (``inline.py``);
     0: always emitted as rows."""
+    local_dir_grace_seconds: float = DEFAULT_LOCAL_DIR_GRACE_SECONDS
+    """Partition directories under the local directory unused for this long are removed
+    (``blobstate.state.sweep``)."""
 
     @property
     def stage_schema(self) -> pa.Schema:
@@ -175,6 +179,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     from blobstate.processor.runner import run_partition
     from blobstate.standby.replica import clear_stop, request_stop
     from blobstate.state.partition import open_partition
+    from blobstate.state.sweep import sweep_idle
 
     if spec.pandas_object_strings:
         _use_object_strings()
@@ -208,6 +213,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     finally:
         clear_stop(layout)
     opened_at = time.time()
+    sweep_idle(local_dir, spec.local_dir_grace_seconds, keep=(layout.root,))
     adjunct_scope = contextlib.ExitStack()
     try:
         load_seconds = time.monotonic() - started

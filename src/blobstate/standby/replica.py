@@ -36,9 +36,7 @@ from blobstate.state.history import PartitionHistory
 from blobstate.state.loader import catch_up
 from blobstate.state.localdirs import mark_clean, read_checkpoint_id
 from blobstate.state.locking import PartitionLock, PartitionLockedError
-
-STOP_FILE = "STANDBY-STOP"
-"""Dropped in a partition's directory by a processing task that wants the partition: syncs stop."""
+from blobstate.state.sweep import STOP_FILE as STOP_FILE  # dropped by a task that wants the partition
 
 STEPWISE_MAX_LAG = 16
 """Up to this many versions behind, a sync advances one committed version at a time (stoppable between
@@ -81,9 +79,14 @@ class SyncReport:
 
 def request_stop(layout: LocalPartitionLayout) -> Path:
     """Ask a running sync of this partition (on this host) to stop; returns the request's path."""
-    layout.root.mkdir(parents=True, exist_ok=True)
     path = layout.root / STOP_FILE
-    path.touch()
+    for _ in range(100):
+        try:
+            layout.root.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            break
+        except FileNotFoundError:  # the idle-directory sweep removed the directory: make it again
+            continue
     return path
 
 

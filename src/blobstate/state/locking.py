@@ -3,10 +3,19 @@
 The lock is ``fcntl.flock`` on ``<local_dir>/<query-id>/<op>/<p>/LOCK``. ``flock`` locks belong to an
 open file description, so a second open in the same process conflicts too, and the kernel releases the
 lock when the holder dies: a crashed worker never leaves a partition locked.
+
+A partition's directory may be removed while others wait for its lock (the idle-directory sweep,
+:mod:`blobstate.state.sweep`, removes it holding the lock). A waiter then holds a lock on a file that no
+longer has a name, which protects nothing: every lock taken here is checked, once held, to still be the
+file at its path, and taken again on the new file when it is not (:func:`lock_current`).
+
+Taking and releasing a :class:`PartitionLock` set the lock file's modification time: it records when
+the partition was last used on this host, which the sweep reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -30,11 +39,61 @@ class PartitionLockedError(BlobstateError, TimeoutError):
         self.timeout = timeout
 
 
-class PartitionLock:
-    """An exclusive ``flock`` on one file, taken with a timeout and released by :meth:`release`."""
+def _open_lock_file(path: Path) -> int:
+    """Open (creating it and its directory) the lock file at ``path``."""
+    for _ in range(100):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # a directory on the way was removed meanwhile: make it again
+            continue
+    raise FileNotFoundError(f"cannot create lock file {str(path)!r}: its directory keeps disappearing")
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+
+def is_current(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path`` (not removed or replaced since)."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+
+def lock_current(path: Path, mode: int) -> int:
+    """Open the lock file at ``path`` and ``flock`` it with ``mode`` (blocking); returns the descriptor.
+
+    Once the lock is held the file is checked to still be the one at ``path``: a file removed while
+    this waited is closed and the lock taken on the file now there.
+    """
+    while True:
+        fd = _open_lock_file(path)
+        try:
+            fcntl.flock(fd, mode)
+            if is_current(fd, path):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def record_use(fd: int) -> None:
+    """Set the lock file's modification time to now: the partition was used (see the module docstring)."""
+    with contextlib.suppress(OSError):
+        os.utime(fd)
+
+
+class PartitionLock:
+    """An exclusive ``flock`` on one file, taken with a timeout and released by :meth:`release`.
+
+    ``record_use`` (the default) sets the file's modification time when the lock is taken and released;
+    the sweep takes its locks without it, so looking at a partition does not count as using it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, record_use: bool = True) -> None:
         self.path = Path(path)
+        self.record_use = record_use
         self._fd: int | None = None
 
     @property
@@ -46,15 +105,13 @@ class PartitionLock:
         """Take the lock, waiting up to ``timeout`` seconds; raises :class:`PartitionLockedError`."""
         if self._fd is not None:
             raise RuntimeError(f"partition lock {str(self.path)!r} is already held by this object")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         deadline = time.monotonic() + timeout
         delay = poll
+        fd = _open_lock_file(self.path)
         try:
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
                 except OSError as error:
                     if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                         raise
@@ -62,16 +119,28 @@ class PartitionLock:
                         raise PartitionLockedError(self.path, timeout) from None
                     time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                     delay = min(delay * 2, 0.5)
+                    continue
+                if is_current(fd, self.path):
+                    break
+                # The directory was removed while we waited: lock the file that has the name now.
+                os.close(fd)
+                fd = -1
+                fd = _open_lock_file(self.path)
         except BaseException:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
             raise
         self._fd = fd
+        if self.record_use:
+            record_use(fd)
         return self
 
     def release(self) -> None:
         """Release the lock (idempotent)."""
         fd, self._fd = self._fd, None
         if fd is not None:
+            if self.record_use:
+                record_use(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:

@@ -158,10 +158,22 @@ def _cf_options() -> Options:
     return options
 
 
+INFO_LOG_FILES_TO_KEEP = 2
+"""RocksDB info logs (``LOG`` and ``LOG.old.<time>``) kept per store directory. Every read-write open
+starts a new ``LOG`` and renames the previous one; RocksDB's default keeps 1,000 of them, which for a
+store reopened every batch is one more file (tens of kB) per batch and partition. Two keep the log of
+the open before (a crashed process's) beside the current one."""
+
+INFO_LOG_MAX_BYTES = 1024 * 1024
+"""Size at which RocksDB rolls a store's info log (a store open for long keeps dumping statistics)."""
+
+
 def _db_options(create: bool) -> Options:
     options = _cf_options()
     options.create_if_missing(create)
     options.set_max_background_jobs(2)
+    options.set_keep_log_file_num(INFO_LOG_FILES_TO_KEEP)
+    options.set_max_log_file_size(INFO_LOG_MAX_BYTES)
     return options
 
 
@@ -240,7 +252,7 @@ class RocksStateStore:
         names: list[str] = []
         if exists:
             try:
-                rocks_names = Rdict.list_cf(str(p), Options(raw_mode=True))
+                rocks_names = Rdict.list_cf(str(p), _db_options(False))
             except Exception as e:
                 raise NotAStoreError(p, f"cannot read the list of column families: {e}") from e
             for rocks_name in rocks_names:
