@@ -115,7 +115,6 @@ def store_fixture(root: Path, target: Path) -> None:
     """
     if target.exists():
         shutil.rmtree(target)
-    prefixes = [f"file://{root}", f"file:{root}", str(root)]
     for path in sorted((root / "checkpoint").rglob("*")):
         if path.is_dir() or path.name.endswith(".crc"):
             continue
@@ -123,8 +122,7 @@ def store_fixture(root: Path, target: Path) -> None:
         out = target / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         data = path.read_bytes()
-        for prefix in prefixes:
-            data = data.replace(prefix.encode(), ROOT_PLACEHOLDER.encode())
+        data = data.replace(str(root).encode(), ROOT_PLACEHOLDER.encode())
         out.write_bytes(data)
 
 

@@ -158,8 +158,9 @@ class Commit:
     cleanup ran (never lower than the previous commit's). ``horizon`` (``1..retained_from``, never lower
     than the previous commit's) is the oldest version whose commit any version from this one on still
     needs: once this commit is durable, commits below it may be pruned, and a reader takes a missing
-    commit below the newest commit's horizon for a pruned prefix, not a hole. ``placement`` maps partition to an executor
-    id, or to a JSON object with an ``executor_id`` (and free-form entries such as ``host``).
+    commit below the newest commit's horizon for a pruned prefix, not a hole. ``placement`` maps
+    partition to an executor id, or to a JSON object with an ``executor_id`` (and free-form entries
+    such as ``host``).
     ``adjunct_offsets`` and ``metrics`` are free-form JSON objects; ``source`` says where the batch's
     input came from (Spark's query id and offset log digest, see :mod:`blobstate.engine.replay`).
     """

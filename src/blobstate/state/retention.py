@@ -357,7 +357,9 @@ def after_commit(
     return total
 
 
-def prune_commits(store: BlobStore, commit_log: Any, horizon: int, *, listed: list[int] | None = None) -> list[int]:
+def prune_commits(
+    store: BlobStore, commit_log: Any, horizon: int, *, listed: list[int] | None = None
+) -> list[int]:
     """Delete the commits below ``horizon`` (declared by a durable commit), oldest first; ``listed``: the
     versions a listing of ``commits/`` found, else those below are found from a process-wide floor."""
     with MEMO.lock:
