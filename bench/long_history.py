@@ -136,6 +136,11 @@ def measure(url: str, history: History) -> dict[str, Any]:
         history.batch(store)
         out["batch"] = {"requests": counter.n, "seconds": round(time.perf_counter() - started, 3)}
     with open_blob_store(url) as store:
+        started = time.perf_counter()
+        for _ in range(50):
+            store.exists("metadata.json")
+        # The server's own speed at this point, to tell its slowing down from ours.
+        out["probe_ms_per_request"] = round((time.perf_counter() - started) * 20, 2)
         commits = CommitLog(store).versions()
         out["commits_stored"] = len(commits)
         out["latest"] = commits[-1]

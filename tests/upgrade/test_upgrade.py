@@ -80,6 +80,6 @@ def test_a_checkpoint_of_the_earlier_release_continues_verifies_and_reads(spark:
         assert report.versions_checked > 0
 
     rows = blobstate.read_state(spark, url).collect()
-    counts = {r["key"]: (r["count"], r["total"]) for r in rows}
+    counts = {r["key"]["key"]: (r["value"]["count"], r["value"]["total"]) for r in rows}
     final = {k: (c, t) for rows_ in everything.values() for k, c, t in rows_}
     assert counts == final
