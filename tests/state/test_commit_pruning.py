@@ -9,10 +9,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lineage_harness import Driver, FaultyStore, InjectedCrash, dump, forget_process_memory, new_memory_store
-from lineage_harness import on_tmpfs, open_p
+from lineage_harness import (
+    Driver,
+    FaultyStore,
+    InjectedCrash,
+    dump,
+    forget_process_memory,
+    new_memory_store,
+    on_tmpfs,
+    open_p,
+)
 from test_retention import Query
 
+from blobstate.cli.lineage_cmds import VersionNotCommittedError, collect_versions
 from blobstate.layout import commit_name
 from blobstate.lineage.commitlog import (
     Commit,
@@ -76,7 +85,7 @@ def test_a_crash_while_pruning_leaves_commits_the_next_cleanup_prunes(tmp_path: 
         q.driver.cleanup(commit)
     store.arm(None)
     forget_process_memory()
-    assert commits(store) == before + [7]  # nothing pruned: the crash hit the first (oldest) deletion
+    assert commits(store) == [*before, 7]  # nothing pruned: the crash hit the first (oldest) deletion
     assert verify(store).problems == []
     stats = cleanup_latest(store)
     assert stats is not None and stats.commits_pruned == [v for v in before if v < commit.horizon]
@@ -126,6 +135,9 @@ def test_a_pruned_prefix_is_not_a_hole_but_a_gap_in_the_retained_window_is(tmp_p
     gc_checkpoint(store, full=True, now=FAR_FUTURE)
     summary, rows = load_batch_metrics(store, state_sizes=False)
     assert summary.missing == [] and [r.version for r in rows] == list(range(newest.horizon, 21))
+    with pytest.raises(VersionNotCommittedError, match=f"was pruned: .* below {newest.horizon}"):
+        collect_versions(store, version=1)
+    assert [r.version for r in collect_versions(store, limit=5)] == [20, 19, 18, 17, 16]
 
     hole = newest.horizon + 1
     _plant(store, hole)
@@ -170,12 +182,13 @@ def test_a_commit_names_a_bad_horizon(tmp_path: Path) -> None:
     q = Query(store, tmp_path / "a", every=2, retain=3)
     q.run(4)
     log = CommitLog(store)
-    with pytest.raises(ValueError, match="horizon 4 must be in 1..2"):
+    with pytest.raises(ValueError, match=re.escape("horizon 4 must be in 1..2")):
         Commit(
             version=5, checkpoints={}, writer="w", objects={}, retained_from=2, horizon=4
         )  # fmt: skip
     obj = json.loads(store.get(commit_name(4)))
-    for bad, problem in ((obj["retained_from"] + 1, "is above the commit's retained_from"), (None, "missing")):
+    cases = ((obj["retained_from"] + 1, "is above the commit's retained_from"), (None, "missing"))
+    for bad, problem in cases:
         changed = {k: v for k, v in obj.items() if k != "horizon"}
         if bad is not None:
             changed["horizon"] = bad
