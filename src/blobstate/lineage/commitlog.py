@@ -267,7 +267,11 @@ def _format_version(f: JsonFields, supported: tuple[int, ...]) -> int:
     if version not in supported:
         known = " and ".join(map(str, supported))
         newer = " (written by a newer blobstate: upgrade to read it)" if version > max(supported) else ""
-        f.fail("format_version", f"unknown format version {version}{newer}; this build reads version {known}")
+        plural = "s" if len(supported) > 1 else ""
+        f.fail(
+            "format_version",
+            f"unknown format version {version}{newer}; this build reads version{plural} {known}",
+        )
     return version
 
 
