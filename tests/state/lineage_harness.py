@@ -18,7 +18,7 @@ from blobstate.ids import CheckpointId
 from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
 from blobstate.state.chain import LINEAGE_CACHE
 from blobstate.state.partition import SNAPSHOT_INDEX_CACHE, CommitResult, PartitionState, open_partition
-from blobstate.state.retention import MEMO, after_commit, retained_from
+from blobstate.state.retention import MEMO, after_commit, declared_horizon, retained_from
 
 QUERY_ID = "5f0c3f3e-9d7e-4c55-a1a4-0a0b0c0d0e0f"
 OP = "0"
@@ -206,7 +206,8 @@ def apply_model(store: Any, model: dict[tuple[str, bytes], bytes], ops: list[tup
 class Driver:
     """The driver role: writes ``metadata.json`` and ``commits/<v>`` through the real commit log.
 
-    Each commit's ``retained_from`` follows ``retain`` (min_versions_to_retain) as the engine's does.
+    Each commit's ``retained_from`` follows ``retain`` (min_versions_to_retain) and its ``horizon`` what
+    this driver's last cleanup found still needed, as the engine's do.
     """
 
     def __init__(
@@ -216,6 +217,7 @@ class Driver:
         self.log = CommitLog(store)
         self.writer = writer
         self.retain = retain
+        self.needed_from = 0
         self.log.write_metadata(QueryMetadata(QUERY_ID, num_partitions, {OP: {"key_columns": ["k"]}}))
 
     def committed(self, partition: int = 0) -> CheckpointId | None:
@@ -228,19 +230,23 @@ class Driver:
     def commit(self, results: dict[int, CommitResult], version: int, *, retain: int | None = None) -> Commit:
         """Write ``commits/<version>`` naming the checkpoints (and object references) of ``results``."""
         previous = self.log.read_commit(version - 1) if version > 1 else None
+        retained = retained_from(previous, version, retain or self.retain)
         commit = Commit(
             version=version,
             checkpoints={OP: {p: r.checkpoint_id.uid for p, r in results.items()}},
             objects={OP: {p: r.objects for p, r in results.items()}},
-            retained_from=retained_from(previous, version, retain or self.retain),
+            retained_from=retained,
+            horizon=declared_horizon(previous, self.needed_from, retained),
             writer=self.writer,
         )
         self.log.write_commit(commit)
         return commit
 
     def cleanup(self, commit: Commit) -> Any:
-        """Post-commit cleanup through the real retention code."""
-        return after_commit(self.store, commit, commit_log=self.log)
+        """Post-commit cleanup (and commit pruning) through the real retention code."""
+        stats = after_commit(self.store, commit, commit_log=self.log)
+        self.needed_from = max(self.needed_from, stats.needed_from)
+        return stats
 
 
 def open_p(

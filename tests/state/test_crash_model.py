@@ -16,7 +16,10 @@ expires. After every step:
 * ``verify`` finds every retained version restorable (all objects present, intact and, unless a
   post-commit cleanup is still owed, permanent), and every retained version restores exactly (from
   an empty local directory, so from the blob store);
-* at the end, after TTL expiry, exactly the objects the retained versions reference remain.
+* at the end, after TTL expiry, exactly the objects the retained versions reference remain, and
+  exactly the commits from the newest commit's horizon up (pruning, with its own crash points, left
+  nothing a later run could not finish);
+* a commit then deleted from the retained window is a hole that ``verify``, ``gc`` and start-up name.
 
 ``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories (the long run: 2000).
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,8 +49,9 @@ from lineage_harness import (
 
 from blobstate.blobstore import open_blob_store
 from blobstate.ids import CheckpointId
-from blobstate.lineage.commitlog import CommitConflictError
-from blobstate.state.retention import cleanup_latest, gc_checkpoint, referenced_by_retained
+from blobstate.layout import commit_name
+from blobstate.lineage.commitlog import CommitConflictError, IncompleteCommitLogError
+from blobstate.state.retention import GcRefusedError, cleanup_latest, gc_checkpoint, referenced_by_retained
 from blobstate.state.verify import verify
 
 SEEDS = int(os.environ.get("BLOBSTATE_CRASH_SEEDS", "200"))
@@ -60,6 +65,7 @@ CRASH_STEPS = {
     "commit log write": lambda op, name: op == "put_if_absent" and name.startswith("commits/"),
     "cleanup: TTL removal": lambda op, name: op == "remove_ttl",
     "cleanup: deletion": lambda op, name: op == "delete",
+    "pruning: commit deletion": lambda op, name: op == "delete" and name.startswith("commits/"),
 }
 """Where a commit can be cut off, as predicates on blob store calls; a crash fires at the k-th match."""
 
@@ -95,6 +101,9 @@ class Counters:
     verify_runs = 0
     restores_checked = 0
     owed_cleanups_left_to_gc = 0
+    crashes_while_pruning = 0
+    commits_pruned = 0
+    holes_planted = 0
 
 
 class History:
@@ -139,7 +148,10 @@ class History:
         def crash_when(op: str, name: str, n: int) -> bool:
             if matches(op, name):
                 seen[0] += 1
-            return seen[0] == k and matches(op, name)
+            fire = seen[0] == k and matches(op, name)
+            if fire and op == "delete" and name.startswith("commits/"):
+                Counters.crashes_while_pruning += 1
+            return fire
 
         return crash_when
 
@@ -182,7 +194,7 @@ class History:
             else:
                 commit = self.driver.commit({0: result}, self.version + 1)
                 self.committed(result, model)
-            self.driver.cleanup(commit)
+            Counters.commits_pruned += len(self.driver.cleanup(commit).commits_pruned)
             self.cleanup_owed = False
         except InjectedCrash:
             self.restart()
@@ -223,7 +235,9 @@ class History:
         # leaves the previous version as the newest.
         assert self.driver.log.latest_version() == self.version
         if self.rng.random() < 0.5:
-            cleanup_latest(self.store)
+            stats = cleanup_latest(self.store)
+            if stats is not None:
+                self.driver.needed_from = stats.needed_from
             self.cleanup_owed = False
         self.check_load(self.rng.choice(self.executors), self.version)
 
@@ -252,9 +266,28 @@ class History:
         self.check_invariants(restore_all=True)
         if not self.version:
             return
-        referenced = referenced_by_retained(self.inner, self.driver.log.read_commit(self.version))
+        newest = self.driver.log.read_commit(self.version)
+        referenced = referenced_by_retained(self.inner, newest)
         left = set(self.inner.list("state/")) | set(self.inner.list("blobs/"))
         assert left == referenced, f"unreferenced objects left: {sorted(left - referenced)[:5]}"
+        # gc pruned every commit below the horizon, and the log is bounded by it.
+        assert self.driver.log.versions() == list(range(newest.horizon, self.version + 1))
+        assert newest.horizon <= newest.retained_from
+        self.plant_hole(newest)
+
+    def plant_hole(self, newest) -> None:
+        """A commit deleted from the retained window is a hole for verify, gc and start-up, named."""
+        if newest.horizon >= self.version:
+            return
+        Counters.holes_planted += 1
+        hole = self.rng.randint(newest.horizon, self.version - 1)
+        self.inner.delete(commit_name(hole))
+        forget_process_memory()
+        assert any(p.object == commit_name(hole) and "hole" in p.message for p in verify(self.inner).problems)
+        with pytest.raises(GcRefusedError, match=re.escape(commit_name(hole))):
+            gc_checkpoint(self.inner, full=True, now=FAR_FUTURE)
+        with pytest.raises(IncompleteCommitLogError, match=re.escape(commit_name(hole))):
+            cleanup_latest(self.inner)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
@@ -288,3 +321,5 @@ def test_the_histories_exercised_every_fault() -> None:
     assert Counters.races_lost > 0 and Counters.gc_runs > 0 and Counters.gc_full_runs > 0
     assert Counters.owed_cleanups_left_to_gc > 0
     assert Counters.restores_checked > SEEDS
+    assert Counters.commits_pruned > SEEDS // 10 and Counters.crashes_while_pruning > 0
+    assert Counters.holes_planted > SEEDS // 10

@@ -184,10 +184,13 @@ def collect_versions(store: Any, *, limit: int = 20, version: int | None = None)
     log_ = CommitLog(store)
     if version is not None:
         if not log_.commit_exists(version):
-            latest = log_.latest_version()
+            newest = log_.latest_commit()
+            latest = 0 if newest is None else newest.version
+            pruned = newest is not None and version < newest.horizon
             raise VersionNotCommittedError(
-                f"version {version} of {store.url} has no commit (commits/{version}.json); the newest "
-                f"committed version is {latest}: run `blobstate lineage` to list them"
+                f"version {version} of {store.url} has no commit (commits/{version}.json"
+                + (f" was pruned: no retained version needs commits below {newest.horizon}" if pruned else "")
+                + f"); the newest committed version is {latest}: run `blobstate lineage` to list them"
             )
         return [batch_row(log_.read_commit(version))]
     versions = sorted(log_.versions(), reverse=True)[:limit]

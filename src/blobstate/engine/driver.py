@@ -44,7 +44,7 @@ from blobstate.standby.assignment import (
     standby_lag,
 )
 from blobstate.standby.syncer import StandbySyncer
-from blobstate.state.retention import retained_from
+from blobstate.state.retention import declared_horizon, retained_from
 
 log = logging.getLogger("blobstate")
 
@@ -242,6 +242,9 @@ class BatchDriver:
     """The main stream's column types (reloaded side rows are keyed like it)."""
     waiting: set[str] = field(default_factory=set)
     """Bootstrap adjuncts still loading a rate-limited side stream's backlog: main rows are held."""
+    needed_from: int = 0
+    """The oldest version whose commit a cleanup of this run (or the start-up's) found still needed:
+    the next commit's ``horizon`` (0: none ran yet)."""
     _start_applied: bool = False
     _offsets: bytes | None = None
 
@@ -943,12 +946,14 @@ class BatchDriver:
             operator = self._adjunct(name).operator
             checkpoints[operator] = {0: written.pending.uid}
             objects[operator] = {0: written.objects}
+        retained = retained_from(previous, version, self.config.min_versions_to_retain)
         commit = Commit(
             version=version,
             batch_id=version - 1,
             checkpoints=checkpoints,
             objects=objects,
-            retained_from=retained_from(previous, version, self.config.min_versions_to_retain),
+            retained_from=retained,
+            horizon=declared_horizon(previous, self.needed_from, retained),
             placement=self._placement_record(metas, ran),
             watermark_ms=new_watermark,
             metrics={
@@ -1046,7 +1051,8 @@ class BatchDriver:
         """Post-commit cleanup: make what the retained versions need permanent, delete the rest."""
         from blobstate.state.retention import after_commit
 
-        after_commit(self.store, commit, commit_log=self.commit_log)
+        stats = after_commit(self.store, commit, commit_log=self.commit_log)
+        self.needed_from = max(self.needed_from, stats.needed_from)
 
     def _start_post_commit(self, commit: Any) -> None:
         """Run the post-commit steps in order (on a background thread with ``async_cleanup``).

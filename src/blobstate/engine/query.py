@@ -159,9 +159,13 @@ def transform_with_state(
         )
     ticks = Ticks(placement_helper.ticks_source(), enabled=_no_data_batches_enabled(spark))
     initial_frame, initial_keys = _initial_state(initial_state, key_columns, initial_state_key)
+    from blobstate.lineage.commitlog import CommitLog
     from blobstate.state.retention import cleanup_latest
 
-    cleanup_latest(store)
+    # One listing of commits/ at start: holes in the retained window refuse the start, and the cleanup
+    # prunes whatever a crash left below the horizon.
+    scan = CommitLog(store).scan()
+    started_cleanup = cleanup_latest(store, scan)
     driver = BatchDriver(
         spark=spark,
         config=config,
@@ -185,7 +189,9 @@ def transform_with_state(
         adjunct_sources=_adjunct_sources(df, list(adjuncts)),
         main_types={f.name: f.dataType for f in df.schema.fields},
     )
-    latest = driver.commit_log.latest_commit()
+    latest = scan.newest
+    if started_cleanup is not None:
+        driver.needed_from = started_cleanup.needed_from
     if adjunct_specs:
         _decide_adjuncts(driver, list(adjuncts), latest)
     if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)

@@ -38,8 +38,12 @@ Version 1 checkpoints stored state values pickled; this build never unpickles wh
 refuses them with an error that says so (see :func:`parse_metadata`).
 """
 
-COMMIT_FORMAT_VERSION = 2
-"""The ``commits/<v>.json`` format version this build writes and reads (2: with object references)."""
+COMMIT_FORMAT_VERSION = 3
+"""The ``commits/<v>.json`` format version this build writes (3: with ``horizon``, the log may be pruned
+below it)."""
+
+COMMIT_FORMATS_READ = (2, 3)
+"""The ``commits/<v>.json`` format versions this build reads (2: with object references, never pruned)."""
 
 T = TypeVar("T")
 
@@ -151,8 +155,12 @@ class Commit:
     and, when a background snapshot upload of an earlier version finished, that snapshot (a
     :class:`~blobstate.lineage.refs.LateSnapshot`).
     ``retained_from`` is the oldest version that stays restorable once this commit's post-commit
-    cleanup ran (never lower than the previous commit's). ``placement`` maps partition to an executor
-    id, or to a JSON object with an ``executor_id`` (and free-form entries such as ``host``).
+    cleanup ran (never lower than the previous commit's). ``horizon`` (``1..retained_from``, never lower
+    than the previous commit's) is the oldest version whose commit any version from this one on still
+    needs: once this commit is durable, commits below it may be pruned, and a reader takes a missing
+    commit below the newest commit's horizon for a pruned prefix, not a hole. ``placement`` maps
+    partition to an executor id, or to a JSON object with an ``executor_id`` (and free-form entries
+    such as ``host``).
     ``adjunct_offsets`` and ``metrics`` are free-form JSON objects; ``source`` says where the batch's
     input came from (Spark's query id and offset log digest, see :mod:`blobstate.engine.replay`).
     """
@@ -170,6 +178,7 @@ class Commit:
     created_time_ms: int = field(default_factory=now_ms)
     format_version: int = COMMIT_FORMAT_VERSION
     batch_id: int = None  # type: ignore[assignment]  # derived: version - 1
+    horizon: int = 1
 
     def __post_init__(self) -> None:
         if self.batch_id is None:
@@ -180,6 +189,10 @@ class Commit:
             raise ValueError(
                 f"commit of version {self.version}: retained_from {self.retained_from} must be in "
                 f"1..{self.version}"
+            )
+        if not 1 <= self.horizon <= self.retained_from:
+            raise ValueError(
+                f"commit of version {self.version}: horizon {self.horizon} must be in 1..{self.retained_from}"
             )
 
     def checkpoint_id(self, operator: str, partition: int) -> CheckpointId:
@@ -205,6 +218,7 @@ class Commit:
                 for op, parts in self.objects.items()
             },
             "retained_from": self.retained_from,
+            **({"horizon": self.horizon} if self.format_version >= 3 else {}),
             "placement": None
             if self.placement is None
             else {str(p): ex for p, ex in sorted(self.placement.items())},
@@ -240,18 +254,24 @@ def _fields(name: str, data: bytes) -> JsonFields:
     return JsonFields(load_strict_json(data, fail), fail)
 
 
-def _format_version(f: JsonFields, supported: int) -> int:
+def _format_version(f: JsonFields, supported: tuple[int, ...]) -> int:
     version = f.integer("format_version", minimum=1)
     assert version is not None
-    if version == 1 and supported == 2:
+    if version == 1 and 1 not in supported:
         f.fail(
             "format_version",
             "written by blobstate 0.1, which stored state values pickled; this version never unpickles "
             "what it reads, so it cannot load this checkpoint: start the query on a new checkpoint "
             "location (and rebuild its state from the source)",
         )
-    if version != supported:
-        f.fail("format_version", f"unknown format version {version} (this build reads version {supported})")
+    if version not in supported:
+        known = " and ".join(map(str, supported))
+        newer = " (written by a newer blobstate: upgrade to read it)" if version > max(supported) else ""
+        plural = "s" if len(supported) > 1 else ""
+        f.fail(
+            "format_version",
+            f"unknown format version {version}{newer}; this build reads version{plural} {known}",
+        )
     return version
 
 
@@ -265,7 +285,7 @@ def _adjunct_names(operators: dict[str, Any]) -> set[str]:
 def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
     """Parse and validate ``metadata.json``; raises :class:`CommitLogFormatError` naming the field."""
     f = _fields(name, data)
-    version = _format_version(f, METADATA_FORMAT_VERSION)
+    version = _format_version(f, (METADATA_FORMAT_VERSION,))
     query_id = f.text("query_id")
     try:
         canonical = str(uuid.UUID(query_id)) == query_id
@@ -320,7 +340,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     :class:`CommitLogFormatError` naming the object and the offending field.
     """
     f = _fields(name, data)
-    format_version = _format_version(f, COMMIT_FORMAT_VERSION)
+    format_version = _format_version(f, COMMIT_FORMATS_READ)
     stored_version = f.integer("version", minimum=1)
     if stored_version != version:
         f.fail("version", f"{stored_version} does not match the object name (version {version})")
@@ -349,6 +369,11 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     assert retained_from is not None
     if retained_from > version:
         f.fail("retained_from", f"{retained_from} is above the commit's version {version}")
+    horizon = f.integer("horizon", minimum=1, optional=True) if format_version >= 3 else None
+    if format_version >= 3 and horizon is None:
+        f.fail("horizon", "missing (format version 3 records it)")
+    if horizon is not None and horizon > retained_from:
+        f.fail("horizon", f"{horizon} is above the commit's retained_from {retained_from}")
 
     placement: dict[int, str] | None = None
     raw_placement = f.mapping("placement", optional=True)
@@ -383,6 +408,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
         source=source,
         created_time_ms=created,
         format_version=format_version,
+        horizon=1 if horizon is None else horizon,
     )
 
 
@@ -474,12 +500,43 @@ def _dump(obj: dict[str, Any], name: str) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------- the log
+@dataclass(frozen=True)
+class LogScan:
+    """What one listing of ``commits/`` found: the versions present and the newest commit."""
+
+    versions: list[int]
+    newest: Commit | None
+
+    @property
+    def latest(self) -> int:
+        """The newest committed version (0: none)."""
+        return self.versions[-1] if self.versions else 0
+
+    @property
+    def horizon(self) -> int:
+        """The newest commit's horizon: commits below it may be pruned (1 without commits)."""
+        return self.newest.horizon if self.newest is not None else 1
+
+    @property
+    def holes(self) -> list[int]:
+        """Versions from the horizon to the newest without a commit."""
+        present = set(self.versions)
+        return [v for v in range(self.horizon, self.latest + 1) if v not in present]
+
+    @property
+    def prunable(self) -> list[int]:
+        """Versions below the horizon whose commits are still there (pruning not finished)."""
+        return [v for v in self.versions if v < self.horizon]
+
+
 class CommitLog:
     """The commit log of one checkpoint, on its blob store."""
 
     def __init__(self, store: BlobStore) -> None:
         self.store = store
         self._metadata: QueryMetadata | None = None
+        self.last_scan: LogScan | None = None
+        """What this object's last :meth:`scan` found."""
 
     def _where(self, name: str) -> str:
         return f"{name} in {self.store.url}"
@@ -592,24 +649,59 @@ class CommitLog:
         versions = self.versions()
         return versions[-1] if versions else 0
 
+    def scan(self, *, check: bool = True) -> LogScan:
+        """One listing of ``commits/`` and the newest commit: what the log holds and where its horizon is.
+
+        With ``check``, raises :class:`IncompleteCommitLogError` naming the missing commits when a
+        version from the newest commit's horizon up to the newest has none (a hole); commits missing
+        below the horizon were pruned and are not an error.
+        """
+        versions = self.versions()
+        newest = self.read_commit(versions[-1]) if versions else None
+        scan = LogScan(versions, newest)
+        self.last_scan = scan
+        if check and scan.holes:
+            missing = scan.holes
+            shown = ", ".join(commit_name(v) for v in missing[:5]) + (", ..." if len(missing) > 5 else "")
+            raise IncompleteCommitLogError(
+                f"the commit log of {self.store.url} has holes: {len(missing)} commit(s) missing in the "
+                f"retained window {scan.horizon}..{scan.latest} (the horizon of {commit_name(scan.latest)}):"
+                f" {shown}; restore them from a backup, or start a new checkpoint",
+                missing=missing,
+            )
+        return scan
+
     def complete_versions(self) -> list[int]:
-        """Every committed version, ascending, after proving the log has no holes (``1..latest`` all exist).
+        """The versions from the newest commit's horizon to the newest, ascending, after proving that
+        each has its commit (see :meth:`scan`).
 
         Raises :class:`IncompleteCommitLogError` naming the missing commits: a checkpoint whose commit
         log cannot be read completely must not be swept or called restorable.
         """
-        versions = self.versions()
-        if versions and versions != list(range(1, versions[-1] + 1)):
-            present = set(versions)
-            missing = [v for v in range(1, versions[-1] + 1) if v not in present]
-            shown = ", ".join(commit_name(v) for v in missing[:5]) + (", ..." if len(missing) > 5 else "")
-            raise IncompleteCommitLogError(
-                f"the commit log of {self.store.url} has holes: {len(missing)} commit(s) missing below "
-                f"the newest ({commit_name(versions[-1])}): {shown}; restore them from a backup before "
-                "running gc, or start a new checkpoint",
-                missing=missing,
-            )
-        return versions
+        scan = self.scan()
+        return [v for v in scan.versions if v >= scan.horizon]
+
+    def prune(self, horizon: int, *, listed: list[int] | None = None, floor: int = 0) -> list[int]:
+        """Delete the commits below ``horizon`` (the horizon of a durable commit), oldest first.
+
+        ``listed`` are the versions a listing found (all of them below ``horizon`` go); without it the
+        versions are found by walking down from ``horizon - 1`` while commits exist, down to ``floor``
+        (below which everything is known to be pruned). Deleting oldest first keeps what a crash leaves
+        a contiguous range just below the horizon, which the walk finds again. Returns the versions
+        deleted.
+        """
+        if listed is not None:
+            doomed = sorted(v for v in listed if v < horizon)
+        else:
+            doomed = []
+            version = horizon - 1
+            while version > floor and self.store.exists(commit_name(version)):
+                doomed.append(version)
+                version -= 1
+            doomed.sort()
+        for version in doomed:
+            self.store.delete_if_exists(commit_name(version))
+        return doomed
 
     def latest_commit(self) -> Commit | None:
         """The commit of :meth:`latest_version`, or None if nothing was committed."""

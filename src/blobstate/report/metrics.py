@@ -369,11 +369,14 @@ def batch_metrics(
     return [batch_row(c, state_bytes) for c in sorted(commits, key=lambda c: c.version)]
 
 
-def summarize(url: str, metadata: QueryMetadata, versions: Sequence[int]) -> CheckpointSummary:
-    """The header of a report: the query, its partitions and operators, and which versions exist."""
+def summarize(
+    url: str, metadata: QueryMetadata, versions: Sequence[int], horizon: int = 1
+) -> CheckpointSummary:
+    """The header of a report: the query, its partitions and operators, and which versions exist
+    (``missing``: those without a commit from ``horizon``, below which the log was pruned)."""
     present = sorted(versions)
     latest = present[-1] if present else 0
-    missing = sorted(set(range(1, latest + 1)) - set(present))
+    missing = sorted(set(range(horizon, latest + 1)) - set(present))
     return CheckpointSummary(
         url=url,
         query_id=metadata.query_id,
@@ -430,14 +433,22 @@ def snapshot_sizes(store: Any, commits: Iterable[Commit], progress: Progress | N
     return sizes
 
 
+REPORT_WINDOW = 1000
+"""The most commits a report reads by default: the newest ones. The commit log keeps only the
+retained window (``min_versions_to_retain`` versions and the bases they load from), so this only
+binds when retention is set above it."""
+
+
 def load_batch_metrics(
     store: Any,
     *,
     versions: Iterable[int] | None = None,
     state_sizes: bool = True,
     progress: Progress | None = None,
+    window: int = REPORT_WINDOW,
 ) -> tuple[CheckpointSummary, list[BatchMetrics]]:
-    """Read a checkpoint's commit log (every version, or ``versions``) into its per-batch metrics.
+    """Read a checkpoint's commit log (the newest ``window`` commits, or ``versions``) into its
+    per-batch metrics.
 
     With ``state_sizes`` the snapshot indexes are read too, for the state's size on disk. A commit that
     fails to parse raises its commit log error naming ``commits/<v>.json``.
@@ -446,9 +457,10 @@ def load_batch_metrics(
 
     log = CommitLog(store)
     metadata = log.read_metadata()
-    present = log.versions()
-    summary = summarize(store.url, metadata, present)
-    chosen = present if versions is None else sorted(set(versions) & set(present))
+    scan = log.scan(check=False)
+    present = [v for v in scan.versions if v >= scan.horizon]
+    summary = summarize(store.url, metadata, present, scan.horizon)
+    chosen = present[-window:] if versions is None else sorted(set(versions) & set(present))
     commits = _read_all(chosen, log.read_commit, "commits", progress)
     sizes = snapshot_sizes(store, commits, progress) if state_sizes else {}
     return summary, batch_metrics(commits, sizes)

@@ -12,6 +12,13 @@ cleanup ran (``version - min_versions_to_retain + 1``, never lower than the prev
    version's snapshot blobs and index before its delta. It finds those versions by walking down from the
    oldest base until a version has nothing left, so the bucket is never listed; a crash part-way leaves a
    contiguous range that the next run (after the next commit, or at start-up) picks up again.
+4. Once every partition's cleanup succeeded, it prunes the commits below the commit's ``horizon``,
+   oldest first (:meth:`~blobstate.lineage.commitlog.CommitLog.prune`). The horizon a commit declares
+   is at most the oldest version an earlier cleanup found still needed (``RetentionStats.needed_from``:
+   the oldest base any retained version loads from), so nothing at or after that commit reads a pruned
+   commit, and the objects of pruned versions were deleted before their commits. A crash part-way
+   leaves commits just below the horizon, which the next cleanup (or start-up and ``gc``, from their
+   listing) prunes.
 
 Objects of attempts that were never committed are never referenced and never made permanent: they stay
 pending and expire. :func:`gc_checkpoint` (the ``gc`` command) first proves the commit log complete,
@@ -58,6 +65,18 @@ def retained_from(previous: Any, version: int, min_versions_to_retain: int) -> i
     return min(version, max(1, floor, version - min_versions_to_retain + 1))
 
 
+def declared_horizon(previous: Any, needed_from: int, retained: int) -> int:
+    """The ``horizon`` of a new commit whose ``retained_from`` is ``retained``: the oldest version
+    whose commit is still needed, as a cleanup of an earlier commit of this checkpoint found
+    (``needed_from``, 0: unknown), never below the previous commit's horizon nor above ``retained``.
+
+    Versions retained later never load from an older base than the versions retained now (a chain
+    only moves to newer snapshots), so what an earlier cleanup found unneeded stays unneeded.
+    """
+    floor = previous.horizon if previous is not None else 1
+    return max(1, min(retained, max(floor, needed_from)))
+
+
 @dataclass
 class RetentionStats:
     """What a cleanup did."""
@@ -70,9 +89,14 @@ class RetentionStats:
     versions_deleted: int = 0
     kept: int = 0
     seconds: float = 0.0
+    needed_from: int = 0
+    """The oldest version whose commit the retained versions still need (0: not computed)."""
+    commits_pruned: list[int] = field(default_factory=list)
 
     def add(self, other: RetentionStats) -> None:
         """Accumulate another partition's stats."""
+        if other.needed_from:
+            self.needed_from = min(self.needed_from or other.needed_from, other.needed_from)
         self.partitions += other.partitions
         self.ttl_removed += other.ttl_removed
         self.ttl_pending += other.ttl_pending
@@ -100,11 +124,13 @@ class _Memo:
         self.lock = threading.Lock()
         self.permanent: set[tuple[str, str]] = set()
         self.floor: dict[tuple[str, str, int], int] = {}
+        self.pruned_below: dict[str, int] = {}
 
     def forget(self) -> None:
         with self.lock:
             self.permanent.clear()
             self.floor.clear()
+            self.pruned_below.clear()
 
 
 MEMO = _Memo()
@@ -252,6 +278,7 @@ def cleanup_partition(
     stats = RetentionStats(partitions=1)
     keep = compute_keep_set(store, history, newest, lowest)
     stats.kept = len(keep.objects)
+    stats.needed_from = max(1, keep.oldest_base)
     optional = _base_deltas(keep, operator, partition, lowest)
     if dry_run:
         stats.ttl_removed, stats.ttl_pending = _preview_ttls(store, sorted(keep.objects | optional), optional)
@@ -325,13 +352,20 @@ def _partitions(commit: Any) -> list[tuple[str, int, str]]:
 
 
 def after_commit(
-    store: BlobStore, commit: Any, *, commit_log: Any = None, dry_run: bool = False
+    store: BlobStore,
+    commit: Any,
+    *,
+    commit_log: Any = None,
+    listed: list[int] | None = None,
+    dry_run: bool = False,
 ) -> RetentionStats:
     """Post-commit cleanup of every partition in ``commit`` (a :class:`blobstate.lineage.commitlog.Commit`).
 
-    Keeps versions ``commit.retained_from .. commit.version`` restorable. Idempotent; safe to run again
-    after a crash part-way (and at start-up, see :func:`cleanup_latest`). Raises the first error after
-    trying every partition. ``dry_run`` changes nothing and reports what the cleanup would do.
+    Keeps versions ``commit.retained_from .. commit.version`` restorable, then prunes the commits below
+    ``commit.horizon`` (``listed``: the versions a listing of ``commits/`` found). Idempotent; safe to
+    run again after a crash part-way (and at start-up, see :func:`cleanup_latest`). Raises the first
+    error after trying every partition, and then prunes nothing. ``dry_run`` changes nothing (prunes
+    nothing) and reports what the cleanup would do.
     """
     started = time.monotonic()
     log_ = commit_log or _commit_log(store)
@@ -354,20 +388,41 @@ def after_commit(
             )
             if first_error is None:
                 first_error = error
-    total.seconds = time.monotonic() - started
     if first_error is not None:
+        total.seconds = time.monotonic() - started
         raise first_error
+    if not dry_run:
+        total.commits_pruned = prune_commits(store, log_, commit.horizon, listed=listed)
+    total.seconds = time.monotonic() - started
     return total
 
 
-def cleanup_latest(store: BlobStore) -> RetentionStats | None:
-    """Start-up cleanup: :func:`after_commit` for the newest commit, if any."""
+def prune_commits(
+    store: BlobStore, commit_log: Any, horizon: int, *, listed: list[int] | None = None
+) -> list[int]:
+    """Delete the commits below ``horizon`` (declared by a durable commit), oldest first; ``listed``: the
+    versions a listing of ``commits/`` found, else those below are found from a process-wide floor."""
+    with MEMO.lock:
+        floor = MEMO.pruned_below.get(store.url, 0)
+    if listed is None and horizon - 1 <= floor:
+        return []
+    pruned = commit_log.prune(horizon, listed=listed, floor=floor)
+    with MEMO.lock:
+        MEMO.pruned_below[store.url] = max(MEMO.pruned_below.get(store.url, 0), horizon - 1)
+    return pruned
+
+
+def cleanup_latest(store: BlobStore, scan: Any = None) -> RetentionStats | None:
+    """Start-up cleanup: :func:`after_commit` for the newest commit, if any, pruning every listed
+    commit below its horizon. ``scan``: a :class:`~blobstate.lineage.commitlog.LogScan` already made
+    (else one listing of ``commits/``); a hole in the retained window raises
+    :class:`~blobstate.lineage.commitlog.IncompleteCommitLogError`."""
     log_ = _commit_log(store)
-    latest = log_.latest_version()
-    if not latest:
+    if scan is None:
+        scan = log_.scan()
+    if scan.newest is None:
         return None
-    commit = log_.read_commit(latest)
-    return after_commit(store, commit, commit_log=log_)
+    return after_commit(store, scan.newest, commit_log=log_, listed=scan.versions)
 
 
 # ---------------------------------------------------------------------------------------------- gc
@@ -437,10 +492,10 @@ def _read_checkpoint(store: BlobStore) -> tuple[Any, Any]:
             f"{store.url} is not a query checkpoint ({METADATA} is missing): gc deletes nothing there"
         ) from None
     try:
-        versions = log_.complete_versions()
-        latest = log_.read_commit(versions[-1]) if versions else None
+        scan = log_.scan()
     except CommitLogError as error:
         raise GcRefusedError(f"gc refuses to touch {store.url}: {error}") from error
+    latest = scan.newest
     if latest is None:
         orphans = permanent_objects_without_commits(store)
         if orphans:
@@ -510,7 +565,9 @@ def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> tuple[An
             return None, set()
         stats.latest_version, stats.retained_from = latest.version, latest.retained_from
         try:
-            done = after_commit(store, latest, commit_log=log_, dry_run=dry_run)
+            done = after_commit(
+                store, latest, commit_log=log_, listed=log_.last_scan.versions, dry_run=dry_run
+            )
             stats.ttl_removed, stats.cleanup_deleted = done.ttl_removed, sorted(done.deleted)
             if dry_run:
                 stats.ttl_pending = len(done.ttl_pending)

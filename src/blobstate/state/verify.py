@@ -1,7 +1,8 @@
 """Prove that every retained version of every partition is restorable, without restoring it.
 
 :func:`verify` first proves the location is a checkpoint (``metadata.json`` readable) and that its commit
-log is complete (``commits/1..latest`` all present and valid). The retained versions are the newest
+log is complete (a commit for every version from the newest commit's ``horizon`` to the latest;
+commits below the horizon were pruned and are not missed). The retained versions are the newest
 commit's ``retained_from .. latest``. For each partition and each retained version it resolves the
 lineage exactly as loading does, then checks every object the version reaches:
 
@@ -400,10 +401,6 @@ def verify(
     _key_schemas(store, metadata.operators, report)
     versions = log_.versions()
     present = set(versions)
-    for missing in (v for v in range(1, (versions[-1] if versions else 0) + 1) if v not in present):
-        report.problems.append(
-            Problem(commit_name(missing), "missing: a hole in the commit log", version=missing)
-        )
     if not versions:
         from blobstate.state.retention import permanent_objects_without_commits
 
@@ -424,6 +421,16 @@ def verify(
         report.problems.append(Problem(commit_name(latest), f"unreadable: {error}", version=latest))
         return report
     report.latest_version, report.retained_from = latest, newest.retained_from
+    # Commits below the newest commit's horizon were pruned (or are about to be); one missing from the
+    # horizon up is a hole.
+    for missing in (v for v in range(newest.horizon, latest + 1) if v not in present):
+        report.problems.append(
+            Problem(
+                commit_name(missing),
+                f"missing: a hole in the commit log (the retained window is {newest.horizon}..{latest})",
+                version=missing,
+            )
+        )
     cache = CommitCache(log_, {latest: newest})
     with contextlib.suppress(CommitLogError):  # each unreadable commit is reported below
         cache.prefetch(range(newest.retained_from, latest))
