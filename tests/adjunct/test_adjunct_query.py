@@ -113,6 +113,8 @@ def test_a_small_older_and_a_large_newer_file_of_one_batch_apply_in_the_source_s
 def test_a_side_key_of_another_type_than_the_main_key_is_refused_before_any_batch(
     spark: Any, tmp_path: Path
 ) -> None:
+    (tmp_path / "in").mkdir()
+
     def stream(schema: str) -> Any:
         return spark.readStream.schema(schema).parquet(str(tmp_path / "in"))
 
@@ -145,6 +147,8 @@ def test_a_side_key_of_another_type_than_the_main_key_is_refused_before_any_batc
 
 
 def test_a_new_query_without_input_runs_no_batch_until_input_arrives(spark: Any, tmp_path: Path) -> None:
+    for name in ("clicks", "profiles", "discounts"):
+        (tmp_path / name).mkdir()
     sink = AllBatches()
     query = start_query(spark, tmp_path, str(tmp_path / "ckpt"), sink, local_dir=str(tmp_path / "local"))
     log = CommitLog(open_blob_store(str(tmp_path / "ckpt")))
