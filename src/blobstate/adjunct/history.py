@@ -53,7 +53,7 @@ def file_source_of(name: str, df: Any) -> FileSource:
         elif kind not in ("SubqueryAlias",):
             break
         node = children.apply(0)
-    if node.getClass().getSimpleName() != "StreamingRelation" or not _is_file_format(node):
+    if node.getClass().getSimpleName() != "StreamingRelation" or not is_file_relation(node):
         raise AdjunctError(
             f"adjunct {name!r}: its store must be rebuilt from the side stream's history, which blobstate"
             " can read again only for a file source read as it is (spark.readStream...load(path), at most"
@@ -71,7 +71,8 @@ def file_source_of(name: str, df: Any) -> FileSource:
     )
 
 
-def _is_file_format(node: Any) -> bool:
+def is_file_relation(node: Any) -> bool:
+    """Whether a ``StreamingRelation`` of an analyzed plan reads a file source."""
     name = str(node.dataSource().className()).lower()
     return name in {"parquet", "json", "csv", "orc", "text", "avro"} or name.endswith("fileformat")
 
@@ -88,6 +89,12 @@ def _scala_map(m: Any) -> dict[str, str]:
 def files_up_to(log_files: Mapping[str, bytes], last_batch: int) -> list[str]:
     """The files a file source's log (``sources/<i>/`` entries by name) lists for batches up to
     ``last_batch``, in the order the source read them (by batch, then as listed)."""
+    return files_between(log_files, -1, last_batch)
+
+
+def files_between(log_files: Mapping[str, bytes], after_batch: int, last_batch: int) -> list[str]:
+    """The files a file source's log lists for the batches after ``after_batch`` up to ``last_batch``, in
+    the order the source read them (by batch, then as listed)."""
     entries: dict[str, tuple[int, int]] = {}
     for name, data in log_files.items():
         lines = data.decode("utf-8").splitlines()
@@ -98,7 +105,7 @@ def files_up_to(log_files: Mapping[str, bytes], last_batch: int) -> list[str]:
                 continue
             entry = json.loads(line)
             batch = int(entry["batchId"])
-            if batch <= last_batch:
+            if after_batch < batch <= last_batch:
                 entries.setdefault(str(entry["path"]), (batch, position))
     return sorted(entries, key=lambda path: entries[path])
 

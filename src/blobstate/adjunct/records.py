@@ -8,12 +8,13 @@ cannot be converted follows the adjunct's one ``on_bad_record`` policy.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from blobstate.adjunct.order import ranked_by_file
 from blobstate.adjunct.spec import (
     COLUMN_PREFIX,
     ORDER_COLUMNS,
@@ -121,9 +122,14 @@ def apply_side_rows(store: KeyValueStore, spec: AdjunctSpec, table: pa.Table | N
 
 
 def split_side_rows(
-    batches: Iterable[pa.RecordBatch], tag_column: str, side_names: Iterable[str]
+    batches: Iterable[pa.RecordBatch],
+    tag_column: str,
+    side_names: Iterable[str],
+    files: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[pa.RecordBatch], dict[str, pa.Table]]:
-    """The main rows (tag null; the tag and side columns dropped) and each adjunct's rows, in input order."""
+    """The main rows (tag null; the tag and side columns dropped) and each adjunct's rows in the order
+    they are applied (``files``: an adjunct's files of the batch in its source's order, see
+    :func:`in_order`)."""
     import pyarrow.compute as pc
 
     collected = [b for b in batches if b.num_rows]
@@ -138,13 +144,16 @@ def split_side_rows(
     for name in names:
         rows = table.filter(pc.fill_null(pc.equal(tag, name), False))
         if rows.num_rows:
-            sides[name] = in_order(rows)
+            sides[name] = in_order(rows, (files or {}).get(name))
     return main.to_batches(), sides
 
 
-def in_order(table: pa.Table) -> pa.Table:
-    """Side rows in the order they are applied: a reloaded history first (by file, then row), then the
-    batch's own rows in input order (Spark's shuffle does not keep it)."""
+def in_order(table: pa.Table, files: Sequence[str] | None = None) -> pa.Table:
+    """Side rows in the order they are applied (Spark's shuffle does not keep it): a reloaded history
+    first, then the batch's own rows; each by file in the source's order (``files``: the batch's files,
+    when it read more than one), then by position in the file (``adjunct.order``)."""
     if table.num_rows < 2 or ORDER_COLUMNS[0] not in table.column_names:
         return table
+    if files is not None and len(files) > 1:
+        table = ranked_by_file(table, files)
     return table.sort_by([(c, "ascending") for c in ORDER_COLUMNS])

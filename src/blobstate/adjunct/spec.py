@@ -28,10 +28,12 @@ COLUMN_PREFIX = "__bsadj_"
 PHASE_COLUMN = COLUMN_PREFIX + "phase"
 """0 for rows of a reloaded history, 1 for the side stream's own rows: history first."""
 RANK_COLUMN = COLUMN_PREFIX + "rank"
-"""A reloaded row's file in the source's read order (0 for the stream's rows)."""
+"""A row's file in the source's read order (a stream's row: set from its file when applied)."""
 ROW_COLUMN = COLUMN_PREFIX + "row"
-"""Increases with a row's position in its input: side rows of a batch are applied in input order."""
+"""Increases with a row's position in its file (or, from another source, in its read partition)."""
 ORDER_COLUMNS = (PHASE_COLUMN, RANK_COLUMN, ROW_COLUMN)
+FILE_COLUMN = COLUMN_PREFIX + "file"
+"""The file a stream's side row was read from (null for other sources): gives its rank (``order``)."""
 BROADCAST_OPERATOR_PREFIX = "adjunct-"
 """A broadcast store is checkpointed as its own one-partition operator ``adjunct-<name>``."""
 STORE_CF_PREFIX = "$adjunct:"
@@ -86,8 +88,9 @@ class Adjunct:
         """The side stream's key column(s)."""
         return (self.key,) if isinstance(self.key, str) else tuple(self.key)
 
-    def validate(self, main_key_types: Sequence[Any]) -> None:
-        """Check the declaration against the side stream and the main key; raises AdjunctError."""
+    def validate(self, main_key_types: Sequence[Any], main_key_columns: Sequence[str] = ()) -> None:
+        """Check the declaration against the side stream and the main key (its columns' Spark types, and
+        names for messages); raises AdjunctError."""
         where = f"adjunct {self.name!r}"
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise AdjunctError(
@@ -113,6 +116,9 @@ class Adjunct:
                 f"{where}: a partitioned adjunct is keyed like the main stream, which has"
                 f" {len(main_key_types)} key column(s); its key has {len(keys)}"
             )
+        if self.mode == PARTITIONED:
+            names = list(main_key_columns) or [f"#{i + 1}" for i in range(len(keys))]
+            self._check_key_types(keys, main_key_types, names)
         if self.transform is not None:
             if self.value is not None:
                 raise AdjunctError(f"{where}: give value columns or a transform, not both")
@@ -127,6 +133,21 @@ class Adjunct:
                 raise AdjunctError(
                     f"{where}: value column(s) {missing or values} not in its columns {columns} (or no"
                     " column besides the key)"
+                )
+
+    def _check_key_types(
+        self, keys: Sequence[str], main_key_types: Sequence[Any], main_keys: Sequence[str]
+    ) -> None:
+        """A partitioned store's key column has the main key column's type: a cast between them would
+        merge keys (``'01'`` into ``1``) or fail in a batch, so a mismatch is refused at the start."""
+        types = {f.name: f.dataType for f in self.df.schema.fields}
+        for key, main_type, main_key in zip(keys, main_key_types, main_keys, strict=True):
+            side, main = types[key].simpleString(), main_type.simpleString()
+            if side != main:
+                raise AdjunctError(
+                    f"adjunct {self.name!r}: its key column {key!r} is {side.upper()} but the main key"
+                    f" column {main_key!r} is {main.upper()}; cast the side stream's column, e.g."
+                    f' .withColumn("{key}", col("{key}").cast("{main}"))'
                 )
 
     @property

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from blobstate.adjunct.order import file_of_row
 from blobstate.adjunct.spec import (
+    FILE_COLUMN,
     ORDER_COLUMNS,
     PARTITIONED,
     ROW_COLUMN,
@@ -34,18 +37,25 @@ def side_rows(
 ) -> DataFrame:
     """``df``'s rows in the layout of the query's one input: key columns (for a partitioned adjunct named
     and typed like the main key, so Spark's hash partitioning sends a side row to the partition of the
-    main rows with the same key), the side columns under :func:`column_name`, the order columns and the
-    tag. ``order`` gives the phase, rank and row expressions (default: the stream's own rows)."""
+    main rows with the same key), the side columns under :func:`column_name`, the order columns, the
+    row's file and the tag. ``order`` gives the phase, rank and row expressions (default: the stream's
+    own rows, whose rank comes from their file when they are applied)."""
     name = adjunct.name
     columns = []
     if adjunct.mode == PARTITIONED:
         for main_key, side_key in zip(main_key_columns, adjunct.side_key_columns, strict=True):
             columns.append(F.col(f"`{side_key}`").cast(main_types[main_key]).alias(main_key))
     columns += [F.col(f"`{c}`").alias(column_name(name, c)) for c in df.columns if not c.startswith("__")]
+    file = F.lit(None).cast("string")
     if order is None:  # the row's position is set per micro-batch (streaming plans cannot number rows)
         order = (F.lit(1), F.lit(0).cast("long"), F.lit(None).cast("long"))
+        file = file_of_row(df)
     columns += [expr.alias(col) for expr, col in zip(order, ORDER_COLUMNS, strict=True)]
-    return df.select(*columns, F.lit(name).alias(TAG_COLUMN))
+    try:
+        return df.select(*columns, file.alias(FILE_COLUMN), F.lit(name).alias(TAG_COLUMN))
+    except AnalysisException:  # input_file_name() over a join of sources: no file order to keep
+        none = F.lit(None).cast("string").alias(FILE_COLUMN)
+        return df.select(*columns, none, F.lit(name).alias(TAG_COLUMN))
 
 
 def with_side_streams(
@@ -65,7 +75,7 @@ def with_side_streams(
             raise AdjunctError(
                 f"adjuncts must be blobstate.Adjunct declarations, not {type(adjunct).__name__}"
             )
-        adjunct.validate([main_types[k] for k in main_key_columns])
+        adjunct.validate([main_types[k] for k in main_key_columns], main_key_columns)
     specs = [a.spec(main_key_columns) for a in adjuncts]
     combined = main.withColumn(TAG_COLUMN, F.lit(None).cast("string"))
     for adjunct, spec in zip(adjuncts, specs, strict=True):

@@ -301,11 +301,15 @@ class BatchDriver:
         if self.adjuncts:
             batch_df = numbered(batch_df)
         defer_main = self._still_waiting(previous)
-        broadcast = self._write_broadcast(batch_df, previous, decisions, reload)
+        files = self._batch_side_files(previous) if self.adjuncts else {}
+        broadcast = self._write_broadcast(batch_df, previous, decisions, reload, files)
         spec = self._plan(batch_df, batch_id, previous, source, broadcast)
         if self.adjuncts:
             recreate = tuple(n for n, d in decisions.items() if d.recreate and n not in broadcast)
-            spec = dataclasses.replace(spec, adjunct_recreate=recreate, defer_main=defer_main)
+            files = {n: f for n, f in files.items() if n not in broadcast}
+            spec = dataclasses.replace(
+                spec, adjunct_recreate=recreate, defer_main=defer_main, side_files=files
+            )
             batch_df = self._with_reloaded(batch_df, reload, broadcast)
         plan = self._assign(previous)
         stage_started = time.monotonic()
@@ -422,11 +426,16 @@ class BatchDriver:
         )
 
     def _write_broadcast(
-        self, batch_df: DataFrame, previous: Any, decisions: dict[str, Any], reload: dict[str, DataFrame]
+        self,
+        batch_df: DataFrame,
+        previous: Any,
+        decisions: dict[str, Any],
+        reload: dict[str, DataFrame],
+        files: dict[str, tuple[str, ...]],
     ) -> dict[str, Any]:
         """Write this batch's version of every broadcast adjunct store (the driver is its one writer):
         emptied first when the start decided to re-create it, its reloaded history, then the batch's
-        own side rows."""
+        own side rows (``files``: their files in the source's order)."""
         import pyarrow as pa
 
         from blobstate.adjunct.broadcast import write_version
@@ -445,7 +454,7 @@ class BatchDriver:
                 rows = pa.concat_tables(
                     [history, rows.select(history.column_names)], promote_options="permissive"
                 )
-            rows = in_order(rows)
+            rows = in_order(rows, files.get(adjunct.name))
             committed = None
             if previous is not None:
                 committed = CheckpointId(previous.version, previous.checkpoints[adjunct.operator][0])
@@ -492,6 +501,22 @@ class BatchDriver:
         log_dir = f"sources/{first}"
         logs = {n: self._read_spark_file(f"{log_dir}/{n}") for n in self._list_spark_dir(log_dir)}
         return files_up_to(logs, int(recorded[0]["logOffset"]))
+
+    def _batch_side_files(self, previous: Any) -> dict[str, tuple[str, ...]]:
+        """Each file-source side stream's files in this batch in its source's order, when it read more
+        than one (``adjunct.order.batch_files``)."""
+        from blobstate.adjunct.order import batch_files
+
+        if self._offsets is None:
+            return {}
+        before = (previous.adjunct_offsets or {}) if previous is not None else {}
+        return batch_files(
+            self.adjunct_sources,
+            self._adjunct_offsets(),
+            before,
+            self._list_spark_dir,
+            self._read_spark_file,
+        )
 
     def spark_path_exists(self, uri: str) -> bool:
         """Whether a file Spark's checkpoint names still exists (through Hadoop's FileSystem)."""

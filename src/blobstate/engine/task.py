@@ -79,6 +79,9 @@ class TaskSpec:
     """Hold the main rows in the partition's state: a bootstrap adjunct is still loading its backlog."""
     broadcast: dict[str, Any] = field(default_factory=dict)
     """Each broadcast adjunct's version for this batch (``adjunct.broadcast.PendingVersion``)."""
+    side_files: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """A partitioned adjunct's files of this batch in its file source's order, when it read more than
+    one: its rows are applied file by file (``adjunct.order``)."""
     inline_output_bytes: int = 0
     """A partition's outputs up to this many bytes go to the driver in its metadata row (``inline.py``);
     0: always emitted as rows."""
@@ -308,7 +311,7 @@ def _open_adjuncts(
     from blobstate.engine.config import resolve_local_dir
 
     partitioned = [a for a in spec.adjuncts if a.mode == PARTITIONED]
-    main, sides = split_side_rows(data, TAG_COLUMN, [a.name for a in partitioned])
+    main, sides = split_side_rows(data, TAG_COLUMN, [a.name for a in partitioned], spec.side_files)
     views: dict[str, Any] = {}
     applied: dict[str, Any] = {}
     for adjunct in spec.adjuncts:

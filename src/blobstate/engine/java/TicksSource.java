@@ -168,10 +168,19 @@ public final class TicksSource implements TableProvider {
       throw new UnsupportedOperationException("latestOffset(start, limit) is used");
     }
 
+    /**
+     * The requested offset. Before the driver requested anything on a source Spark has no offset of
+     * yet (a new query), no offset at all: an offset there would be new data to Spark, and a new query
+     * with no input would run an empty batch 0, which Spark's own stateful operators never run.
+     */
     @Override
     public Offset latestOffset(Offset start, ReadLimit limit) {
       long from = start == null ? 0 : ((TickOffset) start).value;
-      return new TickOffset(Math.max(from, channel(token).requested.get()));
+      long requested = channel(token).requested.get();
+      if (from == 0 && requested == 0) {
+        return null;
+      }
+      return new TickOffset(Math.max(from, requested));
     }
 
     @Override
