@@ -55,7 +55,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 def _run(command: list[str | Path], seconds: dict[str, float] | None = None, **env: str) -> str:
     """Run ``command`` with a clean environment plus ``env``; its stdout. Adds its duration to
-    ``seconds`` under the command's first argument's name."""
+    ``seconds``, named by its first three arguments."""
     started = time.monotonic()
     result = subprocess.run(
         [str(c) for c in command], capture_output=True, text=True, env=_clean_env(**env), check=False
