@@ -124,7 +124,7 @@ def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after:
     console.print("  [bold]restarting the job from its checkpoint[/bold]")
     second = _run_job(command, console, "restarted", None, log)
 
-    emitted = _read_sessions(workdir / "output")
+    emitted = read_sessions(workdir / "output")
     closed, still_open = reference_sessions(batches, profiles)
     expected = Counter(closed)
     matches = emitted == expected and set(still_open) <= {SENTINEL_USER}
@@ -153,7 +153,9 @@ def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after:
     return result
 
 
-def _read_sessions(output_dir: Path) -> Counter:
+def read_sessions(output_dir: Path) -> Counter:
+    """Every session the demo's sink wrote to ``output_dir``, counted (as ``reference_sessions`` lists
+    them)."""
     sessions: Counter = Counter()
     for path in sorted(output_dir.glob("batch-*.parquet")):
         for row in pq.read_table(path).to_pylist():

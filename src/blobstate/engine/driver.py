@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from blobstate.adjunct.union import numbered
 from blobstate.blobstore import BlobStore
 from blobstate.engine.config import QueryConfig
+from blobstate.engine.executor_python import explain_missing_module
 from blobstate.engine.outputs import (
     AttemptMismatchError,
     StageFailedError,
@@ -99,7 +100,7 @@ def worker_error(text: str) -> str:
         if line.startswith((" ", "\t")) or line.startswith("Traceback"):
             break
         tail.append(line)
-    return " ".join(reversed(tail)) or (lines[-1] if lines else text)
+    return explain_missing_module(" ".join(reversed(tail)) or (lines[-1] if lines else text))
 
 
 @dataclass
