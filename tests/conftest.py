@@ -20,6 +20,7 @@ import pytest
 
 from blobstate.blobstore import BlobStore, open_blob_store
 from cluster import ClusterUnavailableError, MultiHostCluster
+from faultproxy import FaultProxy
 
 
 def _free_port() -> int:
@@ -264,3 +265,41 @@ def multihost_cluster(cluster_session: MultiHostCluster) -> MultiHostCluster:
     for i in range(cluster_session.workers):
         cluster_session.start_host(i)
     return cluster_session
+
+
+# ---------------------------------------------------------------------------------------------- cut responses
+@pytest.fixture(scope="session")
+def s3_fault_proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
+    """A :class:`FaultProxy` in front of the test S3 server (forwards unchanged until armed)."""
+    host, port = s3_endpoint.removeprefix("http://").split(":")
+    proxy = FaultProxy(host, int(port))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="session")
+def azure_fault_proxy(azurite_endpoint: str) -> Iterator[FaultProxy]:
+    """A :class:`FaultProxy` in front of the test azurite server (forwards unchanged until armed)."""
+    host, port = azurite_endpoint.removeprefix("http://").split("/")[0].split(":")
+    proxy = FaultProxy(host, int(port))
+    yield proxy
+    proxy.close()
+
+
+CUT_RETRY_OPTIONS = "max_attempts=8&backoff_seconds=0.001&connect_timeout=5&read_timeout=10"
+"""Store options for tests through a :class:`FaultProxy`: enough attempts for random cuts, no long sleeps."""
+
+
+@pytest.fixture
+def s3_cut_url(s3_url: str, s3_fault_proxy: FaultProxy) -> str:
+    """A fresh bucket on the test S3 server, reached through the cutting proxy."""
+    s3_fault_proxy.disarm()
+    return f"{s3_url}?endpoint_url=http://127.0.0.1:{s3_fault_proxy.port}&{CUT_RETRY_OPTIONS}"
+
+
+@pytest.fixture
+def azure_cut_url(azure_url: str, azure_fault_proxy: FaultProxy) -> str:
+    """A fresh container on the test azurite server, reached through the cutting proxy."""
+    azure_fault_proxy.disarm()
+    endpoint = f"http://127.0.0.1:{azure_fault_proxy.port}/{AZURITE_ACCOUNT}"
+    return f"{azure_url}?endpoint_url={endpoint}&{CUT_RETRY_OPTIONS}"

@@ -30,6 +30,7 @@ import requests.adapters
 from azure.core.exceptions import (
     ClientAuthenticationError,
     DecodeError,
+    DeserializationError,
     HttpResponseError,
     ResourceExistsError,
     ServiceRequestError,
@@ -38,6 +39,7 @@ from azure.core.exceptions import (
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
+from blobstate.blobstore.answers import MalformedAnswerError, body_length
 from blobstate.blobstore.azure_lifecycle import lifecycle_policy
 from blobstate.blobstore.azure_options import (
     AzureOptionError,
@@ -68,6 +70,29 @@ _PENDING_TAGS = {PENDING_TAG_KEY: PENDING_TAG_VALUE}
 _TRANSIENT_CODES = frozenset({"ServerBusy", "OperationTimedOut", "InternalError", "TooManyRequests"})
 _CREATE_LOST_CODES = frozenset({"BlobAlreadyExists", "ConditionNotMet"})
 _CHUNK_CONCURRENCY = 4
+
+
+class _FramedTransport(RequestsTransport):
+    """The SDK's requests transport, refusing answers that cannot be known to be whole.
+
+    An answer cut inside its headers loses its ``Content-Length`` or ``Transfer-Encoding`` (the server
+    puts one in every answer that has a body); the SDK would read the missing body as empty and return
+    no tags, no listed blobs or an empty object. Such an answer is malformed, so the request is retried.
+    """
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        """Send ``request``; raise :class:`MalformedAnswerError` for an answer without framing."""
+        response = super().send(request, **kwargs)
+        status = response.status_code
+        bodiless = request.method == "HEAD" or 100 <= status < 200 or status in (204, 304)
+        headers = response.headers
+        if not bodiless and "Content-Length" not in headers and "Transfer-Encoding" not in headers:
+            response.close()
+            raise MalformedAnswerError(
+                f"malformed answer to {request.method} {request.url.split('?')[0]}: HTTP {status}"
+                " without Content-Length or Transfer-Encoding (cut inside its headers)"
+            )
+        return response
 
 
 @dataclass(frozen=True)
@@ -212,7 +237,7 @@ class AzureBlobStore(BlobStore):
         pool = settings.io_threads * (_CHUNK_CONCURRENCY + 1)
         for scheme in ("http://", "https://"):
             session.mount(scheme, requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool))
-        transport = RequestsTransport(
+        transport = _FramedTransport(
             session=session,
             session_owner=True,
             connection_timeout=settings.connect_timeout,
@@ -250,6 +275,13 @@ class AzureBlobStore(BlobStore):
             raise self._refused(error, name) from error
         except DecodeError as error:  # a body cut short or garbled in transit (IncompleteReadError)
             raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
+        except MalformedAnswerError as error:
+            raise MalformedAnswerError(f"{self._where(name)}: {error}") from error
+        except (DeserializationError, ValueError) as error:
+            # A header cut inside its value ("x-ms-blob-type: BlockBlo", half a date or checksum).
+            raise MalformedAnswerError(
+                f"{self._where(name)}: malformed answer: {_first_line(error)}"
+            ) from error
         except HttpResponseError as error:
             raise self._http_error(error, name) from error
         except (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError) as error:
@@ -323,6 +355,8 @@ class AzureBlobStore(BlobStore):
             try:
                 # overwrite=False sends If-None-Match: * (on the Put Blob or the final Put Block List).
                 self._blob(name).upload_blob(data, overwrite=False, **self._tags(ttl))
+            except DecodeError:
+                raise  # an answer cut in its body: retried, never read as a lost race
             except (ResourceExistsError, HttpResponseError) as error:
                 if str(error.error_code or "") in _CREATE_LOST_CODES or error.status_code == 412:
                     return False
@@ -331,7 +365,10 @@ class AzureBlobStore(BlobStore):
 
     def _get_bytes(self, name: str) -> bytes:
         with self._errors(name):
-            return bytes(self._blob(name).download_blob(max_concurrency=_CHUNK_CONCURRENCY).readall())
+            downloader = self._blob(name).download_blob(max_concurrency=_CHUNK_CONCURRENCY)
+            data = bytes(downloader.readall())
+            body_length(downloader.size, len(data), f"download of blob {self.prefix + name!r}")
+            return data
 
     def _get_file(self, name: str, path: Path) -> int:
         part = path.with_name(f"{path.name}.{uuid.uuid4().hex}.part")
@@ -340,6 +377,7 @@ class AzureBlobStore(BlobStore):
                 downloader = self._blob(name).download_blob(max_concurrency=_CHUNK_CONCURRENCY)
                 with part.open("wb") as out:
                     downloader.readinto(out)
+                body_length(downloader.size, part.stat().st_size, f"download of blob {self.prefix + name!r}")
             os.replace(part, path)
         finally:
             part.unlink(missing_ok=True)
@@ -365,7 +403,12 @@ class AzureBlobStore(BlobStore):
 
     def _blob_tags(self, name: str) -> dict[str, str]:
         with self._errors(name):
-            return dict(self._blob(name).get_blob_tags())
+            tags = self._blob(name).get_blob_tags()
+        if not isinstance(tags, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+        ):
+            raise MalformedAnswerError(f"{self._where(name)}: malformed answer to the tags request: {tags!r}")
+        return dict(tags)
 
     def _remove_ttl(self, name: str) -> None:
         # Reading the tags first names a missing object clearly and makes a repeated call one request.
@@ -390,9 +433,14 @@ class AzureBlobStore(BlobStore):
                 results_per_page=self.settings.list_page_size,
             )
             for item in blobs:
+                if not isinstance(item.name, str) or not isinstance(item.size, int):
+                    raise MalformedAnswerError(
+                        f"listing of blobs under {self.prefix + prefix!r} in container {self.container!r}"
+                        f" at {self.endpoint}: malformed answer: blob {item.name!r} of size {item.size!r}"
+                    )
                 name = item.name[len(self.prefix) :]
                 if not _is_directory(item) and _is_valid_name(name):
-                    sizes[name] = int(item.size)
+                    sizes[name] = item.size
         return sizes
 
     # ----------------------------------------------------------------- lifecycle
