@@ -159,7 +159,7 @@ class FaultProxy:
     def _requests(
         self, client: socket.socket, server: socket.socket, methods: deque[str], ready: threading.Condition
     ) -> None:
-        """Client to server, unchanged; notes the method of each request (data sent while no answer is due)."""
+        """Client to server, unchanged; notes each request's method (data sent while no answer is due)."""
         try:
             while True:
                 data = client.recv(65536)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from faultproxy import FaultProxy
 
 from blobstate.blobstore import BlobStore, BlobStoreError, open_blob_store
+from faultproxy import FaultProxy
 
 TRIES = int(os.environ.get("BLOBSTATE_CUT_TRIES", "12"))
 DATA = b"committed bytes " * 40
@@ -138,3 +137,28 @@ def test_an_answer_cut_anywhere_is_retried_to_the_right_result(
         check(store, i, tmp_path)
         proxy.disarm()
     assert proxy.counts.cuts - before >= TRIES, "the proxy did not cut every first answer"
+
+
+@pytest.mark.parametrize("backend", ["s3", "azure"])
+def test_answers_cut_on_every_attempt_fail_naming_object_container_and_endpoint(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(f"{backend}_cut_url")
+    proxy: FaultProxy = request.getfixturevalue(f"{backend}_fault_proxy")
+    with open_blob_store(url) as store:
+        store.put("heads/1.json", DATA, ttl=60)
+        before = proxy.counts.cuts
+        proxy.cut_randomly(1.0)
+        try:
+            with pytest.raises(BlobStoreError) as raised:
+                store.has_ttl("heads/1.json")
+        finally:
+            proxy.disarm()
+        message = str(raised.value)
+        assert proxy.counts.cuts - before == 8  # CUT_RETRY_OPTIONS: max_attempts=8
+        container = url.split("://", 1)[1].split("/", 1)[0]
+        assert "root/heads/1.json" in message and repr(container) in message, message
+        assert f"127.0.0.1:{proxy.port}" in message and "after 8 attempts" in message, message
+        assert "\n" not in message
+        secrets = ("testing", "Eby8vdM02xNOcqFl") if backend == "s3" else ("Eby8vdM02xNOcqFl",)
+        assert not any(s in message.replace("test-", "") for s in secrets), message

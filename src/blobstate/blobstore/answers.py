@@ -48,7 +48,8 @@ def records(answer: Any, key: str, fields: Mapping[str, type], what: str, *, opt
     items = field(answer, key, list, what)
     for item in items:
         if not isinstance(item, Mapping):
-            raise MalformedAnswerError(f"malformed answer to the {what} request: {key} holds a {type(item).__name__}")
+            kind_name = type(item).__name__
+            raise MalformedAnswerError(f"malformed answer to the {what} request: {key} holds a {kind_name}")
         for name, kind in fields.items():
             field(item, name, kind, what)
     return items
