@@ -18,6 +18,7 @@ import random
 import socket
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -77,6 +78,7 @@ class FaultProxy:
         self.rng = random.Random(seed)
         self._armed = 0
         self._cut_chance = 0.0
+        self._cut_when: Callable[[str, str], bool] | None = None
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0), backlog=128)
         self._listener.settimeout(0.1)
@@ -97,14 +99,22 @@ class FaultProxy:
         with self._lock:
             self._cut_chance = chance
 
+    def cut_when(self, matches: Callable[[str, str], bool] | None) -> None:
+        """Cut every response to a request for which ``matches(method, target)`` holds (None stops)."""
+        with self._lock:
+            self._cut_when = matches
+
     def disarm(self) -> None:
         """Stop cutting."""
         with self._lock:
             self._armed = 0
             self._cut_chance = 0.0
+            self._cut_when = None
 
-    def _should_cut(self) -> bool:
+    def _should_cut(self, method: str, target: str) -> bool:
         with self._lock:
+            if self._cut_when is not None and self._cut_when(method, target):
+                return True
             if self._armed:
                 self._armed -= 1
                 return True
@@ -138,7 +148,7 @@ class FaultProxy:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._open |= {client, server}
-            methods: deque[str] = deque()
+            methods: deque[tuple[str, str]] = deque()
             ready = threading.Condition()
             threading.Thread(
                 target=self._requests, args=(client, server, methods, ready), daemon=True
@@ -157,7 +167,11 @@ class FaultProxy:
                 self._open.discard(sock)
 
     def _requests(
-        self, client: socket.socket, server: socket.socket, methods: deque[str], ready: threading.Condition
+        self,
+        client: socket.socket,
+        server: socket.socket,
+        methods: deque[tuple[str, str]],
+        ready: threading.Condition,
     ) -> None:
         """Client to server, unchanged; notes each request's method (data sent while no answer is due)."""
         try:
@@ -167,22 +181,28 @@ class FaultProxy:
                     break
                 with ready:
                     if not methods:
-                        word = data.split(b" ", 1)[0]
-                        if word.isalpha() and word.isupper():
-                            methods.append(word.decode())
-                            ready.notify_all()
+                        words = data.split(b"\r\n", 1)[0].split(b" ")
+                        if len(words) == 3 and words[0].isalpha() and words[0].isupper():
+                            methods.append((words[0].decode(), words[1].decode(errors="replace")))
+                        else:  # not a request line: still expect an answer, never wait forever
+                            methods.append(("?", ""))
+                        ready.notify_all()
                 server.sendall(data)
         except OSError:
             pass
         finally:
             with ready:
-                methods.append("")  # wake the responses thread: no more requests
+                methods.append(("", ""))  # wake the responses thread: no more requests
                 ready.notify_all()
             with contextlib.suppress(OSError):
                 server.shutdown(socket.SHUT_WR)
 
     def _responses(
-        self, client: socket.socket, server: socket.socket, methods: deque[str], ready: threading.Condition
+        self,
+        client: socket.socket,
+        server: socket.socket,
+        methods: deque[tuple[str, str]],
+        ready: threading.Condition,
     ) -> None:
         reader = _Reader(server)
         try:
@@ -190,7 +210,7 @@ class FaultProxy:
                 with ready:
                     while not methods:
                         ready.wait()
-                    method = methods[0]
+                    method, target = methods[0]
                 if not method:
                     return
                 headers_end = self._read_response(reader, method)
@@ -200,7 +220,7 @@ class FaultProxy:
                     continue
                 with ready:
                     methods.popleft()
-                if self._should_cut():
+                if self._should_cut(method, target):
                     at = self.rng.randrange(len(data))
                     with self._lock:
                         self.counts.cuts += 1

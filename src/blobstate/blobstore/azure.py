@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ _PENDING_TAGS = {PENDING_TAG_KEY: PENDING_TAG_VALUE}
 _TRANSIENT_CODES = frozenset({"ServerBusy", "OperationTimedOut", "InternalError", "TooManyRequests"})
 _CREATE_LOST_CODES = frozenset({"BlobAlreadyExists", "ConditionNotMet"})
 _CHUNK_CONCURRENCY = 4
+_CONTENT_RANGE = re.compile(r"bytes (\d+-\d+|\*)/(\d+|\*)")
 
 
 class _FramedTransport(RequestsTransport):
@@ -86,11 +88,15 @@ class _FramedTransport(RequestsTransport):
         status = response.status_code
         bodiless = request.method == "HEAD" or 100 <= status < 200 or status in (204, 304)
         headers = response.headers
+        problem = None
         if not bodiless and "Content-Length" not in headers and "Transfer-Encoding" not in headers:
+            problem = "without Content-Length or Transfer-Encoding (cut inside its headers)"
+        elif "Content-Range" in headers and not _CONTENT_RANGE.fullmatch(headers["Content-Range"]):
+            problem = f"with a malformed Content-Range {headers['Content-Range']!r}"
+        if problem is not None:
             response.close()
             raise MalformedAnswerError(
-                f"malformed answer to {request.method} {request.url.split('?')[0]}: HTTP {status}"
-                " without Content-Length or Transfer-Encoding (cut inside its headers)"
+                f"malformed answer to {request.method} {request.url.split('?')[0]}: HTTP {status} {problem}"
             )
         return response
 
@@ -277,18 +283,21 @@ class AzureBlobStore(BlobStore):
             raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
         except MalformedAnswerError as error:
             raise MalformedAnswerError(f"{self._where(name)}: {error}") from error
-        except (DeserializationError, ValueError) as error:
-            # A header cut inside its value ("x-ms-blob-type: BlockBlo", half a date or checksum).
+        except (DeserializationError, ValueError, IndexError, KeyError, TypeError) as error:
+            # A header cut inside its value ("x-ms-blob-type: BlockBlo", half a date, checksum or
+            # range), which the SDK fails to parse in one of these ways.
             raise MalformedAnswerError(
                 f"{self._where(name)}: malformed answer: {_first_line(error)}"
             ) from error
         except HttpResponseError as error:
+            if getattr(error, "response", None) is None:  # no answer arrived whole ("ended prematurely")
+                raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
             raise self._http_error(error, name) from error
         except (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError) as error:
             raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
 
     def _http_error(self, error: HttpResponseError, name: str) -> BlobStoreError:
-        code = str(error.error_code or "")
+        code = str(getattr(error, "error_code", None) or "")
         status = int(error.status_code or 0)
         if code == "ContainerNotFound":
             return self._no_container(name)
@@ -355,10 +364,13 @@ class AzureBlobStore(BlobStore):
             try:
                 # overwrite=False sends If-None-Match: * (on the Put Blob or the final Put Block List).
                 self._blob(name).upload_blob(data, overwrite=False, **self._tags(ttl))
-            except DecodeError:
-                raise  # an answer cut in its body: retried, never read as a lost race
             except (ResourceExistsError, HttpResponseError) as error:
-                if str(error.error_code or "") in _CREATE_LOST_CODES or error.status_code == 412:
+                if isinstance(error, DecodeError) or getattr(error, "response", None) is None:
+                    raise  # no whole answer: retried, never read as a lost race
+                if (
+                    str(getattr(error, "error_code", None) or "") in _CREATE_LOST_CODES
+                    or error.status_code == 412
+                ):
                     return False
                 raise
         return True
@@ -389,7 +401,8 @@ class AzureBlobStore(BlobStore):
             try:
                 return self._blob(name).get_blob_properties()
             except HttpResponseError as error:
-                if error.status_code == 404 and error.error_code != "ContainerNotFound":
+                whole = getattr(error, "response", None) is not None
+                if whole and error.status_code == 404 and error.error_code != "ContainerNotFound":
                     return None
                 raise
 
