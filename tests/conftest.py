@@ -21,6 +21,7 @@ import pytest
 from blobstate.blobstore import BlobStore, open_blob_store
 from cluster import ClusterUnavailableError, MultiHostCluster
 from faultproxy import FaultProxy
+from server_stores import azure_url_through, s3_url_through
 
 
 def _free_port() -> int:
@@ -286,20 +287,17 @@ def azure_fault_proxy(azurite_endpoint: str) -> Iterator[FaultProxy]:
     proxy.close()
 
 
-CUT_RETRY_OPTIONS = "max_attempts=8&backoff_seconds=0.001&connect_timeout=5&read_timeout=10"
-"""Store options for tests through a :class:`FaultProxy`: enough attempts for random cuts, no long sleeps."""
-
-
 @pytest.fixture
 def s3_cut_url(s3_url: str, s3_fault_proxy: FaultProxy) -> str:
     """A fresh bucket on the test S3 server, reached through the cutting proxy."""
     s3_fault_proxy.disarm()
-    return f"{s3_url}?endpoint_url=http://127.0.0.1:{s3_fault_proxy.port}&{CUT_RETRY_OPTIONS}"
+    bucket, prefix = s3_url.removeprefix("s3://").split("/", 1)
+    return s3_url_through(s3_fault_proxy, bucket, prefix)
 
 
 @pytest.fixture
 def azure_cut_url(azure_url: str, azure_fault_proxy: FaultProxy) -> str:
     """A fresh container on the test azurite server, reached through the cutting proxy."""
     azure_fault_proxy.disarm()
-    endpoint = f"http://127.0.0.1:{azure_fault_proxy.port}/{AZURITE_ACCOUNT}"
-    return f"{azure_url}?endpoint_url={endpoint}&{CUT_RETRY_OPTIONS}"
+    container, prefix = azure_url.removeprefix("az://").split("/", 1)
+    return azure_url_through(azure_fault_proxy, container, prefix)
