@@ -92,6 +92,9 @@ class BlobStore(ABC):
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._pool_prefix = f"blobstate-io-{id(self):x}"
+        self.retries = 0
+        """How many times an operation of this store was tried again after a transient failure."""
+        self._retries_lock = threading.Lock()
 
     # ----------------------------------------------------------------- backend primitives
     @abstractmethod
@@ -306,6 +309,8 @@ class BlobStore(ABC):
             except TransientBlobError as error:
                 if attempt == self.max_attempts:
                     raise self._gave_up(op, name, attempt, time.monotonic() - started, error) from error
+                with self._retries_lock:
+                    self.retries += 1
                 time.sleep(delay * (0.5 + random.random()))
                 delay *= 2
         raise AssertionError("unreachable")
