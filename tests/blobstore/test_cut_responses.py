@@ -53,9 +53,9 @@ def _put_file(store: BlobStore, i: int, tmp: Path) -> None:
 
 
 def _create(store: BlobStore, i: int, tmp: Path) -> None:
-    # A create whose answer was lost may report False on its retry: the caller reads back its own bytes.
-    created = store.put_if_absent(f"new/{i}", DATA, ttl=60)
-    assert store.get(f"new/{i}") == DATA and store.has_ttl(f"new/{i}"), created
+    # A create whose answer was lost finds its own bytes on the retry: still created by this call.
+    assert store.put_if_absent(f"new/{i}", DATA + b"%d" % i, ttl=60) is True
+    assert store.get(f"new/{i}") == DATA + b"%d" % i and store.has_ttl(f"new/{i}")
 
 
 def _create_existing(store: BlobStore, i: int, tmp: Path) -> None:

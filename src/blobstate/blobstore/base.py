@@ -147,10 +147,29 @@ class BlobStore(ABC):
     def put_if_absent(self, name: str, data: bytes, *, ttl: float | None = None) -> bool:
         """Create ``name`` only if it does not exist. Returns True if this call created it.
 
-        Of several concurrent callers (threads, processes or hosts) exactly one gets True.
+        Of several concurrent callers (threads, processes or hosts) exactly one gets True. A try whose
+        answer was lost may have created the object: a retry that finds it holding exactly ``data``
+        returns True (callers write bytes unique to them, so those bytes are this call's).
         """
         name = validate_blob_name(name)
-        return self._retry("put_if_absent", name, lambda: self._put_if_absent(name, bytes(data), ttl))
+        payload = bytes(data)
+        tried = False
+
+        def create() -> bool:
+            nonlocal tried
+            retry, tried = tried, True
+            if self._put_if_absent(name, payload, ttl):
+                return True
+            return retry and self._holds(name, payload)
+
+        return self._retry("put_if_absent", name, create)
+
+    def _holds(self, name: str, payload: bytes) -> bool:
+        """Whether ``name`` exists holding exactly ``payload``."""
+        try:
+            return self._get_bytes(name) == payload
+        except BlobNotFoundError:
+            return False
 
     def get(self, name: str) -> bytes:
         """Return the whole object."""
