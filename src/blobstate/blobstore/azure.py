@@ -283,6 +283,8 @@ class AzureBlobStore(BlobStore):
             raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
         except MalformedAnswerError as error:
             raise MalformedAnswerError(f"{self._where(name)}: {error}") from error
+        except BlobStoreError:
+            raise
         except (DeserializationError, ValueError, IndexError, KeyError, TypeError) as error:
             # A header cut inside its value ("x-ms-blob-type: BlockBlo", half a date, checksum or
             # range), which the SDK fails to parse in one of these ways.

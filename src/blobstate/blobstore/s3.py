@@ -233,7 +233,7 @@ class S3BlobStore(BlobStore):
         """Translate botocore errors about ``name`` into blob store errors."""
         try:
             yield
-        except BlobStoreError:
+        except BlobStoreError:  # ours already (a malformed answer names its request)
             raise
         except bx.ClientError as error:
             raise self._client_error(error, name) from error
@@ -248,8 +248,6 @@ class S3BlobStore(BlobStore):
             ) from error
         except _TRANSIENT_EXCEPTIONS as error:
             raise TransientBlobError(f"{name!r} in {self.url}: {error}") from error
-        except MalformedAnswerError as error:
-            raise MalformedAnswerError(f"{name!r} in {self.url}: {error}") from error
         except (botocore.parsers.ResponseParserError, ValueError) as error:
             # An answer cut inside a header or the XML body: botocore cannot parse what arrived.
             raise MalformedAnswerError(f"{name!r} in {self.url}: malformed answer: {error}") from error
