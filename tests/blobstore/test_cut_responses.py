@@ -3,7 +3,7 @@ Azure test servers: every operation still returns the right result, retried with
 and a store whose every answer is cut fails with one error naming the object, bucket or container, and
 endpoint.
 
-``BLOBSTATE_CUT_TRIES=<n>`` cuts each operation's answer ``n`` times (default 12).
+``BLOBSTATE_CUT_TRIES=<n>`` cuts each operation's answer ``n`` times (default 8).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from blobstate.blobstore import BlobStore, BlobStoreError, open_blob_store
 from faultproxy import FaultProxy
 
-TRIES = int(os.environ.get("BLOBSTATE_CUT_TRIES", "12"))
+TRIES = int(os.environ.get("BLOBSTATE_CUT_TRIES", "8"))
 DATA = b"committed bytes " * 40
 
 
