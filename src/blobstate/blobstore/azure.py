@@ -336,9 +336,10 @@ class AzureBlobStore(BlobStore):
         return BlobStoreError(
             f"{op} {name!r} in {self.url} failed after {attempts} attempts in {seconds:.1f} s"
             f" (endpoint {self.endpoint}, container {self.container!r}, blob {self.prefix + name!r}):"
-            f" {error.__cause__ or error}. Check that the endpoint is reachable (the endpoint_url option or"
-            f" {ENDPOINT_ENV}, network and proxy); to allow more time raise connect_timeout, read_timeout or"
-            f" max_attempts (now {s.connect_timeout:g} s, {s.read_timeout:g} s, {s.max_attempts})"
+            f" {_redact(str(error.__cause__ or error))}. Check that the endpoint is reachable (the"
+            f" endpoint_url option or {ENDPOINT_ENV}, network and proxy); to allow more time raise"
+            f" connect_timeout, read_timeout or max_attempts (now {s.connect_timeout:g} s,"
+            f" {s.read_timeout:g} s, {s.max_attempts})"
         )
 
     @staticmethod
@@ -490,8 +491,16 @@ def _is_directory(properties: Any) -> bool:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(getattr(error, "message", None) or error).strip()
+    text = _redact(str(getattr(error, "message", None) or error)).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+_SAS_SIGNATURE = re.compile(r"(?i)\b(sig=)[^&\s'\"()]+")
+
+
+def _redact(text: str) -> str:
+    """``text`` without SAS signatures (the SDK's connection errors quote request URLs whole)."""
+    return _SAS_SIGNATURE.sub(r"\1<redacted>", text)
 
 
 def _is_valid_name(name: str) -> bool:
