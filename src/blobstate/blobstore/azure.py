@@ -285,9 +285,10 @@ class AzureBlobStore(BlobStore):
             raise MalformedAnswerError(f"{self._where(name)}: {error}") from error
         except BlobStoreError:
             raise
-        except (DeserializationError, ValueError, IndexError, KeyError, TypeError) as error:
+        except (DeserializationError, ValueError, IndexError, KeyError, TypeError, AttributeError) as error:
             # A header cut inside its value ("x-ms-blob-type: BlockBlo", half a date, checksum or
-            # range), which the SDK fails to parse in one of these ways.
+            # range), or a listing page whose body did not parse (the pager then reads None), which
+            # the SDK fails on in one of these ways.
             raise MalformedAnswerError(
                 f"{self._where(name)}: malformed answer: {_first_line(error)}"
             ) from error
