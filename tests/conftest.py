@@ -20,6 +20,8 @@ import pytest
 
 from blobstate.blobstore import BlobStore, open_blob_store
 from cluster import ClusterUnavailableError, MultiHostCluster
+from faultproxy import FaultProxy
+from server_stores import azure_url_through, s3_url_through
 
 
 def _free_port() -> int:
@@ -264,3 +266,38 @@ def multihost_cluster(cluster_session: MultiHostCluster) -> MultiHostCluster:
     for i in range(cluster_session.workers):
         cluster_session.start_host(i)
     return cluster_session
+
+
+# ---------------------------------------------------------------------------------------------- cut responses
+@pytest.fixture(scope="session")
+def s3_fault_proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
+    """A :class:`FaultProxy` in front of the test S3 server (forwards unchanged until armed)."""
+    host, port = s3_endpoint.removeprefix("http://").split(":")
+    proxy = FaultProxy(host, int(port))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="session")
+def azure_fault_proxy(azurite_endpoint: str) -> Iterator[FaultProxy]:
+    """A :class:`FaultProxy` in front of the test azurite server (forwards unchanged until armed)."""
+    host, port = azurite_endpoint.removeprefix("http://").split("/")[0].split(":")
+    proxy = FaultProxy(host, int(port))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def s3_cut_url(s3_url: str, s3_fault_proxy: FaultProxy) -> str:
+    """A fresh bucket on the test S3 server, reached through the cutting proxy."""
+    s3_fault_proxy.disarm()
+    bucket, prefix = s3_url.removeprefix("s3://").split("/", 1)
+    return s3_url_through(s3_fault_proxy, bucket, prefix)
+
+
+@pytest.fixture
+def azure_cut_url(azure_url: str, azure_fault_proxy: FaultProxy) -> str:
+    """A fresh container on the test azurite server, reached through the cutting proxy."""
+    azure_fault_proxy.disarm()
+    container, prefix = azure_url.removeprefix("az://").split("/", 1)
+    return azure_url_through(azure_fault_proxy, container, prefix)

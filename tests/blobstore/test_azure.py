@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -274,3 +275,23 @@ def test_parallel_block_uploads_reuse_their_connections(
             store.run_parallel(lambda i: store.put(f"blobs/{i}", payload), range(store.io_threads))
         assert store.get("blobs/3") == payload
     assert not [r for r in caplog.records if "Connection pool is full" in r.getMessage()]
+
+
+def test_errors_of_a_sas_store_never_show_the_signature() -> None:
+    with socket.socket() as probe:  # a port nothing listens on: every request is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with open_blob_store(
+        "az://state/root",
+        endpoint_url=f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}",
+        sas_token="sv=2025-11-05&sp=rwdlact&sig=SECRETSIGNATURE%2Babc%3D",
+        max_attempts=2,
+        backoff_seconds=0.001,
+        connect_timeout=1,
+    ) as store:
+        for operation in (lambda: store.get("x"), lambda: store.list(), lambda: store.has_ttl("x")):
+            with pytest.raises(BlobStoreError) as raised:
+                operation()
+            message = str(raised.value)
+            assert "SECRETSIGNATURE" not in message and "sig=<redacted>" in message, message
+            assert f"127.0.0.1:{port}" in message and "'state'" in message

@@ -4,7 +4,13 @@ every step of a backup (blob and index uploads, the head write, TTL removals, de
 
 After every step the newest committed snapshot must verify and restore to exactly the directory that
 was backed up (the model), and ``gc --full`` at the end leaves only what it references.
-``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories.
+The same histories also run on the real S3 backend (the moto server) and the real Azure backend
+(azurite), each behind a proxy that cuts answers at random bytes (status line, headers or body) besides
+the injected crashes.
+
+``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories on memory and local stores;
+``BLOBSTATE_SERVER_CRASH_SEEDS=<n>`` on each server (default 20 on S3, 8 on the slower azurite), cutting
+each answer with probability ``BLOBSTATE_CUT_CHANCE`` (default 0.05).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,8 +35,15 @@ from blobstate.snapshot.repository import (
     root_indexes,
     verify_repository,
 )
+from faultproxy import FaultProxy
 
 SEEDS = int(os.environ.get("BLOBSTATE_CRASH_SEEDS", "100"))
+SERVER_DEFAULTS = {"s3": 20, "azure": 8}  # azurite answers about half as fast as moto
+SERVER_SEEDS = {
+    kind: int(os.environ.get("BLOBSTATE_SERVER_CRASH_SEEDS", default))
+    for kind, default in SERVER_DEFAULTS.items()
+}
+CUT_CHANCE = float(os.environ.get("BLOBSTATE_CUT_CHANCE", "0.05"))
 FAR_FUTURE = 2**40
 
 CRASH_STEPS: dict[str, Callable[[str, str], bool]] = {
@@ -46,7 +60,15 @@ class Crash(BaseException):
 
 
 class Counters:
-    histories = crashes = races_lost = gc_runs = restores_checked = 0
+    """What the histories on one kind of store did, so a run can show its faults fired."""
+
+    def __init__(self) -> None:
+        self.histories = self.crashes = self.races_lost = self.gc_runs = self.restores_checked = 0
+        self.answers = self.cuts = self.cuts_in_headers = self.retries = 0
+        self.seconds = 0.0
+
+
+COUNTS = {"memory/local": Counters(), "s3": Counters(), "azure": Counters()}
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +81,19 @@ def read_dir(root: Path) -> dict[str, bytes]:
 
 
 class History:
-    def __init__(self, seed: int, root: Path) -> None:
+    def __init__(
+        self, seed: int, root: Path, inner: BlobStore | None = None, kind: str = "memory/local"
+    ) -> None:
         self.rng = random.Random(seed)
         self.root = root
-        self.inner: BlobStore = (
-            open_blob_store(str(root / "repo"))
-            if seed % 4 == 0
-            else open_blob_store(f"memory://crash-{seed}")
-        )
+        self.counts = COUNTS[kind]
+        if inner is None:
+            inner = (
+                open_blob_store(str(root / "repo"))
+                if seed % 4 == 0
+                else open_blob_store(f"memory://crash-{seed}")
+            )
+        self.inner: BlobStore = inner
         self.armed: Callable[[str, str], bool] | None = None
         self.on_head: Callable[[], None] | None = None
         self.store = HookedStore(self.inner, self.hook)
@@ -74,7 +101,7 @@ class History:
         self.source.mkdir(parents=True)
         self.model: dict[str, bytes] | None = None  # the newest committed snapshot's content
         self.cleanup_owed = False  # a crash may have cut off a committed backup's cleanup
-        Counters.histories += 1
+        self.counts.histories += 1
 
     def hook(self, op: str, name: str) -> None:
         if self.on_head is not None and op == "put_if_absent" and name.startswith("heads/"):
@@ -125,7 +152,7 @@ class History:
             self.on_head = race
             with pytest.raises(BackupConflictError):
                 backup_to_repository(self.store, self.source)
-            Counters.races_lost += 1
+            self.counts.races_lost += 1
             return
         self.arm(0.5)
         try:
@@ -133,7 +160,7 @@ class History:
             self.model = wanted
             self.cleanup_owed = False
         except Crash:
-            Counters.crashes += 1
+            self.counts.crashes += 1
             self.cleanup_owed = True
             # The head may or may not have been written before the crash: what is committed decides.
             if self.armed is None and self.committed_content() == wanted:
@@ -151,13 +178,13 @@ class History:
         return read_dir(target)
 
     def gc(self) -> None:
-        Counters.gc_runs += 1
+        self.counts.gc_runs += 1
         self.arm(0.3)
         try:
             gc_repository(self.store, full=self.rng.random() < 0.5, now=FAR_FUTURE)
             self.cleanup_owed = False
         except Crash:
-            Counters.crashes += 1
+            self.counts.crashes += 1
             self.cleanup_owed = True
         finally:
             self.armed = None
@@ -170,37 +197,101 @@ class History:
         assert problems == [], [str(p) for p in problems]
         target = self.root / f"restored-{self.rng.random()}"
         restore_repository(self.inner, target)
-        Counters.restores_checked += 1
+        self.counts.restores_checked += 1
         assert read_dir(target) == self.model, "the newest committed snapshot does not restore exactly"
+
+
+def run_history(history: History) -> None:
+    """Random backups and gc runs, each followed by the check, then a full gc and the final check."""
+    for _ in range(history.rng.randint(3, 8)):
+        if history.rng.random() < 0.3:
+            history.gc()
+        else:
+            history.backup()
+        history.check()
+    gc_repository(history.inner, full=True, now=FAR_FUTURE)
+    history.cleanup_owed = False
+    history.check()
+    if history.model is not None:
+        newest = read_snapshot(history.inner)
+        left = set(history.inner.list("blobs/")) | set(root_indexes(history.inner))
+        assert left == {newest.name, *newest.index.present_blob_ids()}, "gc --full left garbage"
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_random_repository_history(seed: int, scratch: Path) -> None:
     root = scratch / f"seed-{seed}"
-    history = History(seed, root)
+    started = time.monotonic()
     try:
-        for _ in range(history.rng.randint(3, 8)):
-            if history.rng.random() < 0.3:
-                history.gc()
-            else:
-                history.backup()
-            history.check()
-        gc_repository(history.inner, full=True, now=FAR_FUTURE)
-        history.cleanup_owed = False
-        history.check()
-        if history.model is not None:
-            newest = read_snapshot(history.inner)
-            left = set(history.inner.list("blobs/")) | set(root_indexes(history.inner))
-            assert left == {newest.name, *newest.index.present_blob_ids()}, "gc --full left garbage"
+        run_history(History(seed, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        COUNTS["memory/local"].seconds += time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Callable[[str], str], FaultProxy]]:
+    """One backend on its test server behind the cutting proxy: its name, a URL per prefix, the proxy."""
+    from server_stores import azure_url_through, new_bucket, new_container, s3_url_through
+
+    proxy: FaultProxy = request.getfixturevalue(f"{request.param}_fault_proxy")
+    if request.param == "s3":
+        bucket = new_bucket(request.getfixturevalue("s3_endpoint"))
+        yield "s3", lambda prefix: s3_url_through(proxy, bucket, prefix), proxy
+    else:
+        request.getfixturevalue("azurite_endpoint")
+        container = new_container()
+        yield "azure", lambda prefix: azure_url_through(proxy, container, prefix), proxy
+    proxy.disarm()
+
+
+@pytest.mark.parametrize(
+    ("server", "seed"),
+    [(kind, seed) for kind, count in SERVER_SEEDS.items() for seed in range(count)],
+    indirect=["server"],
+)
+def test_random_repository_history_on_a_server_cutting_answers(
+    seed: int, scratch: Path, server: tuple[str, Callable[[str], str], FaultProxy]
+) -> None:
+    from server_stores import emulate_lifecycle
+
+    kind, url, proxy = server
+    counts = COUNTS[kind]
+    root = scratch / f"{kind}-seed-{seed}"
+    inner = emulate_lifecycle(open_blob_store(url(f"repository-{seed}")))
+    before = (proxy.counts.responses, proxy.counts.cuts, proxy.counts.cuts_in_headers)
+    started = time.monotonic()
+    proxy.rng.seed(seed)
+    proxy.cut_randomly(CUT_CHANCE)
+    try:
+        run_history(History(seed, root, inner, kind))
+    finally:
+        proxy.disarm()
+        counts.retries += inner.retries
+        inner.close()
+        shutil.rmtree(root, ignore_errors=True)
+        counts.seconds += time.monotonic() - started
+        counts.answers += proxy.counts.responses - before[0]
+        counts.cuts += proxy.counts.cuts - before[1]
+        counts.cuts_in_headers += proxy.counts.cuts_in_headers - before[2]
 
 
 def test_the_repository_histories_exercised_every_fault() -> None:
     """Runs after the histories (same module): their crashes and races really fired."""
-    if Counters.histories < SEEDS:
+    counts = COUNTS["memory/local"]
+    if not SEEDS or counts.histories < SEEDS:
         pytest.skip("run together with test_random_repository_history")
-    counts = {k: v for k, v in vars(Counters).items() if not k.startswith("_")}
-    print(f"repository crash model: {counts}")
-    assert Counters.crashes > SEEDS // 10 and Counters.races_lost > 0 and Counters.gc_runs > 0
-    assert Counters.restores_checked > SEEDS
+    print(f"repository crash model on memory/local: {vars(counts)}")
+    assert counts.crashes > SEEDS // 10 and counts.races_lost > 0 and counts.gc_runs > 0
+    assert counts.restores_checked > SEEDS
+
+
+@pytest.mark.parametrize("kind", ["s3", "azure"])
+def test_the_server_repository_histories_exercised_every_fault(kind: str) -> None:
+    """Runs after the server histories (same module): crashes and cut answers really happened."""
+    counts, seeds = COUNTS[kind], SERVER_SEEDS[kind]
+    if not seeds or counts.histories < seeds:
+        pytest.skip("run together with test_random_repository_history_on_a_server_cutting_answers")
+    print(f"repository crash model on {kind}: {vars(counts)}")
+    assert counts.crashes > 0 and counts.gc_runs > 0 and counts.restores_checked > seeds
+    assert counts.cuts > seeds and counts.cuts_in_headers > 0, "the proxy cut too few answers"

@@ -21,7 +21,13 @@ expires. After every step:
   nothing a later run could not finish);
 * a commit then deleted from the retained window is a hole that ``verify``, ``gc`` and start-up name.
 
-``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories (the long run: 2000).
+The same histories also run on the real S3 backend (the moto server) and the real Azure backend
+(azurite), each behind a proxy that cuts answers at random bytes (status line, headers or body) besides
+the injected crashes; every cut is retried within the store's attempts.
+
+``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories on memory and local stores (the long run: 2000);
+``BLOBSTATE_SERVER_CRASH_SEEDS=<n>`` on each server (default 20 on S3, 6 on the slower azurite), cutting
+each answer with probability ``BLOBSTATE_CUT_CHANCE`` (default 0.05).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,14 +54,21 @@ from lineage_harness import (
     open_p,
 )
 
-from blobstate.blobstore import open_blob_store
+from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.ids import CheckpointId
 from blobstate.layout import commit_name
 from blobstate.lineage.commitlog import CommitConflictError, IncompleteCommitLogError
 from blobstate.state.retention import GcRefusedError, cleanup_latest, gc_checkpoint, referenced_by_retained
 from blobstate.state.verify import verify
+from faultproxy import FaultProxy
 
 SEEDS = int(os.environ.get("BLOBSTATE_CRASH_SEEDS", "200"))
+SERVER_DEFAULTS = {"s3": 20, "azure": 6}  # azurite answers about half as fast as moto
+SERVER_SEEDS = {
+    kind: int(os.environ.get("BLOBSTATE_SERVER_CRASH_SEEDS", default))
+    for kind, default in SERVER_DEFAULTS.items()
+}
+CUT_CHANCE = float(os.environ.get("BLOBSTATE_CUT_CHANCE", "0.05"))
 FAR_FUTURE = 2**40
 KEYS = [b"k%d" % i for i in range(8)]
 
@@ -91,28 +105,42 @@ def random_ops(rng: random.Random) -> list[tuple]:
 
 
 class Counters:
-    """What the histories of one test session did, so a run can show its faults fired."""
+    """What the histories on one kind of store did, so a run can show its faults fired."""
 
-    histories = 0
-    crashes = 0
-    races_lost = 0
-    gc_runs = 0
-    gc_full_runs = 0
-    verify_runs = 0
-    restores_checked = 0
-    owed_cleanups_left_to_gc = 0
-    crashes_while_pruning = 0
-    commits_pruned = 0
-    holes_planted = 0
+    def __init__(self) -> None:
+        self.histories = 0
+        self.crashes = 0
+        self.races_lost = 0
+        self.gc_runs = 0
+        self.gc_full_runs = 0
+        self.verify_runs = 0
+        self.restores_checked = 0
+        self.owed_cleanups_left_to_gc = 0
+        self.crashes_while_pruning = 0
+        self.commits_pruned = 0
+        self.holes_planted = 0
+        self.answers = 0
+        self.cuts = 0
+        self.cuts_in_headers = 0
+        self.retries = 0
+        self.seconds = 0.0
+
+
+COUNTS = {"memory/local": Counters(), "s3": Counters(), "azure": Counters()}
 
 
 class History:
     """One seeded history; the model is ``models[v]``, the committed checkpoints ``cids[v]``."""
 
-    def __init__(self, seed: int, root: Path) -> None:
+    def __init__(
+        self, seed: int, root: Path, inner: BlobStore | None = None, kind: str = "memory/local"
+    ) -> None:
         self.rng = rng = random.Random(seed)
         self.root = root
-        if seed % 10 == 9:
+        self.counts = COUNTS[kind]
+        if inner is not None:
+            self.inner = inner
+        elif seed % 10 == 9:
             self.inner = open_blob_store(str(root / "blobs"))
         else:
             self.inner = new_memory_store()
@@ -126,7 +154,7 @@ class History:
         self.cids: dict[int, CheckpointId] = {}
         self.version = 0
         self.cleanup_owed = False
-        Counters.histories += 1
+        self.counts.histories += 1
 
     def open(self, executor: Path, version: int):
         return open_p(
@@ -150,7 +178,7 @@ class History:
                 seen[0] += 1
             fire = seen[0] == k and matches(op, name)
             if fire and op == "delete" and name.startswith("commits/"):
-                Counters.crashes_while_pruning += 1
+                self.counts.crashes_while_pruning += 1
             return fire
 
         return crash_when
@@ -188,13 +216,13 @@ class History:
                     {0: rival[0]}, self.version + 1
                 )
                 self.committed(*rival)
-                Counters.races_lost += 1
+                self.counts.races_lost += 1
                 with pytest.raises(CommitConflictError):
                     self.driver.commit({0: result}, self.version)
             else:
                 commit = self.driver.commit({0: result}, self.version + 1)
                 self.committed(result, model)
-            Counters.commits_pruned += len(self.driver.cleanup(commit).commits_pruned)
+            self.counts.commits_pruned += len(self.driver.cleanup(commit).commits_pruned)
             self.cleanup_owed = False
         except InjectedCrash:
             self.restart()
@@ -211,11 +239,11 @@ class History:
         self.store.arm(self.crash_point(0.3))
         try:
             if full:
-                Counters.gc_full_runs += 1
+                self.counts.gc_full_runs += 1
             else:
-                Counters.gc_runs += 1
+                self.counts.gc_runs += 1
             if self.cleanup_owed:
-                Counters.owed_cleanups_left_to_gc += 1
+                self.counts.owed_cleanups_left_to_gc += 1
             gc_checkpoint(self.store, full=full, now=FAR_FUTURE)
             self.cleanup_owed = False
         except InjectedCrash:
@@ -225,7 +253,7 @@ class History:
 
     def restart(self) -> None:
         """The process died: forget memory, maybe lose an executor's disk, maybe run start-up cleanup."""
-        Counters.crashes += 1
+        self.counts.crashes += 1
         forget_process_memory()
         self.store.arm(None)
         if self.rng.random() < 0.5:
@@ -246,7 +274,7 @@ class History:
             assert dump(state) == self.models[version], f"{state.load_rule} load of version {version}"
 
     def check_invariants(self, *, restore_all: bool) -> None:
-        Counters.verify_runs += 1
+        self.counts.verify_runs += 1
         report = verify(self.inner)
         problems = [p for p in report.problems if not (self.cleanup_owed and "still pending" in p.message)]
         assert problems == [], [str(p) for p in problems]
@@ -257,7 +285,7 @@ class History:
                 range(lowest, self.version + 1) if restore_all else [self.rng.randint(lowest, self.version)]
             )
             for version in versions:
-                Counters.restores_checked += 1
+                self.counts.restores_checked += 1
                 self.check_load(self.root / f"fresh-{self.rng.random()}", version)
 
     def finish(self) -> None:
@@ -279,7 +307,7 @@ class History:
         """A commit deleted from the retained window is a hole for verify, gc and start-up, named."""
         if newest.horizon >= self.version:
             return
-        Counters.holes_planted += 1
+        self.counts.holes_planted += 1
         hole = self.rng.randint(newest.horizon, self.version - 1)
         self.inner.delete(commit_name(hole))
         forget_process_memory()
@@ -290,36 +318,107 @@ class History:
             cleanup_latest(self.inner)
 
 
+def run_history(history: History) -> None:
+    """Random steps, each followed by the invariants' check, then a full gc and the final check."""
+    for _ in range(history.rng.randint(3, 8)):
+        roll = history.rng.random()
+        if roll < 0.1:
+            history.check_load(history.rng.choice(history.executors), history.version)
+        elif roll < 0.2:
+            history.gc(full=False)
+        elif roll < 0.3:
+            history.gc(full=True)
+        else:
+            history.batch()
+        history.check_invariants(restore_all=True)
+    history.finish()
+
+
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_random_history(seed: int, scratch: Path) -> None:
     root = scratch / f"seed-{seed}"
-    history = History(seed, root)
+    started = time.monotonic()
     try:
-        for _ in range(history.rng.randint(3, 8)):
-            roll = history.rng.random()
-            if roll < 0.1:
-                history.check_load(history.rng.choice(history.executors), history.version)
-            elif roll < 0.2:
-                history.gc(full=False)
-            elif roll < 0.3:
-                history.gc(full=True)
-            else:
-                history.batch()
-            history.check_invariants(restore_all=True)
-        history.finish()
+        run_history(History(seed, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        COUNTS["memory/local"].seconds += time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Callable[[str], str], FaultProxy]]:
+    """One backend on its test server behind the cutting proxy: its name, a URL per prefix, the proxy."""
+    from server_stores import azure_url_through, new_bucket, new_container, s3_url_through
+
+    proxy: FaultProxy = request.getfixturevalue(f"{request.param}_fault_proxy")
+    if request.param == "s3":
+        bucket = new_bucket(request.getfixturevalue("s3_endpoint"))
+        yield "s3", lambda prefix: s3_url_through(proxy, bucket, prefix), proxy
+    else:
+        request.getfixturevalue("azurite_endpoint")
+        container = new_container()
+        yield "azure", lambda prefix: azure_url_through(proxy, container, prefix), proxy
+    proxy.disarm()
+
+
+@pytest.mark.parametrize(
+    ("server", "seed"),
+    [(kind, seed) for kind, count in SERVER_SEEDS.items() for seed in range(count)],
+    indirect=["server"],
+)
+def test_random_history_on_a_server_cutting_answers(
+    seed: int, scratch: Path, server: tuple[str, Callable[[str], str], FaultProxy]
+) -> None:
+    from server_stores import emulate_lifecycle
+
+    kind, url, proxy = server
+    counts = COUNTS[kind]
+    root = scratch / f"{kind}-seed-{seed}"
+    inner = emulate_lifecycle(open_blob_store(url(f"history-{seed}")))
+    before = (proxy.counts.responses, proxy.counts.cuts, proxy.counts.cuts_in_headers)
+    started = time.monotonic()
+    proxy.rng.seed(seed)
+    proxy.cut_randomly(CUT_CHANCE)
+    try:
+        run_history(History(seed, root, inner, kind))
+    finally:
+        proxy.disarm()
+        counts.retries += inner.retries
+        inner.close()
+        shutil.rmtree(root, ignore_errors=True)
+        counts.seconds += time.monotonic() - started
+        counts.answers += proxy.counts.responses - before[0]
+        counts.cuts += proxy.counts.cuts - before[1]
+        counts.cuts_in_headers += proxy.counts.cuts_in_headers - before[2]
+
+
+def _report(kind: str) -> Counters:
+    counts = COUNTS[kind]
+    print(f"crash model on {kind}: {vars(counts)}")
+    return counts
 
 
 def test_the_histories_exercised_every_fault() -> None:
     """Runs after the histories (same module): their faults and races really fired."""
-    if Counters.histories < SEEDS:
+    counts = COUNTS["memory/local"]
+    if not SEEDS or counts.histories < SEEDS:
         pytest.skip("run together with test_random_history")
-    counts = {k: v for k, v in vars(Counters).items() if not k.startswith("_")}
-    print(f"crash model: {counts}")
-    assert Counters.crashes > SEEDS // 10
-    assert Counters.races_lost > 0 and Counters.gc_runs > 0 and Counters.gc_full_runs > 0
-    assert Counters.owed_cleanups_left_to_gc > 0
-    assert Counters.restores_checked > SEEDS
-    assert Counters.commits_pruned > SEEDS // 10 and Counters.crashes_while_pruning > 0
-    assert Counters.holes_planted > SEEDS // 10
+    _report("memory/local")
+    assert counts.crashes > SEEDS // 10
+    assert counts.races_lost > 0 and counts.gc_runs > 0 and counts.gc_full_runs > 0
+    assert counts.owed_cleanups_left_to_gc > 0
+    assert counts.restores_checked > SEEDS
+    assert counts.commits_pruned > SEEDS // 10 and counts.crashes_while_pruning > 0
+    assert counts.holes_planted > SEEDS // 10
+
+
+@pytest.mark.parametrize("kind", ["s3", "azure"])
+def test_the_server_histories_exercised_every_fault(kind: str) -> None:
+    """Runs after the server histories (same module): crashes and cut answers really happened."""
+    counts, seeds = COUNTS[kind], SERVER_SEEDS[kind]
+    if not seeds or counts.histories < seeds:
+        pytest.skip("run together with test_random_history_on_a_server_cutting_answers")
+    _report(kind)
+    assert counts.crashes > 0 and counts.gc_runs > 0
+    assert counts.restores_checked > seeds
+    assert counts.cuts > seeds and counts.cuts_in_headers > 0, "the proxy cut too few answers"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import requests.adapters
 from azure.core.exceptions import (
     ClientAuthenticationError,
     DecodeError,
+    DeserializationError,
     HttpResponseError,
     ResourceExistsError,
     ServiceRequestError,
@@ -38,6 +40,7 @@ from azure.core.exceptions import (
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
+from blobstate.blobstore.answers import MalformedAnswerError, body_length
 from blobstate.blobstore.azure_lifecycle import lifecycle_policy
 from blobstate.blobstore.azure_options import (
     AzureOptionError,
@@ -68,6 +71,34 @@ _PENDING_TAGS = {PENDING_TAG_KEY: PENDING_TAG_VALUE}
 _TRANSIENT_CODES = frozenset({"ServerBusy", "OperationTimedOut", "InternalError", "TooManyRequests"})
 _CREATE_LOST_CODES = frozenset({"BlobAlreadyExists", "ConditionNotMet"})
 _CHUNK_CONCURRENCY = 4
+_CONTENT_RANGE = re.compile(r"bytes (\d+-\d+|\*)/(\d+|\*)")
+
+
+class _FramedTransport(RequestsTransport):
+    """The SDK's requests transport, refusing answers that cannot be known to be whole.
+
+    An answer cut inside its headers loses its ``Content-Length`` or ``Transfer-Encoding`` (the server
+    puts one in every answer that has a body); the SDK would read the missing body as empty and return
+    no tags, no listed blobs or an empty object. Such an answer is malformed, so the request is retried.
+    """
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        """Send ``request``; raise :class:`MalformedAnswerError` for an answer without framing."""
+        response = super().send(request, **kwargs)
+        status = response.status_code
+        bodiless = request.method == "HEAD" or 100 <= status < 200 or status in (204, 304)
+        headers = response.headers
+        problem = None
+        if not bodiless and "Content-Length" not in headers and "Transfer-Encoding" not in headers:
+            problem = "without Content-Length or Transfer-Encoding (cut inside its headers)"
+        elif "Content-Range" in headers and not _CONTENT_RANGE.fullmatch(headers["Content-Range"]):
+            problem = f"with a malformed Content-Range {headers['Content-Range']!r}"
+        if problem is not None:
+            response.close()
+            raise MalformedAnswerError(
+                f"malformed answer to {request.method} {request.url.split('?')[0]}: HTTP {status} {problem}"
+            )
+        return response
 
 
 @dataclass(frozen=True)
@@ -212,7 +243,7 @@ class AzureBlobStore(BlobStore):
         pool = settings.io_threads * (_CHUNK_CONCURRENCY + 1)
         for scheme in ("http://", "https://"):
             session.mount(scheme, requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool))
-        transport = RequestsTransport(
+        transport = _FramedTransport(
             session=session,
             session_owner=True,
             connection_timeout=settings.connect_timeout,
@@ -250,13 +281,26 @@ class AzureBlobStore(BlobStore):
             raise self._refused(error, name) from error
         except DecodeError as error:  # a body cut short or garbled in transit (IncompleteReadError)
             raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
+        except MalformedAnswerError as error:
+            raise MalformedAnswerError(f"{self._where(name)}: {error}") from error
+        except BlobStoreError:
+            raise
+        except (DeserializationError, ValueError, IndexError, KeyError, TypeError, AttributeError) as error:
+            # A header cut inside its value ("x-ms-blob-type: BlockBlo", half a date, checksum or
+            # range), or a listing page whose body did not parse (the pager then reads None), which
+            # the SDK fails on in one of these ways.
+            raise MalformedAnswerError(
+                f"{self._where(name)}: malformed answer: {_first_line(error)}"
+            ) from error
         except HttpResponseError as error:
+            if getattr(error, "response", None) is None:  # no answer arrived whole ("ended prematurely")
+                raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
             raise self._http_error(error, name) from error
         except (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError) as error:
             raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
 
     def _http_error(self, error: HttpResponseError, name: str) -> BlobStoreError:
-        code = str(error.error_code or "")
+        code = str(getattr(error, "error_code", None) or "")
         status = int(error.status_code or 0)
         if code == "ContainerNotFound":
             return self._no_container(name)
@@ -293,9 +337,10 @@ class AzureBlobStore(BlobStore):
         return BlobStoreError(
             f"{op} {name!r} in {self.url} failed after {attempts} attempts in {seconds:.1f} s"
             f" (endpoint {self.endpoint}, container {self.container!r}, blob {self.prefix + name!r}):"
-            f" {error.__cause__ or error}. Check that the endpoint is reachable (the endpoint_url option or"
-            f" {ENDPOINT_ENV}, network and proxy); to allow more time raise connect_timeout, read_timeout or"
-            f" max_attempts (now {s.connect_timeout:g} s, {s.read_timeout:g} s, {s.max_attempts})"
+            f" {_redact(str(error.__cause__ or error))}. Check that the endpoint is reachable (the"
+            f" endpoint_url option or {ENDPOINT_ENV}, network and proxy); to allow more time raise"
+            f" connect_timeout, read_timeout or max_attempts (now {s.connect_timeout:g} s,"
+            f" {s.read_timeout:g} s, {s.max_attempts})"
         )
 
     @staticmethod
@@ -324,14 +369,22 @@ class AzureBlobStore(BlobStore):
                 # overwrite=False sends If-None-Match: * (on the Put Blob or the final Put Block List).
                 self._blob(name).upload_blob(data, overwrite=False, **self._tags(ttl))
             except (ResourceExistsError, HttpResponseError) as error:
-                if str(error.error_code or "") in _CREATE_LOST_CODES or error.status_code == 412:
+                if isinstance(error, DecodeError) or getattr(error, "response", None) is None:
+                    raise  # no whole answer: retried, never read as a lost race
+                if (
+                    str(getattr(error, "error_code", None) or "") in _CREATE_LOST_CODES
+                    or error.status_code == 412
+                ):
                     return False
                 raise
         return True
 
     def _get_bytes(self, name: str) -> bytes:
         with self._errors(name):
-            return bytes(self._blob(name).download_blob(max_concurrency=_CHUNK_CONCURRENCY).readall())
+            downloader = self._blob(name).download_blob(max_concurrency=_CHUNK_CONCURRENCY)
+            data = bytes(downloader.readall())
+            body_length(downloader.size, len(data), f"download of blob {self.prefix + name!r}")
+            return data
 
     def _get_file(self, name: str, path: Path) -> int:
         part = path.with_name(f"{path.name}.{uuid.uuid4().hex}.part")
@@ -340,6 +393,7 @@ class AzureBlobStore(BlobStore):
                 downloader = self._blob(name).download_blob(max_concurrency=_CHUNK_CONCURRENCY)
                 with part.open("wb") as out:
                     downloader.readinto(out)
+                body_length(downloader.size, part.stat().st_size, f"download of blob {self.prefix + name!r}")
             os.replace(part, path)
         finally:
             part.unlink(missing_ok=True)
@@ -351,7 +405,8 @@ class AzureBlobStore(BlobStore):
             try:
                 return self._blob(name).get_blob_properties()
             except HttpResponseError as error:
-                if error.status_code == 404 and error.error_code != "ContainerNotFound":
+                whole = getattr(error, "response", None) is not None
+                if whole and error.status_code == 404 and error.error_code != "ContainerNotFound":
                     return None
                 raise
 
@@ -365,7 +420,12 @@ class AzureBlobStore(BlobStore):
 
     def _blob_tags(self, name: str) -> dict[str, str]:
         with self._errors(name):
-            return dict(self._blob(name).get_blob_tags())
+            tags = self._blob(name).get_blob_tags()
+        if not isinstance(tags, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+        ):
+            raise MalformedAnswerError(f"{self._where(name)}: malformed answer to the tags request: {tags!r}")
+        return dict(tags)
 
     def _remove_ttl(self, name: str) -> None:
         # Reading the tags first names a missing object clearly and makes a repeated call one request.
@@ -390,9 +450,14 @@ class AzureBlobStore(BlobStore):
                 results_per_page=self.settings.list_page_size,
             )
             for item in blobs:
+                if not isinstance(item.name, str) or not isinstance(item.size, int):
+                    raise MalformedAnswerError(
+                        f"listing of blobs under {self.prefix + prefix!r} in container {self.container!r}"
+                        f" at {self.endpoint}: malformed answer: blob {item.name!r} of size {item.size!r}"
+                    )
                 name = item.name[len(self.prefix) :]
                 if not _is_directory(item) and _is_valid_name(name):
-                    sizes[name] = int(item.size)
+                    sizes[name] = item.size
         return sizes
 
     # ----------------------------------------------------------------- lifecycle
@@ -427,8 +492,16 @@ def _is_directory(properties: Any) -> bool:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(getattr(error, "message", None) or error).strip()
+    text = _redact(str(getattr(error, "message", None) or error)).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+_SAS_SIGNATURE = re.compile(r"(?i)\b(sig=)[^&\s'\"()]+")
+
+
+def _redact(text: str) -> str:
+    """``text`` without SAS signatures (the SDK's connection errors quote request URLs whole)."""
+    return _SAS_SIGNATURE.sub(r"\1<redacted>", text)
 
 
 def _is_valid_name(name: str) -> bool:

@@ -92,6 +92,9 @@ class BlobStore(ABC):
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._pool_prefix = f"blobstate-io-{id(self):x}"
+        self.retries = 0
+        """How many times an operation of this store was tried again after a transient failure."""
+        self._retries_lock = threading.Lock()
 
     # ----------------------------------------------------------------- backend primitives
     @abstractmethod
@@ -144,10 +147,29 @@ class BlobStore(ABC):
     def put_if_absent(self, name: str, data: bytes, *, ttl: float | None = None) -> bool:
         """Create ``name`` only if it does not exist. Returns True if this call created it.
 
-        Of several concurrent callers (threads, processes or hosts) exactly one gets True.
+        Of several concurrent callers (threads, processes or hosts) exactly one gets True. A try whose
+        answer was lost may have created the object: a retry that finds it holding exactly ``data``
+        returns True (callers write bytes unique to them, so those bytes are this call's).
         """
         name = validate_blob_name(name)
-        return self._retry("put_if_absent", name, lambda: self._put_if_absent(name, bytes(data), ttl))
+        payload = bytes(data)
+        tried = False
+
+        def create() -> bool:
+            nonlocal tried
+            retry, tried = tried, True
+            if self._put_if_absent(name, payload, ttl):
+                return True
+            return retry and self._holds(name, payload)
+
+        return self._retry("put_if_absent", name, create)
+
+    def _holds(self, name: str, payload: bytes) -> bool:
+        """Whether ``name`` exists holding exactly ``payload``."""
+        try:
+            return self._get_bytes(name) == payload
+        except BlobNotFoundError:
+            return False
 
     def get(self, name: str) -> bytes:
         """Return the whole object."""
@@ -161,9 +183,24 @@ class BlobStore(ABC):
         return self._retry("get", name, lambda: self._get_file(name, target))
 
     def delete(self, name: str) -> None:
-        """Delete the object; raises :class:`BlobNotFoundError` if it does not exist."""
+        """Delete the object; raises :class:`BlobNotFoundError` if it does not exist.
+
+        A retry that finds the object gone after an attempt whose answer was lost (the connection cut
+        after the server deleted it) is a success: that attempt deleted it.
+        """
         name = validate_blob_name(name)
-        self._retry("delete", name, lambda: self._delete(name))
+        tried = False
+
+        def attempt() -> None:
+            nonlocal tried
+            retrying, tried = tried, True
+            try:
+                self._delete(name)
+            except BlobNotFoundError:
+                if not retrying:
+                    raise
+
+        self._retry("delete", name, attempt)
 
     def delete_if_exists(self, name: str) -> bool:
         """Delete the object if it exists; returns whether it did. Cleanup uses this: gone is done."""
@@ -310,6 +347,8 @@ class BlobStore(ABC):
             except TransientBlobError as error:
                 if attempt == self.max_attempts:
                     raise self._gave_up(op, name, attempt, time.monotonic() - started, error) from error
+                with self._retries_lock:
+                    self.retries += 1
                 time.sleep(delay * (0.5 + random.random()))
                 delay *= 2
         raise AssertionError("unreachable")

@@ -194,10 +194,7 @@ class LocalBlobStore(BlobStore):
         except BaseException:
             # The old object is still in place: give it back its old TTL state, or a failed pending
             # overwrite would make a permanent object expire.
-            if previous is None:
-                self._drop_ttl_record(name)
-            else:
-                self._write_atomic(name, self._ttl_path(name), lambda tmp: tmp.write_bytes(previous))
+            self._restore_record(name, previous)
             raise
 
     def _read_record(self, name: str) -> bytes | None:
@@ -214,19 +211,41 @@ class LocalBlobStore(BlobStore):
 
     def _put_if_absent(self, name: str, data: bytes, ttl: float | None) -> bool:
         final = self._object_path(name)
+        if ttl is None:
+            if not self._create(name, final, data):
+                return False
+            # Only the winner touches the TTL record, so a loser can never make the winner's object pending.
+            self._drop_ttl_record(name)
+            return True
+        if final.is_file():
+            return False
+        # The record goes first, as in put: a crash between the two steps leaves a record without an
+        # object, which expire drops; the other order would leave a pending object that never expires.
+        # Pending creates use names unique to their writer, so no other creator races for the record.
+        previous = self._read_record(name)
+        self._record_ttl(name, ttl)
+        created = False
+        try:
+            created = self._create(name, final, data)
+        finally:
+            if not created:
+                self._restore_record(name, previous)
+        return created
+
+    def _create(self, name: str, final: Path, data: bytes) -> bool:
+        """Create ``final`` holding ``data`` unless it exists; whether this call created it."""
         tmp = self._write_tmp(lambda t: t.write_bytes(data))
         try:
-            created = self._place(name, tmp, final, exclusive=True)
+            return self._place(name, tmp, final, exclusive=True)
         finally:
             tmp.unlink(missing_ok=True)
-        if not created:
-            return False
-        # Only the winner touches the TTL record, so a loser can never make the winner's object pending.
-        if ttl is None:
+
+    def _restore_record(self, name: str, previous: bytes | None) -> None:
+        """Give ``name``'s TTL record back the state it had (none, or ``previous``)."""
+        if previous is None:
             self._drop_ttl_record(name)
         else:
-            self._record_ttl(name, ttl)
-        return True
+            self._write_atomic(name, self._ttl_path(name), lambda tmp: tmp.write_bytes(previous))
 
     # ----------------------------------------------------------------- reading
     def _get_bytes(self, name: str) -> bytes:

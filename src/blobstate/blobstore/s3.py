@@ -28,10 +28,12 @@ from urllib.parse import urlparse
 
 import boto3
 import botocore.exceptions as bx
+import botocore.parsers
 import urllib3.exceptions
 from botocore.config import Config
 from s3transfer.manager import TransferConfig, TransferManager
 
+from blobstate.blobstore.answers import MalformedAnswerError, body_length, field, records
 from blobstate.blobstore.base import (
     DEFAULT_PENDING_TTL_SECONDS,
     BlobNotFoundError,
@@ -231,6 +233,8 @@ class S3BlobStore(BlobStore):
         """Translate botocore errors about ``name`` into blob store errors."""
         try:
             yield
+        except BlobStoreError:  # ours already (a malformed answer names its request)
+            raise
         except bx.ClientError as error:
             raise self._client_error(error, name) from error
         except _CREDENTIAL_ERRORS as error:
@@ -244,6 +248,9 @@ class S3BlobStore(BlobStore):
             ) from error
         except _TRANSIENT_EXCEPTIONS as error:
             raise TransientBlobError(f"{name!r} in {self.url}: {error}") from error
+        except (botocore.parsers.ResponseParserError, ValueError) as error:
+            # An answer cut inside a header or the XML body: botocore cannot parse what arrived.
+            raise MalformedAnswerError(f"{name!r} in {self.url}: malformed answer: {error}") from error
 
     def _client_error(self, error: bx.ClientError, name: str) -> BlobStoreError:
         code = str(error.response.get("Error", {}).get("Code", ""))
@@ -353,19 +360,33 @@ class S3BlobStore(BlobStore):
                 raise
         return True
 
+    def _get_object(self, name: str) -> tuple[Any, int]:
+        """The body stream of ``name`` and the length the answer announced (checked to be there)."""
+        what = f"get of key {self._key(name)!r}"
+        response = self._client.get_object(Bucket=self.bucket, Key=self._key(name))
+        body = field(response, "Body", object, what)
+        length = response.get("ContentLength")
+        if not isinstance(length, int) or isinstance(length, bool):
+            body.close()
+            body_length(length, 0, what)  # raises: an answer without a length may be cut anywhere
+        return body, length
+
     def _get_bytes(self, name: str) -> bytes:
         with self._errors(name):
-            response = self._client.get_object(Bucket=self.bucket, Key=self._key(name))
-            with contextlib.closing(response["Body"]) as body:
-                return body.read()
+            stream, length = self._get_object(name)
+            with contextlib.closing(stream) as body:
+                data = body.read()
+            body_length(length, len(data), f"get of key {self._key(name)!r}")
+            return data
 
     def _get_file(self, name: str, path: Path) -> int:
         part = path.with_name(f"{path.name}.{uuid.uuid4().hex}.part")
         try:
             with self._errors(name):
-                response = self._client.get_object(Bucket=self.bucket, Key=self._key(name))
-                with contextlib.closing(response["Body"]) as body, part.open("wb") as out:
+                stream, length = self._get_object(name)
+                with contextlib.closing(stream) as body, part.open("wb") as out:
                     shutil.copyfileobj(body, out, _STREAM_CHUNK)
+                body_length(length, part.stat().st_size, f"get of key {self._key(name)!r}")
             os.replace(part, path)
         finally:
             part.unlink(missing_ok=True)
@@ -402,7 +423,9 @@ class S3BlobStore(BlobStore):
 
     def _tags(self, name: str) -> list[dict[str, str]]:
         with self._errors(name):
-            return list(self._client.get_object_tagging(Bucket=self.bucket, Key=self._key(name))["TagSet"])
+            answer = self._client.get_object_tagging(Bucket=self.bucket, Key=self._key(name))
+            what = f"tagging of key {self._key(name)!r}"
+            return list(records(answer, "TagSet", {"Key": str, "Value": str}, what))
 
     def _has_ttl(self, name: str) -> bool:
         return any(t["Key"] == PENDING_TAG_KEY and t["Value"] == PENDING_TAG_VALUE for t in self._tags(name))
@@ -412,18 +435,29 @@ class S3BlobStore(BlobStore):
 
     def _list_sizes(self, prefix: str) -> dict[str, int]:
         sizes: dict[str, int] = {}
+        what = f"listing of keys under {self.prefix + prefix!r}"
+        token: dict[str, str] = {}
         with self._errors(prefix or "<all objects>"):
-            pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket,
-                Prefix=self.prefix + prefix,
-                PaginationConfig={"PageSize": self.list_page_size},
-            )
-            for page in pages:
-                for item in page.get("Contents", []):
+            while True:
+                # Paged by hand: a page cut short parses as an empty, final one unless checked.
+                page = self._client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=self.prefix + prefix, MaxKeys=self.list_page_size, **token
+                )
+                truncated = field(page, "IsTruncated", bool, what)
+                items = records(page, "Contents", {"Key": str, "Size": int}, what, optional=True)
+                count = page.get("KeyCount")
+                if count is not None and count != len(items):
+                    raise MalformedAnswerError(
+                        f"malformed answer to the {what} request: KeyCount {count}, {len(items)} keys"
+                    )
+                for item in items:
                     name = item["Key"][len(self.prefix) :]
-                    if _is_valid_name(name):  # skips "folder/" markers and keys no blob name can reach
-                        sizes[name] = int(item["Size"])
-        return sizes
+                    if item["Key"].startswith(self.prefix) and _is_valid_name(name):
+                        # skips "folder/" markers and keys no blob name can reach
+                        sizes[name] = item["Size"]
+                if not truncated:
+                    return sizes
+                token = {"ContinuationToken": field(page, "NextContinuationToken", str, what)}
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -486,7 +520,8 @@ class S3BlobStore(BlobStore):
 
     def _lifecycle_rules(self) -> list[dict[str, Any]]:
         try:
-            return list(self._client.get_bucket_lifecycle_configuration(Bucket=self.bucket)["Rules"])
+            answer = self._client.get_bucket_lifecycle_configuration(Bucket=self.bucket)
+            return list(records(answer, "Rules", {}, f"lifecycle configuration of bucket {self.bucket!r}"))
         except bx.ClientError as error:
             if error.response.get("Error", {}).get("Code") == "NoSuchLifecycleConfiguration":
                 return []

@@ -108,6 +108,8 @@ def backup(
             store, directory, metadata={"source": str(directory.resolve())}, progress=progress
         )
     result = done.result
+    if done.warning is not None:  # committed all the same: exit 0
+        typer.echo(f"warning: {done.warning}", err=True)
     stats = asdict(result.stats)
     stats["snapshot"] = result.index_name
     stats["version"] = done.version

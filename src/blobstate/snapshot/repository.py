@@ -22,13 +22,14 @@ gc refuse them (:class:`LegacyRepositoryError`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from blobstate.blobstore.base import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, BlobStore
+from blobstate.blobstore.base import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, BlobStore, BlobStoreError
 from blobstate.ids import CheckpointId, new_uid
 from blobstate.layout import COMMITS_PREFIX, METADATA
 from blobstate.snapshot.backup import DEFAULT_CHUNK_SIZE, BackupResult, Progress, backup_directory
@@ -66,6 +67,8 @@ REPOSITORY_MARKER = "blobstate-repository.json"
 REPOSITORY_FORMAT_VERSION = 1
 
 _RACE_RETRIES = 5
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -336,7 +339,10 @@ class RepositoryBackup:
     version: int
     head: HeadRecord
     result: BackupResult
-    cleanup: CleanupStats
+    cleanup: CleanupStats | None
+    """The post-commit cleanup; None when it failed (see :attr:`warning`)."""
+    warning: str | None = None
+    """Why the committed backup's cleanup did not finish (the next backup or ``gc`` finishes it)."""
 
 
 def backup_to_repository(
@@ -354,8 +360,10 @@ def backup_to_repository(
     Finishes the newest backup's cleanup, uploads what changed against it (pending), writes the index
     (pending), then creates ``heads/<n+1>.json``. If another backup created it first this raises
     :class:`BackupConflictError` naming the version: nothing of this backup was committed, its objects
-    expire, and the winner's snapshot is untouched. Otherwise the post-commit cleanup runs. A source
-    that contains the repository, or lies inside it, is refused.
+    expire, and the winner's snapshot is untouched. Otherwise the post-commit cleanup runs; once the head
+    is created the backup has committed and never raises: a cleanup that fails is logged and returned as
+    :attr:`RepositoryBackup.warning` (the next backup or gc finishes it). A source that contains the
+    repository, or lies inside it, is refused.
     """
     _refuse_overlap(store, source_dir, "backup source")
     _refuse_query_checkpoint(store, "back up into")
@@ -386,7 +394,7 @@ def backup_to_repository(
         previous=previous.name if previous is not None else None,
         writer=cid.uid,
     )
-    standing = log.write(head)
+    standing = _write_head(store, log, head)
     if standing.index != head.index:
         raise BackupConflictError(
             f"another backup committed version {version} of {store.url} first ({head_name(version)} "
@@ -396,8 +404,40 @@ def backup_to_repository(
             version=version,
             winner=standing.index,
         )
-    cleanup = post_commit_cleanup(store, result.index_name, result.index)
+    # Committed: from here on nothing may report the backup as failed.
+    try:
+        cleanup = post_commit_cleanup(store, result.index_name, result.index)
+    except Exception as error:  # any failure of the cleanup leaves the backup committed
+        warning = (
+            f"backup {version} ({result.index_name}) committed to {store.url}, but its cleanup did not"
+            f" finish ({_first_line(error)}); the next backup or `blobstate gc {store.url}` finishes it"
+        )
+        logger.warning("%s", warning)
+        return RepositoryBackup(version, head, result, None, warning)
     return RepositoryBackup(version, head, result, cleanup)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _write_head(store: BlobStore, log: HeadLog, head: HeadRecord) -> HeadRecord:
+    """Create ``head`` (see :meth:`HeadLog.write`). If the store gave up on the request, the head may
+    have been created all the same (only its answers were lost): read it back before failing."""
+    try:
+        return log.write(head)
+    except BlobStoreError as error:
+        try:
+            standing = log.read(head.version)
+        except Exception:  # the write's error says more
+            raise error from None
+        if standing != head:
+            raise
+        logger.warning(
+            "creating %s in %s failed (%s), but it was created", head_name(head.version), store.url, error
+        )
+        return standing
 
 
 def restore_repository(

@@ -1,0 +1,74 @@
+"""Stores on the test S3 and Azure servers reached through a cutting :class:`~faultproxy.FaultProxy`, for
+the randomized crash models: URLs, retry options, and the servers' missing lifecycle expiry.
+
+Neither moto nor azurite runs lifecycle rules, which on S3 and Azure delete pending (tagged) objects once
+their TTL has passed. A crash model runs ``gc`` as if every TTL had long passed, so
+:func:`emulate_lifecycle` makes the store's ``expire`` do what the rule would have done by then.
+"""
+
+from __future__ import annotations
+
+import types
+import uuid
+
+from blobstate.blobstore import BlobNotFoundError, BlobStore
+from faultproxy import FaultProxy
+
+AZURITE_ACCOUNT = "devstoreaccount1"
+
+CUT_RETRY_OPTIONS = "max_attempts=8&backoff_seconds=0.001&connect_timeout=5&read_timeout=10"
+"""Options for stores behind a cutting proxy: attempts enough for random cuts, no long sleeps."""
+
+
+def s3_url_through(proxy: FaultProxy, bucket: str, prefix: str) -> str:
+    """``s3://bucket/prefix`` reached through ``proxy``."""
+    return f"s3://{bucket}/{prefix}?endpoint_url=http://127.0.0.1:{proxy.port}&{CUT_RETRY_OPTIONS}"
+
+
+def azure_url_through(proxy: FaultProxy, container: str, prefix: str) -> str:
+    """``az://container/prefix`` on azurite reached through ``proxy``."""
+    endpoint = f"http://127.0.0.1:{proxy.port}/{AZURITE_ACCOUNT}"
+    return f"az://{container}/{prefix}?endpoint_url={endpoint}&{CUT_RETRY_OPTIONS}"
+
+
+def new_bucket(s3_endpoint: str) -> str:
+    """A fresh bucket on the test S3 server."""
+    import boto3
+
+    bucket = f"crash-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return bucket
+
+
+def new_container() -> str:
+    """A fresh container on the test azurite server (reached by AZURE_STORAGE_CONNECTION_STRING)."""
+    import os
+
+    from azure.storage.blob import BlobServiceClient
+
+    container = f"crash-{uuid.uuid4().hex[:12]}"
+    with BlobServiceClient.from_connection_string(os.environ["AZURE_STORAGE_CONNECTION_STRING"]) as service:
+        service.create_container(container)
+    return container
+
+
+def emulate_lifecycle(store: BlobStore) -> BlobStore:
+    """Make ``store.expire(now)`` delete every pending object, as the lifecycle rule does once TTLs pass.
+
+    Only for ``now`` far in the future (the crash models' gc): the rule's TTL is days long.
+    """
+
+    def expire(self: BlobStore, now: float | None = None) -> list[str]:
+        if now is None or now < 2**39:
+            return []
+        gone = []
+        for name in self.list():
+            try:
+                if self.has_ttl(name) and self.delete_if_exists(name):
+                    gone.append(name)
+            except BlobNotFoundError:
+                continue
+        return gone
+
+    store.expire = types.MethodType(expire, store)  # type: ignore[method-assign]
+    return store
