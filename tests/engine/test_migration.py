@@ -24,6 +24,7 @@ from engine_helpers import (
     file_stream,
     kv_table,
     run_blobstate,
+    run_spark_tws,
     run_to_end,
     sorted_rows,
     spark_conf,
@@ -244,3 +245,106 @@ def test_a_blobstate_job_moves_to_spark_with_its_state(spark: Any, tmp_path: Pat
     moved = final_state(*spark_state(spark, tmp_path / "spark-ckpt"))
     assert moved == expected_state
     assert moved["c"] == (2, 11, (4, 7)), "a key the later batches never touched was not moved"
+
+
+TIMED_OUTPUT = "key STRING, kind STRING, count BIGINT"
+FAR = 4_000_000_000_000
+"""A processing-time timer never due in a test (epoch ms, in 2096)."""
+
+
+class TimedCount(StatefulProcessor):
+    """A count per key (ValueState ``count``) with two processing-time timers per key: one due in the
+    next batch, which emits the count, and one never due. ``handleInitialState`` takes one row per key,
+    ``n`` and ``timers`` (the key's timers as the state reader lists them), and registers them again."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the count."""
+        self.handle = handle
+        self.count = handle.getValueState("count", "n BIGINT")
+
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
+        """Seed the count and the timers from the state readers' rows."""
+        for row in initialState.to_dict("records"):
+            self.count.update((int(row["n"]),))
+            for ts in row["timers"]:
+                self.handle.registerTimer(int(ts))
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        """Count and register the two timers."""
+        old = self.count.get()
+        count = sum(len(pdf) for pdf in rows) + (int(old[0]) if old is not None else 0)
+        self.count.update((count,))
+        self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1)
+        self.handle.registerTimer(FAR)
+        yield pd.DataFrame([(key[0], "input", count)], columns=["key", "kind", "count"])
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        """Emit the count."""
+        yield pd.DataFrame([(key[0], "timer", int(self.count.get()[0]))], columns=["key", "kind", "count"])
+
+
+def timers_by_key(timers: DataFrame) -> dict[str, list[int]]:
+    """A timer reader's rows (either reader) per key, sorted."""
+    rows = timers.select("key.key", "expiration_timestamp_ms").collect()
+    out: dict[str, list[int]] = {}
+    for key, ts in rows:
+        out.setdefault(key, []).append(ts)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def test_timers_move_with_the_state_when_the_processor_registers_them_again(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Timers are not among a variable's rows: both readers list them apart, the same way, and a
+    processor registers them again in ``handleInitialState``. A timer due after the move fires in the
+    moved query's first batch; one not yet due is still registered there."""
+    write_batch_files(tmp_path / "old", [kv_table([("a", 1), ("b", 2), ("a", 3)])])
+    write_batch_files(tmp_path / "new", [kv_table([("b", 5), ("c", 6)])], first=1)
+    # processing-time mode runs a batch at every trigger unless no-data batches are off
+    with spark_conf(spark, {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}):
+        on_spark = run_spark_tws(
+            spark,
+            tmp_path / "old",
+            tmp_path / "spark-ckpt",
+            TimedCount(),
+            output_schema=TIMED_OUTPUT,
+            time_mode="ProcessingTime",
+        )
+        assert on_spark.rows == {0: [("a", "input", 2), ("b", "input", 1)]}
+
+        spark_timers = spark.read.format("statestore").option("readRegisteredTimers", "true")
+        timers = spark_timers.load(str(tmp_path / "spark-ckpt"))
+        moved_timers = timers_by_key(timers)
+        assert sorted(moved_timers) == ["a", "b"] and all(
+            len(t) == 2 and t[1] == FAR for t in moved_timers.values()
+        )
+        counts = (
+            spark.read.format("statestore").option("stateVarName", "count").load(str(tmp_path / "spark-ckpt"))
+        )
+        initial = counts.select(F.col("key.key").alias("key"), "value.n").join(
+            timers.groupBy(F.col("key.key").alias("key")).agg(
+                F.collect_list("expiration_timestamp_ms").alias("timers")
+            ),
+            "key",
+        )
+        on_blobstate, _ = run_blobstate(
+            spark,
+            tmp_path / "new",
+            tmp_path / "ckpt",
+            TimedCount(),
+            output_schema=TIMED_OUTPUT,
+            local_dir=tmp_path / "local",
+            time_mode="ProcessingTime",
+            initial_state=initial.groupBy("key"),
+        )
+    # a's and b's timers from the Spark run fire with the counts they see after the move
+    assert on_blobstate.rows == {
+        0: [("a", "timer", 2), ("b", "input", 2), ("b", "timer", 2), ("c", "input", 1)]
+    }
+    after = timers_by_key(blobstate.read_state(spark, str(tmp_path / "ckpt"), timers=True))
+    assert after["a"] == [FAR], "the timer not yet due was not moved"
+    # b and c: the timer their input registered after the move, due in the next batch, and the far one
+    assert sorted(after) == ["a", "b", "c"]
+    assert [(len(after[k]), after[k][-1]) for k in ("b", "c")] == [(2, FAR), (2, FAR)]
