@@ -8,6 +8,7 @@ into an initial state, and handed to the other engine's query (blobstate's ``ini
 and after the move, equals the output of the job that never moved (computed in plain Python), and the
 state at the end holds every key, those the later batches never touched included. The two runs use
 different partition counts: the initial state is grouped by key, so a move may change the count.
+Timers are moved by a processor that registers them again from the timer readers' rows.
 """
 
 from __future__ import annotations
