@@ -69,3 +69,24 @@ def test_the_side_stream_example_runs_as_written_and_enriches_every_click(tmp_pa
         for r in pq.read_table(part).to_pylist()
     )
     assert rows == [("a", 1, "gold"), ("a", 4, "gold"), ("b", 2, "silver"), ("c", 3, None)]
+
+
+def section_snippets(heading: str) -> list[str]:
+    """Every Python block of a README section, unchanged, in order."""
+    section = README.read_text().split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_the_moving_example_moves_a_job_to_blobstate_and_back_keeping_its_counts(tmp_path: Path) -> None:
+    blocks = section_snippets("Moving a job to or from blobstate")
+    assert len(blocks) == 2, "the section has a block for each direction"
+    run_example(tmp_path, "\n".join(blocks))
+
+    def outputs(run: str) -> dict[str, tuple[int, int]]:
+        parts = sorted((tmp_path / "out" / run).glob("batch=*"))
+        assert [p.name for p in parts] == ["batch=0"], f"{run}: {parts}"
+        return {r["key"]: (r["count"], r["total"]) for r in pq.read_table(parts[0]).to_pylist()}
+
+    assert outputs("spark") == {"a": (2, 4), "b": (1, 2)}
+    assert outputs("blobstate") == {"a": (3, 14), "c": (1, 7)}  # a's count came from Spark's state
+    assert outputs("spark-again") == {"a": (4, 19), "b": (2, 8)}  # b was never seen by blobstate
