@@ -211,10 +211,12 @@ def test_event_time_timers_fire_and_late_rows_are_dropped(spark: Any, tmp_path: 
 
 # ---------------------------------------------------------------------------------------------- retries
 class FlakyCount(RunningCount):
-    """RunningCount whose first attempt of a task fails on marker keys.
+    """RunningCount whose first attempt of a task fails on marker keys, outside the processor (a
+    processor's own exception is not retried: it stops the query).
 
-    On ``fail_before`` it raises while processing (nothing is committed); on ``fail_after`` it lets the
-    task upload its delta and then fails (the attempt's delta exists but must never be used).
+    On ``fail_before`` the task's partition commit fails before it uploads anything (nothing is
+    committed); on ``fail_after`` it uploads its delta and then fails (the attempt's delta exists but
+    must never be used).
     """
 
     def __init__(self, fail_before: str, fail_after: str) -> None:
@@ -231,21 +233,22 @@ class FlakyCount(RunningCount):
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
         """Count, failing on the marker keys in a first attempt."""
-        if self.first_attempt and key[0] == self.fail_before:
-            raise RuntimeError("injected failure before the commit")
-        if self.first_attempt and key[0] == self.fail_after:
-            _fail_after_next_commit()
+        if self.first_attempt and key[0] in (self.fail_before, self.fail_after):
+            _fail_at_next_commit(upload=key[0] == self.fail_after)
         return super().handleInputRows(key, rows, timerValues)
 
 
-def _fail_after_next_commit() -> None:
-    """Fault injection in this worker: the next partition commit uploads its delta, then raises."""
+def _fail_at_next_commit(upload: bool) -> None:
+    """Fault injection in this worker: the next partition commit raises, after uploading its delta if
+    ``upload``."""
     from blobstate.state.partition import PartitionState
 
     original = PartitionState.commit
 
     def commit(self: Any, uid: Any = None) -> Any:
         PartitionState.commit = original  # type: ignore[method-assign]
+        if not upload:
+            raise RuntimeError("injected failure before the commit")
         original(self, uid)
         raise RuntimeError("injected failure after the delta was uploaded")
 

@@ -61,3 +61,39 @@ def test_reading_spark_files() -> None:
     assert SourceProgress.from_json(progress.to_json()) == progress
     with pytest.raises(SparkCheckpointMismatchError, match="query id"):
         SourceProgress.read(b"not json", b"")
+
+
+# The check compares Spark's offset log entry as bytes: the same for every source. Offsets as Spark's
+# sources write them (one line per source after the version and the batch metadata; "-" for a source
+# without an offset yet); Kafka's cannot run here, its shape is that of Spark's Kafka source.
+SOURCE_OFFSETS = {
+    "file": ('{"logOffset":3}', '{"logOffset":4}'),
+    "rate": ("12", "13"),
+    "rate-micro-batch": ('{"offset":6,"timestamp":1000}', '{"offset":9,"timestamp":1000}'),
+    "memory": ("5", "6"),
+    "kafka": ('{"clicks":{"0":1200,"1":1187}}', '{"clicks":{"0":1200,"1":1188}}'),
+    "none yet": ("-", "0"),
+}
+METADATA = b'{"id":"5c7e0000-0000-0000-0000-000000000002"}'
+
+
+def offset_log(*sources: str) -> bytes:
+    batch = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
+    return "\n".join(["v1", batch, *sources]).encode()
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCE_OFFSETS))
+def test_replays_and_changed_offsets_are_told_apart_for_every_source(kind: str) -> None:
+    offsets, moved = SOURCE_OFFSETS[kind]
+    main = '{"logOffset":0}'
+    ran = SourceProgress.read(METADATA, offset_log(main, offsets, "0"))
+    assert ran.batch_timestamp_ms == 1700000000000
+    again = SourceProgress.read(METADATA, offset_log(main, offsets, "0"))
+    assert check(2, commit(3, ran), commit(3, ran), again) is True  # Spark's rerun of the same batch
+    with pytest.raises(SparkCheckpointMismatchError, match="other source offsets"):  # as a side stream
+        check(2, commit(3, ran), None, SourceProgress.read(METADATA, offset_log(main, moved, "0")))
+
+    alone = SourceProgress.read(METADATA, offset_log(offsets, "0"))  # as the main stream
+    assert check(2, commit(3, alone), None, SourceProgress.read(METADATA, offset_log(offsets, "0")))
+    with pytest.raises(SparkCheckpointMismatchError, match="other source offsets"):
+        check(2, commit(3, alone), None, SourceProgress.read(METADATA, offset_log(moved, "0")))

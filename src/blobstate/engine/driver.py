@@ -84,8 +84,13 @@ class ProcessorFailedError(BatchError):
     """The processor (or blobstate in a task) raised in the processing stage; nothing was committed.
 
     The message is the task's own exception and its notes (which name the handler and the grouping
-    key), not the Python worker's traceback wrapped in Spark's.
+    key), not the Python worker's traceback wrapped in Spark's; ``processor_traceback`` the processor's
+    own frames, when the task reported them.
     """
+
+    def __init__(self, message: str, processor_traceback: str = "") -> None:
+        super().__init__(message)
+        self.processor_traceback = processor_traceback
 
 
 class SinkFailedError(BatchError):
@@ -275,6 +280,8 @@ class BatchDriver:
         except BlobstateError as error:
             if self.failure is None:
                 self.failure = error
+            if isinstance(error, ProcessorFailedError):  # Spark logs it: the message, not our frames
+                raise error.with_traceback(None) from None
             raise
 
     def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -420,6 +427,8 @@ class BatchDriver:
             initial_state_key_columns=self.initial_state_key_columns if first_batch else None,
             adjuncts=tuple(self.adjuncts),
             broadcast={name: w.pending for name, w in (broadcast or {}).items()},
+            # a writer sink must see a failing task fail: its job then commits nothing
+            report_failures=not self._writes_through(),
             # a writer sink gets every output row from the tasks themselves: none held in metadata rows
             inline_output_bytes=0
             if self._writes_through()
@@ -861,7 +870,7 @@ class BatchDriver:
         except StageFailedError as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
             # processor raised (its notes name the handler and the key) at the top.
-            self.failure = ProcessorFailedError(str(error))
+            self.failure = ProcessorFailedError(str(error), error.processor_traceback)
             raise self.failure from None
         self._check_metas(result.metas, spec.version)
         result.shuffle_seconds = shuffle_seconds

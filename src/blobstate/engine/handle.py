@@ -4,7 +4,8 @@ It is Spark's own query object (same JVM query, same methods). The one differenc
 for a reason blobstate knows, ``awaitTermination`` and ``processAllAvailable`` raise
 :class:`BlobstateQueryError`, a ``StreamingQueryException`` whose first line is the cause, not Spark's
 foreachBatch wrapper around pages of traceback: for :class:`ProcessorQueryError` the processor's own
-exception with its handler, grouping key, partition and batch; otherwise the blobstate error (a commit
+exception with its handler, grouping key, partition and batch (then the processor's own frames, when
+the task reported them); otherwise the blobstate error (a commit
 by another driver, a checkpoint that does not match Spark's, a bad side row, ...) by class and message.
 Spark's exception is its ``__cause__``.
 """
@@ -92,7 +93,9 @@ class BlobstateStreamingQuery(StreamingQuery):
             return error
         stopped = f"(the query stopped: {str(error).splitlines()[0]})"
         if isinstance(failure, ProcessorFailedError | SinkFailedError):
-            return ProcessorQueryError(f"{failure}\n{stopped}")
+            frames = getattr(failure, "processor_traceback", "")
+            where = f"The processor's traceback (most recent call last):\n{frames}" if frames else ""
+            return ProcessorQueryError(f"{failure}\n{where}{stopped}")
         return BlobstateQueryError(f"{type(failure).__name__}: {failure}\n{stopped}")
 
 

@@ -38,7 +38,15 @@ MISMATCH_MARKER = "blobstate-attempt-mismatch"
 
 
 class StageFailedError(BlobstateError, RuntimeError):
-    """A task of the processing stage failed; the message is the task's own exception."""
+    """A task of the processing stage failed; the message is the task's own exception.
+
+    ``processor_traceback`` holds the processor's frames of a ``failed`` metadata row (``task.py``), for
+    the query's handle to show after the message; empty when there are none.
+    """
+
+    def __init__(self, message: str, processor_traceback: str = "") -> None:
+        super().__init__(message)
+        self.processor_traceback = processor_traceback
 
 
 class AttemptMismatchError(BlobstateError, RuntimeError):
@@ -102,6 +110,7 @@ def run_stage(
                 f"{what}: a task of the processing stage failed: {worker_error(str(error))}"
             ) from None
         result.metas = parse_metas([r[0] for r in rows], what)
+        raise_failed(result.metas, what)
         payloads = {json.loads(r[0])["partition"]: bytes(r[1]) for r in rows if r[1] is not None}
         result.inlined = len(payloads)
         schema = StructType([f for f in (schema or stage.schema).fields if f.name not in MARKER_COLUMNS])
@@ -145,6 +154,20 @@ def local_frame(spark: Any, payloads: list[bytes], schema: StructType) -> DataFr
     frame = DataFrame(jvm.PythonSQLUtils.toDataFrame(rows, schema.json(), spark._jsparkSession), spark)
     frame._schema = schema
     return frame
+
+
+def raise_failed(metas: dict[int, dict[str, Any]], what: str) -> None:
+    """Raise :class:`StageFailedError` with the first partition's exception if any task reported that the
+    processor raised (its outputs, persisted or inlined, are never used: the caller drops the stage)."""
+    failed = sorted(p for p, m in metas.items() if m.get("failed"))
+    if not failed:
+        return
+    first = metas[failed[0]]["failed"]
+    others = f" ({len(failed) - 1} more partition(s) failed too)" if len(failed) > 1 else ""
+    raise StageFailedError(
+        f"{what}: a task of the processing stage failed: {first['error']}{others}",
+        first.get("traceback") or "",
+    )
 
 
 def parse_metas(texts: list[str], what: str) -> dict[int, dict[str, Any]]:

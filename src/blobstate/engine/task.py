@@ -6,6 +6,15 @@ row (``META_COLUMN``: the uid again, the executor, what it wrote, metrics). The 
 distributed; the driver collects only the metadata rows, and the sink reads the outputs of a partition
 only after its header names the attempt the driver commits (``outputs.py``), so outputs and metadata
 always come from the same execution.
+
+When the processor raises, the task does not fail: it aborts the partition's state and ends with a
+metadata row that carries the exception instead (``failed``), and the driver raises it without using
+any output of the stage. Spark then has no failed task to log (pages of worker and JVM traceback per
+task) and does not retry it: a processor's exception is deterministic, its retries would fail alike.
+Anything else failing in a task (loading or committing the state, the blob store) fails the task as
+before, and Spark retries it. With ``report_failures`` off (a write-through sink, which must see the
+task fail so that its job commits nothing) the processor's exception is raised with a traceback that
+starts at the processor's own frames.
 """
 
 from __future__ import annotations
@@ -13,9 +22,11 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
@@ -88,6 +99,9 @@ class TaskSpec:
     local_dir_grace_seconds: float = DEFAULT_LOCAL_DIR_GRACE_SECONDS
     """Partition directories under the local directory unused for this long are removed
     (``blobstate.state.sweep``)."""
+    report_failures: bool = True
+    """A processor's exception ends the task with a ``failed`` metadata row instead of failing it (see
+    the module docstring); off for a write-through sink."""
 
     @property
     def stage_schema(self) -> pa.Schema:
@@ -218,6 +232,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     opened_at = time.time()
     sweep_idle(local_dir, spec.local_dir_grace_seconds, keep=(layout.root,))
     adjunct_scope = contextlib.ExitStack()
+    failed = False
+    failure: dict[str, Any] = {}
     try:
         load_seconds = time.monotonic() - started
         max_event_time: list[int | None] = [None]
@@ -230,45 +246,62 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             data, views, stats["adjuncts"] = _open_adjuncts(spec, data, state.store, adjunct_scope)
             side = [a for n, a in stats["adjuncts"].items() if not n.startswith("$")]
             stats["input_rows"] -= sum(a.get("rows", 0) for a in side)
-        outputs = run_partition(
-            spec.processor,
-            state.store,
-            data,
-            key_columns=list(spec.key_columns),
-            output_schema=spec.output_schema,
-            time_mode=spec.time_mode,
-            output_mode=spec.output_mode,
-            batch_timestamp_ms=spec.batch_timestamp_ms,
-            watermark_ms=spec.watermark_ms,
-            late_watermark_ms=spec.late_watermark_ms,
-            event_time_column=spec.event_time_column,
-            max_event_time=max_event_time,
-            timezone=spec.timezone,
-            api=spec.api,
-            initial_state=initial_state,
-            initial_state_key_columns=spec.initial_state_key_columns,
-            adjuncts=views,
-        )
-        inline = InlineOutputs(
-            spec.inline_output_bytes, pa.schema([f for f in stage_schema if f.name not in MARKER_COLUMNS])
-        )
-        for out in outputs:
-            stats["output_rows"] += out.num_rows
-            for batch in inline.add(out):
-                yield _with_null_meta(batch, stage_schema)
-        commit_started = time.monotonic()
-        stats["state_keys"] = state.store.estimated_keys()
-        result = state.commit(uid)
-        stats["commit_seconds"] = round(time.monotonic() - commit_started, 4)
-        stats["process_seconds"] = round(commit_started - started - load_seconds, 4)
+        try:
+            outputs = run_partition(
+                spec.processor,
+                state.store,
+                data,
+                key_columns=list(spec.key_columns),
+                output_schema=spec.output_schema,
+                time_mode=spec.time_mode,
+                output_mode=spec.output_mode,
+                batch_timestamp_ms=spec.batch_timestamp_ms,
+                watermark_ms=spec.watermark_ms,
+                late_watermark_ms=spec.late_watermark_ms,
+                event_time_column=spec.event_time_column,
+                max_event_time=max_event_time,
+                timezone=spec.timezone,
+                api=spec.api,
+                initial_state=initial_state,
+                initial_state_key_columns=spec.initial_state_key_columns,
+                adjuncts=views,
+            )
+            inline = InlineOutputs(
+                spec.inline_output_bytes, pa.schema([f for f in stage_schema if f.name not in MARKER_COLUMNS])
+            )
+            for out in outputs:
+                stats["output_rows"] += out.num_rows
+                for batch in inline.add(out):
+                    yield _with_null_meta(batch, stage_schema)
+        except Exception as error:
+            if isinstance(error, MemoryError):
+                raise
+            error.add_note(f"(partition {partition} of operator {spec.operator}, batch {spec.version})")
+            if not spec.report_failures:
+                raise error.with_traceback(processor_frames(error.__traceback__))  # noqa: B904
+            state.abort()
+            failure = failure_record(error)
+            failed = True
+        if not failed:
+            commit_started = time.monotonic()
+            stats["state_keys"] = state.store.estimated_keys()
+            result = state.commit(uid)
+            stats["commit_seconds"] = round(time.monotonic() - commit_started, 4)
+            stats["process_seconds"] = round(commit_started - started - load_seconds, 4)
     except BaseException as error:
         state.abort()
-        if isinstance(error, Exception):
+        if isinstance(error, Exception) and not _noted(error):
             error.add_note(f"(partition {partition} of operator {spec.operator}, batch {spec.version})")
         raise
     finally:
         adjunct_scope.close()
         state.close()
+    if failed:
+        failure.update(partition=partition, uid=uid, attempt=context.attemptNumber())
+        yield _marker_batch(
+            stage_schema, META_COLUMN, json.dumps({"partition": partition, "failed": failure})
+        )
+        return
     meta = {
         "partition": partition,
         "version": result.checkpoint_id.version,
@@ -295,6 +328,29 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         **stats,
     }
     yield _marker_batch(stage_schema, META_COLUMN, json.dumps(meta), inline.payload())
+
+
+def failure_record(error: BaseException) -> dict[str, Any]:
+    """What a ``failed`` metadata row carries: the exception as one line (``module.Type: message`` and
+    its notes, as a Python traceback ends) and the traceback of the processor's own frames."""
+    lines = [line.strip() for part in traceback.format_exception_only(error) for line in part.splitlines()]
+    return {
+        "error": " ".join(line for line in lines if line),
+        "traceback": "".join(traceback.format_tb(processor_frames(error.__traceback__))),
+    }
+
+
+def processor_frames(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` from its first frame outside blobstate's package (the processor's code, or what it called);
+    None when every frame is blobstate's (an output that does not fit: the message says it all)."""
+    package = str(Path(__file__).resolve().parent.parent)
+    while tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(package):
+        tb = tb.tb_next
+    return tb
+
+
+def _noted(error: BaseException) -> bool:
+    return any(note.startswith("(partition ") for note in getattr(error, "__notes__", ()))
 
 
 def _open_adjuncts(
