@@ -1,4 +1,4 @@
-"""What an adjunct store does when a query starts: seed 003's recovery decision table.
+"""What an adjunct store does when a query starts: the recovery decision table (docs/DESIGN.md, "Adjunct stores").
 
 |                       | store not found      | found but not valid     | found and valid |
 |-----------------------|----------------------|-------------------------|-----------------|

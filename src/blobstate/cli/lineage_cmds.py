@@ -10,11 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
+from blobstate.cli.urls import URL_FORMS
 from blobstate.errors import BlobstateError
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 UrlArgument = Annotated[
-    str, typer.Argument(help="Query checkpoint: a path, file://, memory:// or s3:// URL.")
+    str, typer.Argument(help=f"Query checkpoint: {URL_FORMS}.")
 ]
 
 

@@ -1,4 +1,4 @@
-"""Post-commit cleanup of snapshots (seed 000).
+"""Post-commit cleanup of snapshots.
 
 After the version a snapshot belongs to has committed, :func:`post_commit_cleanup` makes everything the
 snapshot references permanent (removes its TTL), deletes the blobs the snapshot lists as removed, and

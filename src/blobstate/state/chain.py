@@ -1,4 +1,4 @@
-"""Resolving a checkpoint's lineage: which base and which deltas rebuild ``(v, uid)`` (seed 002).
+"""Resolving a checkpoint's lineage: which base and which deltas rebuild ``(v, uid)`` (docs/DESIGN.md, "Load rules").
 
 Resolution starts at the target. If the commit of the target records a snapshot, that snapshot is the
 base. A snapshot of a version counts as committed when its own commit records it or, for a snapshot
@@ -10,7 +10,7 @@ must be the one the commit log committed for that version. Walking that list new
 checkpoint available locally is the base. If none is, the presumed snapshot (the list's last entry) is
 the base when its commit records one; where it does not (the snapshot upload failed) or the snapshot is
 known to be unusable (``skip_snapshots``: missing or corrupt, found while loading), resolution continues
-through that version's own delta lineage (seed 002, example 3). A delta of version 1 with an empty
+through that version's own delta lineage (docs/DESIGN.md, "Load rules", rule 3). A delta of version 1 with an empty
 lineage ends the walk at the empty version 0.
 
 Only objects named ``<v>_<uid>`` for uids on the lineage are ever opened, so the files of other attempts
