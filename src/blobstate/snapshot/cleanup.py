@@ -59,7 +59,7 @@ def make_permanent(store: BlobStore, index_name: str, index: SnapshotIndex) -> i
 
 
 def post_commit_cleanup(store: BlobStore, index_name: str, index: SnapshotIndex) -> CleanupStats:
-    """Seed-000 post-commit cleanup of the committed snapshot ``index_name``; idempotent.
+    """Post-commit cleanup of the committed snapshot ``index_name``; idempotent.
 
     1. Remove the TTL of the index and every blob it references.
     2. If the previous index still exists (an earlier cleanup was interrupted), delete the blobs it
