@@ -252,11 +252,12 @@ CHECKS: dict[tuple[str, str], Callable[[Path, str], None]] = {
     ("docs/ARROW_API.md", "A sessionizer"): _arrow_sessions,
     ("docs/ARROW_API.md", "A top-N"): _arrow_top_n,
 }
-"""What each section's examples must produce, beyond running without an error."""
+"""What a section's examples must produce, beyond running without an error (a section not listed only
+has to run)."""
 
 
-def test_every_section_with_runnable_blocks_has_its_check() -> None:
-    assert set(SECTIONS) == set(CHECKS)
+def test_every_check_belongs_to_a_section_with_runnable_blocks() -> None:
+    assert set(CHECKS) <= set(SECTIONS), "a section was renamed or lost its examples"
 
 
 @pytest.mark.spark
@@ -265,4 +266,5 @@ def test_the_examples_of_a_section_run_as_written_from_an_empty_directory(
     section: tuple[str, str], tmp_path: Path
 ) -> None:
     out = run_section(SECTIONS[section], tmp_path)
-    CHECKS[section](tmp_path, out)
+    if section in CHECKS:
+        CHECKS[section](tmp_path, out)
