@@ -7,7 +7,8 @@ over ``--keys`` keys on ``local[2]`` with ``--partitions`` partitions and write 
   ``inline_output_bytes`` (or ``--local-bytes``): small outputs come to the driver with the tasks'
   metadata, the sink gets a local DataFrame (one Spark job for the stage);
 * ``blobstate_persisted``: the same with ``inline_output_bytes=0`` (outputs persisted on the executors,
-  the sink's job reads them: the path of large outputs, and of every batch before issue 13 item 4);
+  the sink's job reads them: the path of large outputs, and of every batch before small outputs came
+  back with the tasks' metadata);
 * ``floor``: ``foreachBatch`` with the same hash shuffle and one ``mapInArrow`` stage that passes the
   rows through, no state.
 

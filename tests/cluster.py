@@ -1,4 +1,4 @@
-"""A real multi-host Spark standalone cluster on one machine (``/work/shared/MULTIHOST.md``'s facts).
+"""A real multi-host Spark standalone cluster on one machine.
 
 A master on 127.0.0.1 and one worker per loopback address (127.0.0.2, 127.0.0.3, ...): Spark tells
 hosts apart by the address a worker advertises, so executors on distinct workers are on distinct hosts.

@@ -1,4 +1,5 @@
-"""Seed 003's recovery decision table, every row, on one checkpoint restarted with different options.
+"""The adjunct recovery decision table (docs/DESIGN.md), every row, on one checkpoint restarted with
+different options.
 
 | start | store          | bootstrap | expected                                               |
 |-------|----------------|-----------|--------------------------------------------------------|

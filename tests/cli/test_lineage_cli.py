@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,9 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def _line(out: str, version: int) -> list[str]:
-    return next(line.split() for line in out.splitlines() if line.split()[:1] == [str(version)])
+    """The table row of ``version``: it starts with the batch id, then the version."""
+    row = [str(version - 1), str(version)]
+    return next(line.split()[1:] for line in out.splitlines() if line.split()[:2] == row)
 
 
 def test_each_version_shows_time_rows_seconds_upload_restore_and_kind(
@@ -74,7 +77,8 @@ def test_each_version_shows_time_rows_seconds_upload_restore_and_kind(
 ) -> None:
     url, _ = _checkpoint(tmp_path)
     out = _run(["lineage", url], capsys)
-    assert "newest committed version: 3" in out
+    assert "newest committed version: 3 (the state after batch 2)" in out
+    assert out.splitlines()[1].split()[:3] == ["batch", "version", "committed"]
     assert _line(out, 3) == [
         "3",
         "2025-11-22",
@@ -97,7 +101,7 @@ def test_one_version_shows_each_partition(tmp_path: Path, capsys: pytest.Capture
     url, uids = _checkpoint(tmp_path)
     out = _run(["lineage", url, "--version", "2"], capsys)
     assert _line(out, 2)[3] == "4,001"
-    assert not any(line.split()[:1] == ["3"] for line in out.splitlines())
+    assert not any(line.split()[:2] == ["2", "3"] for line in out.splitlines())
     rows = {
         line.split()[0]: line.split() for line in out.splitlines() if uids[2][0] in line or uids[2][1] in line
     }
@@ -128,8 +132,8 @@ def test_a_partition_lists_its_versions(tmp_path: Path, capsys: pytest.CaptureFi
     url, uids = _checkpoint(tmp_path)
     out = _run(["lineage", url, "--partition", "1"], capsys)
     assert "operator 0 partition 1:" in out and "partition 0:" not in out
-    assert [line.split()[0] for line in out.splitlines() if line.startswith("  ")] == [
-        f"{v}_{uids[v][1]}" for v in (3, 2, 1)
+    assert [line.split()[:3] for line in out.splitlines() if line.startswith("  ")] == [
+        ["batch", str(v - 1), f"{v}_{uids[v][1]}"] for v in (3, 2, 1)
     ]
 
 
@@ -273,3 +277,35 @@ def test_one_version_shows_active_and_standby_hosts_and_the_moves(
         "target_host": "10.0.0.3",
     }
     assert len(one["standby"]["moves"]) == 2
+
+
+def test_a_background_snapshot_shows_at_the_batch_whose_state_it_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The snapshot of version 2 (batch 1), uploaded in the background and named by the commit of version
+    3, is shown at version 2 in the table, in ``--version 2`` and in the partition's lineage alike."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+    from report_helpers import write_background_checkpoint
+
+    url = str(tmp_path / "checkpoint")
+    commits = write_background_checkpoint(url, tmp_path / "local", versions=5, every=2)
+    assert commits[2].objects["0"][0].late_snapshot is not None  # the commit of 3 names 2's snapshot
+
+    out = _run(["lineage", url], capsys)
+    assert {v: _line(out, v)[-1] for v in range(1, 6)} == {
+        1: "delta",
+        2: "snapshot",
+        3: "delta",
+        4: "snapshot",
+        5: "delta",
+    }
+    one = _run(["lineage", url, "--version", "2"], capsys)
+    assert _line(one, 2)[-1] == "snapshot" and "yes (named in version 3)" in one
+    assert _line(_run(["lineage", url, "--version", "3"], capsys), 3)[-1] == "delta"
+    listing = _run(["lineage", url, "--partition", "0"], capsys)
+    row = next(line.split() for line in listing.splitlines() if line.split()[:2] == ["batch", "1"])
+    assert row[2] == f"2_{commits[1].checkpoints['0'][0]}" and "snapshot" in row
+
+    as_json = json.loads(_run(["lineage", url, "--json", "--version", "2"], capsys))
+    assert as_json["versions"][0]["checkpoint"] == "snapshot"
+    assert as_json["versions"][0]["partitions"]["0"]["snapshot_named_in"] == 3

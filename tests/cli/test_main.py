@@ -92,3 +92,15 @@ def test_a_command_s_own_version_option_is_not_the_release(
     with pytest.raises(SystemExit) as exited:
         main(["lineage", url, "--version", "1"])
     assert exited.value.code == 1 and "commits/1.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["backup", "restore", "inspect", "lineage", "verify", "gc", "report"])
+def test_a_command_s_help_names_every_location_it_accepts(command: str) -> None:
+    from typer.testing import CliRunner
+
+    from blobstate.cli.main import app
+
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for scheme in ("file://", "s3://", "az://", "abfss://", "abfs://", "memory://"):
+        assert scheme in result.output, f"{command} --help does not name {scheme}"

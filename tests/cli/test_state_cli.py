@@ -74,7 +74,7 @@ def test_inspect_counts_and_samples_each_state_variable(checkpoint: tuple[str, l
     assert result.exit_code == 0, result.output
     info = json.loads(result.stdout)
     want = expected[3]
-    assert (info["version"], info["partition"], info["operator"]) == (4, 1, "0")
+    assert (info["version"], info["batch_id"], info["partition"], info["operator"]) == (4, 3, 1, "0")
     assert info["uid"] == CommitLog(open_blob_store(url)).read_commit(4).checkpoints["0"][1]
     by_name = {v["name"]: v for v in info["state_variables"]}
     assert sorted(by_name) == ["buckets", "recent", "totals", "visits"]
@@ -90,9 +90,8 @@ def test_inspect_counts_and_samples_each_state_variable(checkpoint: tuple[str, l
 
     text = runner.invoke(app, ["inspect", url, "--partition", "0"])
     assert text.exit_code == 0, text.output
-    assert (
-        "version 5" in text.stdout and "totals: value state struct<count:bigint,total:bigint>" in text.stdout
-    )
+    assert "version 5, the state after batch 4 " in text.stdout
+    assert "totals: value state struct<count:bigint,total:bigint>" in text.stdout
     assert "buckets: map state struct<bucket:string> -> struct<n:bigint,max:bigint>" in text.stdout
     assert fingerprint(url) == before
 

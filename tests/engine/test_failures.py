@@ -1,4 +1,4 @@
-"""Failure semantics of a blobstate query (DESIGN.md, "One micro-batch"; "Placement and standby").
+"""Failure semantics of a blobstate query (docs/DESIGN.md, "One micro-batch"; "Placement and standby").
 
 Each test breaks one thing a real deployment loses, then checks the promise users rely on: nothing of
 an unfinished batch is committed, a restart retries it from the last commit, outputs and state stay

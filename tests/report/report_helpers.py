@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from blobstate.blobstore import BlobStore
@@ -98,3 +99,50 @@ def write_checkpoint(
             )
         )
     return meta
+
+
+BACKGROUND_QUERY_ID = "5f0c3f3e-9d7e-4c55-a1a4-0a0b0c0d0e0f"
+
+
+def write_background_checkpoint(url: str, local: Path, versions: int = 5, every: int = 2) -> list[Commit]:
+    """Versions ``1..versions`` of one real RocksDB partition, committed as the engine commits them, with
+    snapshots uploaded in the background (the engine's default): the snapshot due at version ``v`` (every
+    ``every`` versions) is named late by the commit of ``v + 1``."""
+    from blobstate.blobstore import open_blob_store
+    from blobstate.state.partition import open_partition
+    from blobstate.state.retention import after_commit, retained_from
+    from blobstate.state.uploads import wait_for_uploads
+
+    commits: list[Commit] = []
+    with open_blob_store(url) as store:
+        log = CommitLog(store)
+        log.write_metadata(QueryMetadata(BACKGROUND_QUERY_ID, 1, {"0": {"key_columns": ["k"]}}))
+        committed = None
+        for v in range(1, versions + 1):
+            with open_partition(
+                store,
+                local,
+                BACKGROUND_QUERY_ID,
+                "0",
+                0,
+                committed,
+                snapshot_every=every,
+                snapshot_upload="background",
+            ) as state:
+                state.store.put("a", b"k%d" % v, b"x" * 1000)
+                result = state.commit()
+            assert wait_for_uploads(60)
+            committed = result.checkpoint_id
+            commit = Commit(
+                version=v,
+                checkpoints={"0": {0: committed.uid}},
+                objects={"0": {0: result.objects}},
+                retained_from=retained_from(commits[-1] if commits else None, v, 1000),
+                metrics={"seconds": 1.0, "partitions": {0: {**partition_metrics(v, 0), "host": "h"}}},
+                writer="test-driver",
+                created_time_ms=T0 + 60_000 * v,
+            )
+            log.write_commit(commit)
+            after_commit(store, commit, commit_log=log)
+            commits.append(commit)
+    return commits

@@ -97,7 +97,7 @@ def test_the_report_page_has_every_plot(demo: tuple[Path, list[Any]], tmp_path: 
     out = tmp_path / "report"
     result = _cli("report", str(checkpoint), "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert f"({len(reports)} versions, {PARTITIONS} partitions" in result.stdout
+    assert f"({len(reports)} batches, {PARTITIONS} partitions" in result.stdout
     page = (out / PAGE_NAME).read_text()
     plots = embedded_plots(page)
     assert list(plots) == [name for name, _, _ in PLOTS]  # no standbys in the demo: no standby plots

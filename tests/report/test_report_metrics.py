@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from report_helpers import T0, N, partition_metrics, write_checkpoint
+from report_helpers import T0, N, partition_metrics, write_background_checkpoint, write_checkpoint
 
 from blobstate.blobstore import open_blob_store
 from blobstate.lineage.commitlog import CommitLogFormatError
@@ -123,3 +123,23 @@ def test_a_changed_commit_is_an_error_naming_it(store) -> None:
     store.put("commits/2.json", json.dumps(raw).encode())
     with pytest.raises(CommitLogFormatError, match=r"commits/2\.json"):
         load_batch_metrics(store)
+
+
+def test_a_background_snapshot_counts_at_the_version_it_holds_with_its_size(tmp_path: Path) -> None:
+    """Snapshots uploaded in the background (the engine's default) are named by the next commit; the
+    report shows each at the version (batch) whose state it holds, with the size of its files."""
+    url = str(tmp_path / "checkpoint")
+    write_background_checkpoint(url, tmp_path / "local", versions=5, every=2)
+    with open_blob_store(url) as store:
+        _, rows = load_batch_metrics(store)
+    assert {r.batch_id: r.checkpoint_kind for r in rows} == {
+        0: "delta",
+        1: "snapshot",
+        2: "delta",
+        3: "snapshot",
+        4: "delta",
+    }
+    sizes = {r.version: r.partitions[0].state_bytes for r in rows}
+    assert sizes[2] and sizes[4] and sizes[4] > sizes[2]  # the RocksDB files grew with the keys
+    assert sizes[1] is sizes[3] is sizes[5] is None
+    assert [r.partitions[0].snapshot_named_in for r in rows] == [None, 3, None, 5, None]

@@ -133,3 +133,31 @@ def test_many_versions_are_drawn_as_steps(tmp_path: Path) -> None:
     assert [p.name for p in plots] == [name for name, _, _ in PLOTS + STANDBY_PLOTS]
     for plot in plots:
         check_png(plot.png)
+
+
+def test_the_header_and_table_count_batches_and_the_state_size_caption_matches_its_series(
+    tmp_path: Path,
+) -> None:
+    """The header says how many operators there are (an operator id of 0 is not a count of 0), batches
+    are numbered as Spark numbers them, and the state size plot promises the snapshots' file sizes only
+    when it draws them: with background snapshots (named by a later commit) it does."""
+    from report_helpers import write_background_checkpoint
+
+    from blobstate.report.metrics import load_batch_metrics as load
+    from blobstate.report.render import STATE_FILES_CAPTION, page_html
+
+    url = str(tmp_path / "checkpoint")
+    write_background_checkpoint(url, tmp_path / "local", versions=5, every=2)
+    with open_blob_store(url) as store:
+        summary, rows = load(store)
+        _, without_sizes = load(store, state_sizes=False)
+    captions = {p.name: p.caption for p in render_plots(rows)}
+    assert captions["state_size"].endswith(STATE_FILES_CAPTION)
+    assert STATE_FILES_CAPTION not in {p.name: p.caption for p in render_plots(without_sizes)}["state_size"]
+
+    page = page_html(summary, rows, [])
+    assert "<th>operators</th><td>1 (id 0)</td>" in page
+    assert "<th>batches</th><td>5 committed, 0 .. 4 (versions 1 .. 5)</td>" in page
+    assert "<th>snapshots</th><td>2 partition snapshots committed</td>" in page
+    assert "<tr><th>batch</th><th>version</th>" in page
+    assert "<tr><td>1</td><td>2</td>" in page and "<td>snapshot</td></tr><tr><td>2</td><td>3</td>" in page

@@ -1,4 +1,4 @@
-"""Standby replicas and failover on a real multi-host Spark cluster (seed 004).
+"""Standby replicas and failover on a real multi-host Spark cluster.
 
 The driver is a subprocess (``standby_jobs.py``) against the session's cluster: three workers on
 127.0.0.2-4 with private disks, two executors (one core each), one spare worker for replacements. The

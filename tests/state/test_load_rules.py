@@ -1,7 +1,10 @@
-"""Seed 002's load examples 1-3 and appendix scenarios, and the errors of loading (rule 4).
+"""The load rules (docs/DESIGN.md, "Load rules") on a history with competing attempts, and the errors of
+loading (rule 4).
 
-The seed's versions 20..24 are played here as 3..7: version 3 has a snapshot (the seed's 20), version 4
-has two attempts (21_ef6618c2 and 21_f4d05ac9, the second committed), and so on.
+The history's attempts are named by the version they would have in a longer-running query (18..24),
+played here as versions 1..7: version 3 has a snapshot (attempt "20"), version 4 has two attempts
+(21_ef6618c2 and 21_f4d05ac9, the second committed), and so on. The "appendix" tests are scenarios where
+an attempt that was not chosen left state on an executor's disk.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class History:
 def seed_history(
     tmp_path: Path, *, snapshot_23: bool, other_23: bool = False, fail_23: bool = False
 ) -> History:
-    """Versions 1..7 (the seed's 18..24) with the seed's attempts; returns the attempts by seed name."""
+    """Versions 1..7 (attempts named "18".."24") with competing attempts; returns them by name."""
     inner = new_memory_store()
     store = FaultyStore(inner)
     h = History(store, {x: tmp_path / x for x in ("X", "Y", "Z")})

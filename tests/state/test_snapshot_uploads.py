@@ -1,4 +1,4 @@
-"""Background snapshot uploads (issue 13 item 3): named late, only once complete; restorable, retained,
+"""Background snapshot uploads: named late, only once complete; restorable, retained,
 verified; a failed or killed upload is reported and never referenced."""
 
 from __future__ import annotations

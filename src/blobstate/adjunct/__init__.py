@@ -1,4 +1,4 @@
-"""Adjunct stores (seed 003): side streams materialized into read-only stores the processor reads.
+"""Adjunct stores: side streams materialized into read-only stores the processor reads.
 
 Declare one with :class:`Adjunct` and pass it to ``transform_with_state(adjuncts=[...])``; read it in the
 processor with ``handle.getAdjunct(name)`` (:class:`~blobstate.adjunct.view.AdjunctView`).

@@ -1,4 +1,6 @@
-"""What an adjunct store does when a query starts: seed 003's recovery decision table.
+"""What an adjunct store does when a query starts: the recovery decision table.
+
+The table is documented in docs/DESIGN.md ("Adjunct stores") and the README ("Side streams").
 
 |                       | store not found      | found but not valid     | found and valid |
 |-----------------------|----------------------|-------------------------|-----------------|

@@ -1,10 +1,11 @@
 """Main rows held back while a bootstrap adjunct loads its backlog, kept in the partition's own state.
 
 While a rate-limited side stream still has backlog at a new query's start, no main row may be processed
-(seed 003: bootstrap before input). The rows of such batches are written to the ``$adjunct-deferred``
-column family of the partition's store as Arrow IPC streams (data only: read back with Arrow, never
-unpickled), so they are checkpointed with the state and replayed batches hold them the same way. The
-batch that finds the backlog loaded processes them first, in batch order, with its own rows.
+(a bootstrap store is loaded before any main input). The rows of such batches are written to the
+``$adjunct-deferred`` column family of the partition's store as Arrow IPC streams (data only: read back
+with Arrow, never unpickled), so they are checkpointed with the state and replayed batches hold them the
+same way. The batch that finds the backlog loaded processes them first, in batch order, with its own
+rows.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Re-read a side stream's history up to the offset Spark recorded (the reload of a re-created store).
 
 A side stream joins the main query, so Spark will not deliver its past rows again. To rebuild a store
-(seed 003: "re-create store, force bootstrap") blobstate reads them itself, exactly up to the recorded
-offset: for a file source, the files its log in Spark's checkpoint (``sources/<i>/``) lists for the
-batches up to that offset, read with the source's own format, schema and options. Other sources cannot
-be re-read this way: the start fails with a message naming the adjunct and the source.
+(the recovery decision table's "re-create; reload its history", docs/DESIGN.md) blobstate reads them
+itself, exactly up to the recorded offset: for a file source, the files its log in Spark's checkpoint
+(``sources/<i>/``) lists for the batches up to that offset, read with the source's own format, schema and
+options. Other sources cannot be re-read this way: the start fails with a message naming the adjunct and
+the source.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class AdjunctRecordError(BlobstateError, ValueError):
 
 @dataclass(frozen=True)
 class Adjunct:
-    """A side stream materialized into a read-only store the processor reads (seed 003).
+    """A side stream materialized into a read-only store the processor reads (README, "Side streams").
 
     ``name`` names the store (``handle.getAdjunct(name)``); ``df`` is the side stream (any streaming
     DataFrame); ``key`` its key column(s). The stored value is either the ``value`` column(s) (default:

@@ -23,6 +23,8 @@ from typing import Annotated
 
 import typer
 
+from blobstate.cli.urls import URL_FORMS
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 PartitionOption = Annotated[
     int | None, typer.Option("--partition", help="Query checkpoint: the partition to read (required there).")
@@ -91,7 +93,7 @@ def _tree_size(path: Path) -> int:
 
 def backup(
     directory: Annotated[Path, typer.Argument(help="Local directory to back up.")],
-    url: Annotated[str, typer.Argument(help="Backup repository: a path, file://, memory:// or s3:// URL.")],
+    url: Annotated[str, typer.Argument(help=f"Backup repository: {URL_FORMS}.")],
     as_json: JsonOption = False,
 ) -> None:
     """Back up DIRECTORY to URL, uploading only what changed since the newest snapshot there."""
@@ -124,7 +126,7 @@ def backup(
 
 
 def restore(
-    url: Annotated[str, typer.Argument(help="Backup repository or query checkpoint URL.")],
+    url: Annotated[str, typer.Argument(help=f"Backup repository or query checkpoint: {URL_FORMS}.")],
     directory: Annotated[
         Path,
         typer.Argument(
@@ -189,7 +191,7 @@ def restore(
 
 
 def inspect(
-    url: Annotated[str, typer.Argument(help="Backup repository or query checkpoint URL.")],
+    url: Annotated[str, typer.Argument(help=f"Backup repository or query checkpoint: {URL_FORMS}.")],
     snapshot: Annotated[str | None, typer.Option(help="Snapshot name (default: the newest).")] = None,
     partition: PartitionOption = None,
     version: VersionOption = None,

@@ -8,11 +8,13 @@ from typing import Annotated, Any
 
 import typer
 
+from blobstate.cli.urls import URL_FORMS
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
 def gc(
-    url: Annotated[str, typer.Argument(help="A query checkpoint or a backup repository URL.")],
+    url: Annotated[str, typer.Argument(help=f"A query checkpoint or a backup repository: {URL_FORMS}.")],
     full: Annotated[
         bool,
         typer.Option("--full", help="Also delete committed objects that no retained version references."),

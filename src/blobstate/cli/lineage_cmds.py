@@ -10,12 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
+from blobstate.cli.urls import URL_FORMS
 from blobstate.errors import BlobstateError
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-UrlArgument = Annotated[
-    str, typer.Argument(help="Query checkpoint: a path, file://, memory:// or s3:// URL.")
-]
+UrlArgument = Annotated[str, typer.Argument(help=f"Query checkpoint: {URL_FORMS}.")]
 
 
 def _version_row(
@@ -177,12 +176,17 @@ def _version_json(row: Any, *, detail: bool) -> dict[str, Any]:
 
 def collect_versions(store: Any, *, limit: int = 20, version: int | None = None) -> list[Any]:
     """The per-batch metrics (:class:`blobstate.report.BatchMetrics`) of the newest ``limit`` versions,
-    newest first, or of ``version`` alone (:class:`VersionNotCommittedError` when it has no commit)."""
+    newest first, or of ``version`` alone (:class:`VersionNotCommittedError` when it has no commit).
+
+    A snapshot uploaded in the background shows at the version it is of: the commits after ``version``
+    are read to find the one naming it, as ``--version``'s restore chains do.
+    """
     from blobstate.lineage.commitlog import CommitLog
-    from blobstate.report.metrics import batch_row
+    from blobstate.report.metrics import batch_row, late_names
 
     log_ = CommitLog(store)
     if version is not None:
+        latest = log_.latest_version()
         if not log_.commit_exists(version):
             newest = log_.latest_commit()
             latest = 0 if newest is None else newest.version
@@ -192,22 +196,25 @@ def collect_versions(store: Any, *, limit: int = 20, version: int | None = None)
                 + (f" was pruned: no retained version needs commits below {newest.horizon}" if pruned else "")
                 + f"); the newest committed version is {latest}: run `blobstate lineage` to list them"
             )
-        return [batch_row(log_.read_commit(version))]
+        later = [v for v in log_.versions() if version < v <= latest]
+        commits = store.run_parallel(log_.read_commit, [version, *later])
+        return [batch_row(commits[0], late=late_names(commits))]
     versions = sorted(log_.versions(), reverse=True)[:limit]
     commits = store.run_parallel(log_.read_commit, versions)
-    return [batch_row(c) for c in commits]
+    late = late_names(commits)
+    return [batch_row(c, late=late) for c in commits]
 
 
 _HEADER = (
-    f"{'version':>8}  {'committed (UTC)':<19}  {'rows in':>10}  {'rows out':>10}  {'batch s':>8}"
-    f"  {'uploaded':>11}  {'restore s':>9}  checkpoint"
+    f"{'batch':>7}  {'version':>7}  {'committed (UTC)':<19}  {'rows in':>10}  {'rows out':>10}"
+    f"  {'batch s':>8}  {'uploaded':>11}  {'restore s':>9}  checkpoint"
 )
 
 
 def _version_line(row: Any) -> str:
     return (
-        f"{row.version:>8}  {_time(row.created_time_ms):<19}  {_fmt(row.input_rows, ','):>10}"
-        f"  {_fmt(row.output_rows, ','):>10}  {_fmt(row.seconds, '.3f'):>8}"
+        f"{row.batch_id:>7}  {row.version:>7}  {_time(row.created_time_ms):<19}"
+        f"  {_fmt(row.input_rows, ','):>10}  {_fmt(row.output_rows, ','):>10}  {_fmt(row.seconds, '.3f'):>8}"
         f"  {_size(row.bytes_uploaded):>11}  {_fmt(row.restore_seconds, '.3f'):>9}  {row.checkpoint_kind}"
     )
 
@@ -245,7 +252,7 @@ def _partition_detail(row: Any, lineage_rows: dict[tuple[str, int], dict[str, An
         restore = info.get("restore_error") or (f"{info['restore_from']} + {info['deltas_to_replay']} deltas")
         snapshot = "yes" if info.get("snapshot") else "no"
         if info.get("snapshot_named_in"):
-            snapshot = f"yes (named in {info['snapshot_named_in']})"
+            snapshot = f"yes (named in version {info['snapshot_named_in']})"
         if info.get("snapshot_error"):
             snapshot = f"error: {info['snapshot_error']}"
         typer.echo(
@@ -297,7 +304,8 @@ def lineage(
     if not result["latest"]:
         typer.echo("no committed versions")
         return
-    typer.echo(f"newest committed version: {result['latest']}")
+    latest = result["latest"]
+    typer.echo(f"newest committed version: {latest} (the state after batch {latest - 1})")
     if partition is None or version is not None:
         typer.echo(_HEADER)
         for row in rows:
@@ -321,15 +329,16 @@ def _partition_listing(result: dict[str, Any]) -> None:
     for part in result["partitions"]:
         typer.echo(f"operator {part['operator']} partition {part['partition']}:")
         for row in part["versions"]:
+            batch = f"batch {row['version'] - 1}"
             if row.get("cleaned_up"):
-                typer.echo(f"  {row['checkpoint_id']:<44} (cleaned up by retention)")
+                typer.echo(f"  {batch:>11}  {row['checkpoint_id']:<44} (cleaned up by retention)")
                 continue
             delta = "-" if row.get("delta_bytes") is None else f"{row['delta_bytes']:,} B"
             snap = f"snapshot {row['snapshot_bytes']:,} B" if row.get("snapshot_bytes") is not None else ""
             restore = row.get("restore_error") or (
                 f"restore: {row['restore_from']} + {row['deltas_to_replay']} deltas"
             )
-            typer.echo(f"  {row['checkpoint_id']:<44} delta {delta:>14}  {snap:<24} {restore}")
+            typer.echo(f"  {batch:>11}  {row['checkpoint_id']:<44} delta {delta:>14}  {snap:<24} {restore}")
 
 
 def verify(

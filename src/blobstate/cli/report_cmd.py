@@ -95,7 +95,7 @@ def report(
             )
         )
         return
-    typer.echo(f"wrote {page} ({len(rows)} versions, {summary.num_partitions} partitions; PNGs next to it)")
+    typer.echo(f"wrote {page} ({len(rows)} batches, {summary.num_partitions} partitions; PNGs next to it)")
 
 
 def register(app: typer.Typer) -> None:

@@ -33,7 +33,8 @@ def _header(info: dict[str, Any]) -> str:
     span = f"{info['retained_from']}..{info['latest']}"
     return (
         f"query checkpoint {info['url']}  operator {info['operator']}  partition {info['partition']}"
-        f"  version {info['version']} (uid {info['uid']}; retained versions {span})"
+        f"  version {info['version']}, the state after batch {info['version'] - 1}"
+        f" (uid {info['uid']}; retained versions {span})"
     )
 
 
@@ -54,6 +55,7 @@ def inspect_checkpoint(
     info = inspect_partition(
         url, _need_partition(url, partition), version=version, operator=operator, sample=sample
     )
+    info["batch_id"] = info["version"] - 1
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -87,6 +89,7 @@ def restore_checkpoint(
     info = restore_partition(
         url, directory, _need_partition(url, partition), version=version, operator=operator
     )
+    info["batch_id"] = info["version"] - 1
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return

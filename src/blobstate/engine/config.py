@@ -94,7 +94,7 @@ class QueryConfig:
     """Committed versions kept restorable; older objects are deleted after each commit."""
     standby_replicas: int = 0
     """Standby replicas per partition, kept warm on other executors (other hosts where there are), so
-    an executor loss moves its partitions without restoring their state (seed 004)."""
+    an executor loss moves its partitions without restoring their state."""
     standby_sync_seconds: float = 10.0
     """At most this long per standby sync task; a sync further behind continues in the next round, so
     syncs never hold an executor core long while the next batch waits."""

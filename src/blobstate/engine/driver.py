@@ -1,4 +1,4 @@
-"""The driver side of one micro-batch (DESIGN.md, "One micro-batch", steps 1, 2, 4 and 5)."""
+"""The driver side of one micro-batch (docs/DESIGN.md, "One micro-batch", steps 1, 2, 4 and 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Preferred executor locations for the processing stage (DESIGN.md, "Placement and standby").
+"""Preferred executor locations for the processing stage (docs/DESIGN.md, "Placement and standby").
 
 Spark places tasks without regard to where blobstate's Python-side state lives. This module loads the
 JVM helper (``java/*.java``) into the driver of an already running session and ships it to the

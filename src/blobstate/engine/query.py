@@ -340,7 +340,7 @@ def _ensure_metadata(
 
 
 def _decide_adjuncts(driver: BatchDriver, adjuncts: list[Any], latest: Any) -> None:
-    """Seed 003's decision table for each adjunct store at this start (``adjunct.decision``)."""
+    """The recovery decision table for each adjunct store at this start (``adjunct.decision``)."""
     import time
 
     from blobstate.adjunct.decision import decide

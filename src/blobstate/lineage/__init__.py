@@ -1,4 +1,5 @@
-"""Seed 002: unique-id lineage. Delta objects (:mod:`.delta`) and the commit log (:mod:`.commitlog`)."""
+"""Unique-id lineage (docs/DESIGN.md, "Lineage"): delta objects (:mod:`.delta`) and the commit log
+(:mod:`.commitlog`)."""
 
 from __future__ import annotations
 

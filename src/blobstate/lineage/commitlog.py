@@ -260,7 +260,7 @@ def _format_version(f: JsonFields, supported: tuple[int, ...]) -> int:
     if version == 1 and 1 not in supported:
         f.fail(
             "format_version",
-            "written by blobstate 0.1, which stored state values pickled; this version never unpickles "
+            "format version 1, which stored state values pickled; this version never unpickles "
             "what it reads, so it cannot load this checkpoint: start the query on a new checkpoint "
             "location (and rebuild its state from the source)",
         )

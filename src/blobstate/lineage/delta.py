@@ -1,4 +1,4 @@
-"""The delta object format: ``state/<op>/<p>/<v>_<uid>.delta`` (seed 002).
+"""The delta object format: ``state/<op>/<p>/<v>_<uid>.delta``.
 
 A delta holds the lineage record (the uids of versions v-1, v-2, ... back to the newest presumed snapshot)
 and the change records that turn version v-1 into version v. The byte layout is specified in

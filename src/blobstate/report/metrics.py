@@ -68,8 +68,8 @@ class PartitionMetrics:
 
     partition: int
     snapshot: bool
-    """Whether the commit records a snapshot of this partition (of this version, or an earlier one named
-    late)."""
+    """Whether this version's state of the partition was snapshotted: recorded by the version's own
+    commit, or (uploaded in the background) named late by a later commit among those read."""
     delta_bytes: int
     """Size of the partition's delta(s) at this version, from the commit's references (always known)."""
     input_rows: int | None = None
@@ -93,6 +93,8 @@ class PartitionMetrics:
     """Its standby replicas after the batch (the commit's ``placement``; none before standbys existed)."""
     warmup: Replica | None = None
     """A replica being warmed up to take the partition over (rebalancing), not a standby."""
+    snapshot_named_in: int | None = None
+    """For a snapshot uploaded in the background: the later version whose commit named it."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ class BatchMetrics:
 
     @property
     def snapshots(self) -> int:
-        """How many partitions took a snapshot at this version."""
+        """How many partitions' state at this version was snapshotted (however late the snapshot was
+        named: a snapshot shows at the version, and batch, whose state it holds)."""
         return sum(1 for p in self.partitions.values() if p.snapshot)
 
     @property
@@ -226,7 +229,25 @@ def _partition_entry(raw: Mapping[str, Any], partition: int) -> Mapping[str, Any
     return entry if isinstance(entry, Mapping) else None
 
 
-def _partitions(commit: Commit, state_bytes: Mapping[tuple[int, int], int]) -> dict[int, PartitionMetrics]:
+LateNames = Mapping[tuple[int, int], int]
+"""``(version, partition) -> v``: the snapshot of that version and partition was named late by commit v."""
+
+
+def late_names(commits: Iterable[Commit]) -> dict[tuple[int, int], int]:
+    """Which snapshots the ``commits`` name late: ``(version of the snapshot, partition) -> version of the
+    first commit naming it``."""
+    named: dict[tuple[int, int], int] = {}
+    for commit in sorted(commits, key=lambda c: c.version):
+        for parts in commit.objects.values():
+            for p, refs in parts.items():
+                if refs.late_snapshot is not None:
+                    named.setdefault((refs.late_snapshot.version, p), commit.version)
+    return named
+
+
+def _partitions(
+    commit: Commit, state_bytes: Mapping[tuple[int, int], int], late: LateNames
+) -> dict[int, PartitionMetrics]:
     metrics = commit.metrics or {}
     per_partition = metrics.get("partitions")
     per_partition = per_partition if isinstance(per_partition, Mapping) else {}
@@ -243,7 +264,7 @@ def _partitions(commit: Commit, state_bytes: Mapping[tuple[int, int], int]) -> d
         host = (m or {}).get("host") or (placed or {}).get("host")
         out[p] = PartitionMetrics(
             partition=p,
-            snapshot=any(r.snapshot is not None or r.late_snapshot is not None for r in refs),
+            snapshot=any(r.snapshot is not None for r in refs) or (commit.version, p) in late,
             delta_bytes=sum(r.delta.size for r in refs),
             input_rows=_integer(m, "input_rows"),
             output_rows=_integer(m, "output_rows"),
@@ -258,6 +279,7 @@ def _partitions(commit: Commit, state_bytes: Mapping[tuple[int, int], int]) -> d
             commit_seconds=_number(m, "commit_seconds"),
             executor_id=executor if isinstance(executor, str) else None,
             host=host if isinstance(host, str) else None,
+            snapshot_named_in=late.get((commit.version, p)),
             standbys=tuple(r for r in map(_replica, (placed or {}).get("standbys") or ()) if r is not None),
             warmup=_replica((placed or {}).get("warmup")),
         )
@@ -320,10 +342,15 @@ def _standby(raw: object) -> StandbyMetrics | None:
     )
 
 
-def batch_row(commit: Commit, state_bytes: Mapping[tuple[int, int], int] | None = None) -> BatchMetrics:
-    """The metrics of one commit; ``state_bytes`` maps (version, partition) to its snapshot's size."""
+def batch_row(
+    commit: Commit,
+    state_bytes: Mapping[tuple[int, int], int] | None = None,
+    late: LateNames | None = None,
+) -> BatchMetrics:
+    """The metrics of one commit; ``state_bytes`` maps (version, partition) to its snapshot's size and
+    ``late`` says which of its snapshots later commits named (:func:`late_names`)."""
     metrics = commit.metrics if isinstance(commit.metrics, Mapping) else {}
-    partitions = _partitions(commit, state_bytes or {})
+    partitions = _partitions(commit, state_bytes or {}, late or {})
     parts = partitions.values()
     return BatchMetrics(
         version=commit.version,
@@ -365,8 +392,11 @@ def _opt_int(value: float | None) -> int | None:
 def batch_metrics(
     commits: Iterable[Commit], state_bytes: Mapping[tuple[int, int], int] | None = None
 ) -> list[BatchMetrics]:
-    """One :class:`BatchMetrics` per commit, oldest version first."""
-    return [batch_row(c, state_bytes) for c in sorted(commits, key=lambda c: c.version)]
+    """One :class:`BatchMetrics` per commit, oldest version first; a snapshot uploaded in the background
+    shows at the version it is of when one of ``commits`` names it."""
+    ordered = sorted(commits, key=lambda c: c.version)
+    late = late_names(ordered)
+    return [batch_row(c, state_bytes, late) for c in ordered]
 
 
 def summarize(
@@ -402,21 +432,27 @@ def _read_all(items: Sequence[Any], read: Callable[[Any], Any], what: str, progr
 
 
 def snapshot_sizes(store: Any, commits: Iterable[Commit], progress: Progress | None = None) -> dict:
-    """``(version, partition) -> bytes`` of every committed snapshot whose index can still be read.
+    """``(version, partition) -> bytes`` of every committed snapshot whose index can still be read, at
+    the version the snapshot is of (a snapshot uploaded in the background is named by a later commit).
 
     Older snapshots removed by retention are simply absent (the plot leaves a gap).
     """
     from blobstate.blobstore import BlobNotFoundError
+    from blobstate.ids import CheckpointId
     from blobstate.layout import snapshot_name
     from blobstate.snapshot import SnapshotError, read_snapshot_index
 
-    wanted = [
-        (c.version, op, p, snapshot_name(op, p, c.checkpoint_id(op, p)))
-        for c in commits
-        for op, parts in sorted(c.objects.items())
-        for p, refs in sorted(parts.items())
-        if refs.snapshot is not None
-    ]
+    wanted = []
+    for c in commits:
+        for op, parts in sorted(c.objects.items()):
+            for p, refs in sorted(parts.items()):
+                if refs.snapshot is not None:
+                    wanted.append((c.version, op, p, snapshot_name(op, p, c.checkpoint_id(op, p))))
+                late = refs.late_snapshot
+                if late is not None:
+                    cid = CheckpointId(late.version, late.uid)
+                    wanted.append((late.version, op, p, snapshot_name(op, p, cid)))
+    wanted = list(dict.fromkeys(wanted))  # a snapshot named by two commits is counted once
 
     def read(item: tuple[int, str, int, str]) -> int | None:
         try:
@@ -477,6 +513,7 @@ __all__ = [
     "StandbyMetrics",
     "batch_metrics",
     "batch_row",
+    "late_names",
     "load_batch_metrics",
     "snapshot_sizes",
     "summarize",

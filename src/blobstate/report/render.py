@@ -69,13 +69,13 @@ def _partition_lines(
     """One line per partition, or min/median/max across partitions when there are many."""
     import statistics
 
-    versions = [r.version for r in rows]
+    batches = [r.batch_id for r in rows]
     partitions = sorted({p for r in rows for p in r.partitions})
     if len(partitions) <= MAX_PARTITION_LINES:
         for p in partitions:
             ys = _series(rows, lambda r, p=p: get(r, p) if p in r.partitions else None)
             if _known(ys):
-                ax.plot(versions, ys, marker=".", linewidth=1.2, label=f"partition {p}")
+                ax.plot(batches, ys, marker=".", linewidth=1.2, label=f"partition {p}")
     else:
         for name, stat in (("max", max), ("median", statistics.median), ("min", min)):
 
@@ -84,7 +84,7 @@ def _partition_lines(
                 return stat(values) if values else None
 
             ax.plot(
-                versions, _series(rows, pick), marker=".", label=f"{name} over {len(partitions)} partitions"
+                batches, _series(rows, pick), marker=".", label=f"{name} over {len(partitions)} partitions"
             )
     ax.set_ylabel(unit)
 
@@ -95,11 +95,13 @@ class _Figures:
     def __init__(self, rows: Sequence[BatchMetrics]) -> None:
         self.plt = pyplot()
         self.rows = rows
-        self.versions = [r.version for r in rows]
+        self.batches = [r.batch_id for r in rows]
+        self.drew_state_files = False
+        """Whether :meth:`state_size` drew the snapshots' file sizes (known only where an index was read)."""
 
     def _axes(self) -> tuple[Any, Any]:
         fig, ax = self.plt.subplots(figsize=(9, 3.4), dpi=100, layout="constrained")
-        ax.set_xlabel("version (state after batch version - 1)")
+        ax.set_xlabel("batch id (version = batch id + 1)")
         ax.grid(True, alpha=0.3)
         return fig, ax
 
@@ -115,33 +117,33 @@ class _Figures:
     def _bars(
         self, ax: Any, values: Sequence[float], label: str, slot: int = 0, of: int = 1, **kw: Any
     ) -> None:
-        """Bars per version (``slot`` of ``of`` side by side); a step line when there are too many
-        versions for bars to be legible (and thousands of bar patches take seconds to draw)."""
-        if len(self.versions) > MAX_BARS:
-            ax.step(self.versions, values, where="mid", label=label, linewidth=1, **kw)
+        """Bars per batch (``slot`` of ``of`` side by side); a step line when there are too many
+        batches for bars to be legible (and thousands of bar patches take seconds to draw)."""
+        if len(self.batches) > MAX_BARS:
+            ax.step(self.batches, values, where="mid", label=label, linewidth=1, **kw)
             return
         width = 0.8 / of
-        xs = [v - 0.4 + width * (slot + 0.5) for v in self.versions]
+        xs = [v - 0.4 + width * (slot + 0.5) for v in self.batches]
         ax.bar(xs, values, width, label=label, **kw)
 
     def latency(self) -> bytes:
         fig, ax = self._axes()
-        ax.plot(self.versions, _series(self.rows, lambda r: r.seconds), marker="o", label="batch seconds")
+        ax.plot(self.batches, _series(self.rows, lambda r: r.seconds), marker="o", label="batch seconds")
         ax.plot(
-            self.versions, _series(self.rows, lambda r: r.max_task_seconds), marker=".", label="slowest task"
+            self.batches, _series(self.rows, lambda r: r.max_task_seconds), marker=".", label="slowest task"
         )
         overhead = _series(self.rows, lambda r: r.spark_overhead_seconds)
         if _known(overhead):
-            ax.plot(self.versions, overhead, linestyle="--", label="Spark beyond slowest task")
+            ax.plot(self.batches, overhead, linestyle="--", label="Spark beyond slowest task")
         recovery = _series(self.rows, lambda r: r.spark_recovery_seconds)
         if any(v > 0 for v in recovery if v == v):  # only when some batch recovered from a failure
-            ax.plot(self.versions, recovery, linestyle="-.", label="Spark recovery (retries)")
+            ax.plot(self.batches, recovery, linestyle="-.", label="Spark recovery (retries)")
         for key in STAGE_SPLIT:
             ys = _series(self.rows, lambda r, key=key: r.split.get(key))
             if _known(ys):
-                ax.plot(self.versions, ys, linestyle=":", marker=".", label=key.replace("_", " "))
+                ax.plot(self.batches, ys, linestyle=":", marker=".", label=key.replace("_", " "))
         restarts = [
-            r.version for prev, r in zip(self.rows, self.rows[1:], strict=False) if r.writer != prev.writer
+            r.batch_id for prev, r in zip(self.rows, self.rows[1:], strict=False) if r.writer != prev.writer
         ]
         for i, v in enumerate(restarts):
             ax.axvline(v - 0.5, color="grey", linestyle="-.", label="driver restarted" if i == 0 else None)
@@ -165,7 +167,7 @@ class _Figures:
             "uploaded (deltas, snapshot blobs and indexes)",
         )
         ax.plot(
-            self.versions,
+            self.batches,
             [r.delta_bytes / kib for r in self.rows],
             color="black",
             marker=".",
@@ -183,7 +185,7 @@ class _Figures:
     def state_size(self) -> bytes:
         fig, ax = self._axes()
         ax.plot(
-            self.versions,
+            self.batches,
             _series(self.rows, lambda r: r.state_keys),
             marker="o",
             label="state keys (estimate)",
@@ -198,15 +200,16 @@ class _Figures:
             ),
         )
         if _known(sizes):
+            self.drew_state_files = True
             right = ax.twinx()
             right.plot(
-                self.versions,
+                self.batches,
                 [s / 1024 for s in sizes],
                 "s",
                 color="tab:red",
-                label="RocksDB files of the snapshots taken (KiB)",
+                label="RocksDB files of each snapshot (KiB)",
             )
-            right.set_ylabel("KiB at snapshots")
+            right.set_ylabel("KiB at snapshots", color="tab:red")
             right.set_ylim(0, max(s for s in sizes if s == s) / 1024 * 1.15)
             right.legend(loc="lower right", fontsize=8)
         ax.set_ylim(bottom=0)
@@ -248,13 +251,19 @@ class _Figures:
 
 
 PLOTS: list[tuple[str, str, str]] = [
-    ("latency", "Latency", "The batch's seconds on the driver and its slowest task."),
+    ("latency", "Latency", "Each batch's seconds on the driver and its slowest task."),
     ("rows_in_out", "Rows in and out", "Input rows handed to the processor and output rows it emitted."),
     ("bytes_uploaded", "Bytes uploaded", "What the batch uploaded to the blob store, and its deltas' size."),
     ("restore_seconds", "Restore seconds per partition", "Seconds each task spent loading its state."),
-    ("state_size", "State size", "State keys after the batch; RocksDB files at snapshot versions."),
-    ("snapshots", "Snapshots taken", "Partitions that uploaded a snapshot at this version."),
+    ("state_size", "State size", "State keys after each batch (RocksDB's estimate)."),
+    ("snapshots", "Snapshots", "Partitions whose state after the batch was snapshotted (and committed)."),
 ]
+STATE_FILES_CAPTION = (
+    " Red squares: the size of the RocksDB files of each committed snapshot, at the batch whose state it"
+    " holds."
+)
+"""Added to the state size plot's caption when it draws that series (some snapshot index was read)."""
+
 STANDBY_PLOTS: list[tuple[str, str, str]] = [
     ("standby_lag", "Standby lag", "Versions each partition's furthest standby is behind the commit."),
     ("failovers", "Failovers", "Partitions that moved to a standby, or cold, when their executor was lost."),
@@ -277,7 +286,10 @@ def render_plots(rows: Sequence[BatchMetrics], progress: Progress | None = None)
     for i, (name, title, caption) in enumerate(wanted):
         if progress is not None:
             progress(i, len(wanted), "plots")
-        plots.append(Plot(name, title, caption, getattr(figures, name)()))
+        png = getattr(figures, name)()
+        if name == "state_size" and figures.drew_state_files:
+            caption += STATE_FILES_CAPTION
+        plots.append(Plot(name, title, caption, png))
     if progress is not None:
         progress(len(wanted), len(wanted), "plots")
     return plots
@@ -301,18 +313,27 @@ th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
 """
 
 
+def _operators(ids: Sequence[str]) -> str:
+    """``1 (id 0)``: how many operators, then their ids (an id alone, ``0``, reads as a count)."""
+    return f"{len(ids)} (id{'s' if len(ids) != 1 else ''} {', '.join(ids)})"
+
+
 def _summary_table(summary: CheckpointSummary, rows: Sequence[BatchMetrics]) -> str:
     first, last = rows[0], rows[-1]
     span_s = (last.created_time_ms - first.created_time_ms) / 1000
-    holes = f" (missing: {', '.join(map(str, summary.missing[:20]))})" if summary.missing else ""
+    holes = f"; missing versions: {', '.join(map(str, summary.missing[:20]))}" if summary.missing else ""
     items = [
         ("checkpoint", summary.url),
         ("query id", summary.query_id),
         ("partitions", str(summary.num_partitions)),
-        ("operators", ", ".join(summary.operators)),
-        ("versions", f"{len(summary.versions)} committed, {first.version} .. {last.version}{holes}"),
+        ("operators", _operators(summary.operators)),
+        (
+            "batches",
+            f"{len(summary.versions)} committed, {first.batch_id} .. {last.batch_id}"
+            f" (versions {first.version} .. {last.version}){holes}",
+        ),
         ("time span", f"{_time(first.created_time_ms)} .. {_time(last.created_time_ms)} ({span_s:,.1f} s)"),
-        ("snapshots", f"{sum(r.snapshots for r in rows)} partition snapshots"),
+        ("snapshots", f"{sum(r.snapshots for r in rows)} partition snapshots committed"),
     ]
     if has_standby(rows):
         failovers = sum(r.standby.failovers for r in rows if r.standby is not None)
@@ -325,6 +346,7 @@ def _batch_table(rows: Sequence[BatchMetrics]) -> str:
     head = "".join(
         f"<th>{h}</th>"
         for h in (
+            "batch",
             "version",
             "committed",
             "rows in",
@@ -341,6 +363,7 @@ def _batch_table(rows: Sequence[BatchMetrics]) -> str:
         + "".join(
             f"<td>{html.escape(c)}</td>"
             for c in (
+                str(r.batch_id),
                 str(r.version),
                 _time(r.created_time_ms),
                 _cell(r.input_rows),

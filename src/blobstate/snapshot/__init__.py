@@ -1,4 +1,4 @@
-"""Snapshots (seed 000): incremental backup of a directory to blobs, restore, and post-commit cleanup.
+"""Snapshots: incremental backup of a directory to blobs, restore, and post-commit cleanup.
 
 - :mod:`~blobstate.snapshot.index`: the SnapshotIndex format and its validated JSON form.
 - :mod:`~blobstate.snapshot.checksum`: CRC-32 of files and chunks, and a cache for immutable files.

@@ -83,7 +83,7 @@ class LocalDir:
 
 @dataclass(frozen=True)
 class DirDiff:
-    """What changed in one directory between the previous snapshot and the local directory (seed 000)."""
+    """What changed in one directory between the previous snapshot and the local directory."""
 
     dir_name: str
     files_added: tuple[LocalFile, ...]

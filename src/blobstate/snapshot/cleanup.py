@@ -1,4 +1,4 @@
-"""Post-commit cleanup of snapshots (seed 000).
+"""Post-commit cleanup of snapshots.
 
 After the version a snapshot belongs to has committed, :func:`post_commit_cleanup` makes everything the
 snapshot references permanent (removes its TTL), deletes the blobs the snapshot lists as removed, and
@@ -59,7 +59,7 @@ def make_permanent(store: BlobStore, index_name: str, index: SnapshotIndex) -> i
 
 
 def post_commit_cleanup(store: BlobStore, index_name: str, index: SnapshotIndex) -> CleanupStats:
-    """Seed-000 post-commit cleanup of the committed snapshot ``index_name``; idempotent.
+    """Post-commit cleanup of the committed snapshot ``index_name``; idempotent.
 
     1. Remove the TTL of the index and every blob it references.
     2. If the previous index still exists (an earlier cleanup was interrupted), delete the blobs it

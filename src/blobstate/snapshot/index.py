@@ -1,4 +1,4 @@
-"""The snapshot index format (seed 000): SnapshotIndex, DirIndex, FileIndex, FileBlob and their JSON form.
+"""The snapshot index format: SnapshotIndex, DirIndex, FileIndex, FileBlob and their JSON form.
 
 A snapshot index describes one directory tree whose file contents live in blobs. It is itself stored as
 an object (``<v>_<uid>.snapshot``) and is necessary and sufficient to rebuild the directory. All classes

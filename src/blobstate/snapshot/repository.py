@@ -4,7 +4,7 @@ A repository (made by ``blobstate backup``) holds, at its root::
 
     blobstate-repository.json   the repository marker, written before anything else
     heads/<n>.json              the head log: backup n committed this index (create-only, kept forever)
-    <n>_<uid>.snapshot          snapshot indexes (seed 000)
+    <n>_<uid>.snapshot          snapshot indexes (blobstate.snapshot.index)
     blobs/<hex>                 file contents the indexes reference
 
 A backup uploads its blobs and its index pending (with a TTL), then commits by creating ``heads/<n>.json``

@@ -1,4 +1,4 @@
-"""Hot standby replicas and failover (seed 004, DESIGN.md "Placement and standby").
+"""Hot standby replicas and failover (docs/DESIGN.md, "Placement and standby").
 
 * :mod:`blobstate.standby.assignment`: which executor runs each partition and which keep its replicas
   (pure planning: Invariant 1, stickiness, failover to the most up-to-date standby, warm-up moves);

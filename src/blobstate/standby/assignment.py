@@ -1,7 +1,8 @@
 """Which executor runs each partition, and which executors keep its replicas (pure planning, no Spark).
 
 The driver calls :func:`plan_assignment` before every batch with the previous assignment, the executors
-alive now and what it knows about the replicas. The rules, from seed 004 and Kafka Streams' assignor:
+alive now and what it knows about the replicas. The rules (docs/DESIGN.md, "Placement and standby"),
+modelled on Kafka Streams' assignor:
 
 * **Sticky actives.** A partition stays on its executor while that executor lives. When the executor
   is gone but another executor runs on the same host, the partition goes there: state lives on the

@@ -5,7 +5,7 @@ A replica is a RocksDB directory beside the partition's working store (``<root>/
 it must reach, and every step goes through the shared catch-up function
 (:func:`blobstate.state.loader.catch_up`), which reads only objects of the committed lineage.
 
-Invariant 2 (seed 004: an active starts only after its standby has stopped) is enforced, not assumed:
+Invariant 2 (docs/DESIGN.md: an active starts only after its standby has stopped) is enforced, not assumed:
 
 * a sync holds the partition's lock (the same ``flock`` every processing task takes) for its whole
   run, so a processing task of the partition on this host can never open the state while a sync

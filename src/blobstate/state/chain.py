@@ -1,4 +1,6 @@
-"""Resolving a checkpoint's lineage: which base and which deltas rebuild ``(v, uid)`` (seed 002).
+"""Resolving a checkpoint's lineage: which base and which deltas rebuild ``(v, uid)``.
+
+The rules are docs/DESIGN.md's "Lineage" and "Load rules".
 
 Resolution starts at the target. If the commit of the target records a snapshot, that snapshot is the
 base. A snapshot of a version counts as committed when its own commit records it or, for a snapshot
@@ -10,8 +12,8 @@ must be the one the commit log committed for that version. Walking that list new
 checkpoint available locally is the base. If none is, the presumed snapshot (the list's last entry) is
 the base when its commit records one; where it does not (the snapshot upload failed) or the snapshot is
 known to be unusable (``skip_snapshots``: missing or corrupt, found while loading), resolution continues
-through that version's own delta lineage (seed 002, example 3). A delta of version 1 with an empty
-lineage ends the walk at the empty version 0.
+through that version's own delta lineage (docs/DESIGN.md, "Load rules", rule 3). A delta of version 1
+with an empty lineage ends the walk at the empty version 0.
 
 Only objects named ``<v>_<uid>`` for uids on the lineage are ever opened, so the files of other attempts
 at the same version are never looked at. Loading, retention and verification all use this one function,

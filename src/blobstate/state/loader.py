@@ -1,4 +1,4 @@
-"""The load rules (DESIGN.md "Load rules"): bring a partition's working store to a committed ``(v, uid)``.
+"""The load rules: bring a partition's working store to a committed ``(v, uid)`` (docs/DESIGN.md).
 
 1. The working store is clean and its ``CHECKPOINT-ID`` is ``(v, uid)``: use it, no I/O.
 2. A local checkpoint ``checkpoints/<v>_<uid>/`` or the standby replica is at ``(v, uid)``: materialize

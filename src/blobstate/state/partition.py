@@ -9,7 +9,7 @@ dirty working store. ``commit()`` writes version v+1 under a fresh uid:
 3. when due (every K versions, or when the deltas since the last snapshot exceed a byte size) back the
    checkpoint up as ``<v+1>_<uid>.snapshot``, incrementally against the previous snapshot on the lineage;
    a failed snapshot upload is reported, not fatal: the lineage presumes the snapshot and loading walks
-   through the delta where it is missing (seed 002, example 3). With ``snapshot_upload="inline"`` the
+   through the delta where it is missing (docs/DESIGN.md, "Load rules"). With ``snapshot_upload="inline"`` the
    upload runs here and this commit records it; with ``"background"`` (:mod:`blobstate.state.uploads`)
    a thread uploads it while the next batches run, and this version's commit records no snapshot;
 4. before that, a finished background upload of the presumed snapshot on this commit's lineage is named

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_SNAPSHOT_EVERY = 10
-"""Take a snapshot after this many deltas since the last one (seed 002's "presumed snapshot")."""
+"""Take a snapshot after this many deltas since the last one (the lineage's "presumed snapshot")."""
 
 DEFAULT_SNAPSHOT_DELTA_BYTES = 256 * 1024 * 1024
 """... or as soon as the deltas since the last snapshot add up to this many bytes."""
