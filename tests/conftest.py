@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -301,3 +302,20 @@ def azure_cut_url(azure_url: str, azure_fault_proxy: FaultProxy) -> str:
     azure_fault_proxy.disarm()
     container, prefix = azure_url.removeprefix("az://").split("/", 1)
     return azure_url_through(azure_fault_proxy, container, prefix)
+
+
+@pytest.fixture(scope="module")
+def cutting_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any, Any]]:
+    """One backend (``request.param``: ``s3`` or ``azure``) on its test server behind the cutting proxy:
+    its name, a URL per prefix, the proxy. For the crash models' server variants (indirect)."""
+    from server_stores import azure_url_through, new_bucket, new_container, s3_url_through
+
+    proxy = request.getfixturevalue(f"{request.param}_fault_proxy")
+    if request.param == "s3":
+        bucket = new_bucket(request.getfixturevalue("s3_endpoint"))
+        yield "s3", lambda prefix: s3_url_through(proxy, bucket, prefix), proxy
+    else:
+        request.getfixturevalue("azurite_endpoint")
+        container = new_container()
+        yield "azure", lambda prefix: azure_url_through(proxy, container, prefix), proxy
+    proxy.disarm()

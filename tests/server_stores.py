@@ -8,8 +8,14 @@ their TTL has passed. A crash model runs ``gc`` as if every TTL had long passed,
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import time
 import types
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from faultproxy import FaultProxy
@@ -72,3 +78,26 @@ def emulate_lifecycle(store: BlobStore) -> BlobStore:
 
     store.expire = types.MethodType(expire, store)  # type: ignore[method-assign]
     return store
+
+
+@contextlib.contextmanager
+def cutting_answers(
+    proxy: FaultProxy, counts: Any, inner: BlobStore, seed: int, chance: float, root: Path
+) -> Iterator[None]:
+    """Cut the proxy's answers at random (seeded) for one history; afterwards close the store, remove
+    ``root`` and add the history's answers, cuts, retries and seconds to ``counts``."""
+    before = (proxy.counts.responses, proxy.counts.cuts, proxy.counts.cuts_in_headers)
+    started = time.monotonic()
+    proxy.rng.seed(seed)
+    proxy.cut_randomly(chance)
+    try:
+        yield
+    finally:
+        proxy.disarm()
+        counts.retries += inner.retries
+        inner.close()
+        shutil.rmtree(root, ignore_errors=True)
+        counts.seconds += time.monotonic() - started
+        counts.answers += proxy.counts.responses - before[0]
+        counts.cuts += proxy.counts.cuts - before[1]
+        counts.cuts_in_headers += proxy.counts.cuts_in_headers - before[2]

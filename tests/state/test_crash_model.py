@@ -345,51 +345,21 @@ def test_random_history(seed: int, scratch: Path) -> None:
         COUNTS["memory/local"].seconds += time.monotonic() - started
 
 
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Callable[[str], str], FaultProxy]]:
-    """One backend on its test server behind the cutting proxy: its name, a URL per prefix, the proxy."""
-    from server_stores import azure_url_through, new_bucket, new_container, s3_url_through
-
-    proxy: FaultProxy = request.getfixturevalue(f"{request.param}_fault_proxy")
-    if request.param == "s3":
-        bucket = new_bucket(request.getfixturevalue("s3_endpoint"))
-        yield "s3", lambda prefix: s3_url_through(proxy, bucket, prefix), proxy
-    else:
-        request.getfixturevalue("azurite_endpoint")
-        container = new_container()
-        yield "azure", lambda prefix: azure_url_through(proxy, container, prefix), proxy
-    proxy.disarm()
-
-
 @pytest.mark.parametrize(
-    ("server", "seed"),
+    ("cutting_server", "seed"),
     [(kind, seed) for kind, count in SERVER_SEEDS.items() for seed in range(count)],
-    indirect=["server"],
+    indirect=["cutting_server"],
 )
 def test_random_history_on_a_server_cutting_answers(
-    seed: int, scratch: Path, server: tuple[str, Callable[[str], str], FaultProxy]
+    seed: int, scratch: Path, cutting_server: tuple[str, Callable[[str], str], FaultProxy]
 ) -> None:
-    from server_stores import emulate_lifecycle
+    from server_stores import cutting_answers, emulate_lifecycle
 
-    kind, url, proxy = server
-    counts = COUNTS[kind]
+    kind, url, proxy = cutting_server
     root = scratch / f"{kind}-seed-{seed}"
     inner = emulate_lifecycle(open_blob_store(url(f"history-{seed}")))
-    before = (proxy.counts.responses, proxy.counts.cuts, proxy.counts.cuts_in_headers)
-    started = time.monotonic()
-    proxy.rng.seed(seed)
-    proxy.cut_randomly(CUT_CHANCE)
-    try:
+    with cutting_answers(proxy, COUNTS[kind], inner, seed, CUT_CHANCE, root):
         run_history(History(seed, root, inner, kind))
-    finally:
-        proxy.disarm()
-        counts.retries += inner.retries
-        inner.close()
-        shutil.rmtree(root, ignore_errors=True)
-        counts.seconds += time.monotonic() - started
-        counts.answers += proxy.counts.responses - before[0]
-        counts.cuts += proxy.counts.cuts - before[1]
-        counts.cuts_in_headers += proxy.counts.cuts_in_headers - before[2]
 
 
 def _report(kind: str) -> Counters:
