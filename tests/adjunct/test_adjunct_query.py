@@ -162,3 +162,57 @@ def test_a_new_query_without_input_runs_no_batch_until_input_arrives(spark: Any,
         query.stop()
     assert sink.calls == [(0, [("a", 1, 1, "gold", None)])]
     assert log.latest_commit().version == 1
+
+
+def test_a_rate_side_stream_never_holds_main_rows_back(spark: Any, tmp_path: Path) -> None:
+    """A generated side stream (``rate``) has no backlog to load before main rows: it produces rows for
+    as long as the query runs, so a bootstrap that waited for a batch without new side rows would hold
+    every main row forever. Main rows are processed in the batch that reads them, as with a file side
+    stream that reads its backlog in one batch."""
+    from pyspark.sql import functions as F
+
+    from blobstate.adjunct.history import is_rate_limited
+
+    (tmp_path / "discounts").mkdir()
+    write(tmp_path / "clicks" / "c0.parquet", clicks([("u0", 1), ("u1", 2)]), time.time() - 10)
+    rate = spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+    profiles_stream = rate.select(
+        F.concat(F.lit("u"), (F.col("value") % 3).cast("string")).alias("user"), F.lit("gold").alias("tier")
+    )
+    assert not is_rate_limited(profiles_stream)
+    limited = (
+        spark.readStream.schema(CLICKS).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "clicks"))
+    )
+    assert is_rate_limited(limited)
+    sink = AllBatches()
+    query = blobstate.transform_with_state(
+        spark.readStream.schema(CLICKS).parquet(str(tmp_path / "clicks")),
+        key="user",
+        processor=Enrich(),
+        output_schema=OUTPUT,
+        checkpoint=str(tmp_path / "ckpt"),
+        sink=sink,
+        num_partitions=2,
+        adjuncts=[
+            Adjunct("profiles", profiles_stream, key="user", value="tier", bootstrap=True),
+            Adjunct(
+                "discounts",
+                spark.readStream.schema(DISCOUNTS).parquet(str(tmp_path / "discounts")),
+                key="tier",
+                value="pct",
+                mode="broadcast",
+            ),
+        ],
+        local_dir=str(tmp_path / "local"),
+    )
+    try:
+        deadline = time.monotonic() + 120  # a wait for the query, not a measure of its speed
+        while time.monotonic() < deadline and not any(rows for _, rows in sink.calls):
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    first = next(((batch, rows) for batch, rows in sink.calls if rows), None)
+    assert first is not None, f"main rows were held back: {len(sink.calls)} batches emitted nothing"
+    batch, rows = first
+    assert batch == 0  # the batch that read the clicks
+    assert sorted((user, n, count) for user, n, count, _, _ in rows) == [("u0", 1, 1), ("u1", 2, 1)]

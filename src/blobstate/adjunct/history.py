@@ -130,8 +130,13 @@ def history_frame(spark: Any, source: FileSource, files: list[str]) -> Any:
 
 
 def is_rate_limited(df: Any) -> bool:
-    """Whether a source of ``df`` takes only part of its backlog per batch (a per-trigger limit or a
-    rate): then the first batch does not hold the whole side table."""
+    """Whether a source of ``df`` takes only part of its backlog per batch (a per-trigger limit such as
+    ``maxFilesPerTrigger`` or ``maxOffsetsPerTrigger``): then the first batch does not hold the whole
+    side table, and a bootstrap waits for a batch that finds no new side rows.
+
+    A generated source (``rate``, ``rate-micro-batch``) is not: it has no backlog, only the rows due at
+    each trigger, and it never runs out of new rows, so waiting for it would hold main rows forever.
+    """
     plan = df._jdf.queryExecution().analyzed()
     leaves = plan.collectLeaves()
     for i in range(leaves.size()):
@@ -141,11 +146,8 @@ def is_rate_limited(df: Any) -> bool:
             options = _scala_map(leaf.dataSource().options())
         elif kind == "StreamingRelationV2":
             options = {str(k): str(v) for k, v in dict(leaf.extraOptions().asCaseSensitiveMap()).items()}
-            if "rate" in str(leaf.sourceName()).lower():
-                return True
         else:
             continue
-        keys = {k.lower() for k in options}
-        if any("pertrigger" in k or k in ("rowspersecond", "rowsperbatch") for k in keys):
+        if any("pertrigger" in k.lower() for k in options):
             return True
     return False
