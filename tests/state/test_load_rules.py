@@ -464,7 +464,7 @@ def test_catch_up_brings_a_standby_directory_to_a_version_reusing_what_it_holds(
     restores from the blob store; a later one reuses the replica and fetches only the newer deltas."""
     from blobstate.state.history import CommitCache, PartitionHistory
     from blobstate.state.loader import RULE_REMOTE, catch_up
-    from blobstate.state.partition import _open_rocks
+    from blobstate.state.local_copy import open_rocks as _open_rocks
 
     store, results = three_versions(tmp_path)
     layout = LocalPartitionLayout(tmp_path / "replica-host", QUERY_ID, OP, 0)

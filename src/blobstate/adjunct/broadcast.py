@@ -7,16 +7,15 @@ snapshots and lineage as any partition, so retention, ``verify`` and ``gc`` trea
   copy at the last committed version and uploads version ``v+1`` under a fresh uid (pending until the
   batch's commit names it, exactly like a partition's attempt).
 * Executors (:func:`open_replica`): the first task of the batch on an executor brings the executor's
-  copy (``<local_dir>/<query>/adjunct-<name>/0/standby``) to the committed version with the catch-up code
-  of standby replicas, then applies the batch's one pending delta, checked against its reference;
+  copy (``<local_dir>/<query>/adjunct-<name>/0/standby``, a :class:`~blobstate.state.local_copy.LocalCopy`)
+  to the committed version as standby replicas do, then applies the batch's one pending delta, checked
+  against its reference (:func:`~blobstate.state.chain.fetch_checked_delta`);
   every task of the executor then reads that copy read-only, at the same version. Tasks hold a shared
   lock while they read; the catch-up holds it exclusively, so a copy never changes under a reader.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,10 +28,13 @@ from blobstate.adjunct.spec import AdjunctSpec
 from blobstate.blobstore import BlobStore
 from blobstate.ids import CheckpointId
 from blobstate.layout import LocalPartitionLayout, delta_name
-from blobstate.lineage.refs import ObjectRef
-from blobstate.state.errors import StateLoadError
-from blobstate.state.localdirs import LineageInfo, mark_clean, read_checkpoint_id
-from blobstate.state.locking import is_current, lock_current, record_use
+from blobstate.lineage.delta import DeltaFormatError, decode_delta
+from blobstate.lineage.refs import ObjectRef, PartitionObjects
+from blobstate.state.chain import fetch_checked_delta
+from blobstate.state.errors import CorruptObjectError, LineageError, StateLoadError
+from blobstate.state.local_copy import LocalCopy
+from blobstate.state.localdirs import LineageInfo, read_checkpoint_id
+from blobstate.state.locking import PartitionLock
 from blobstate.state.sweep import READERS_LOCK
 
 REPLICA_LOCK_TIMEOUT_SECONDS = 300.0
@@ -127,51 +129,36 @@ def write_version(
     return Written(pending, result.objects, stats, result.bytes_uploaded, snapshot)
 
 
-@contextmanager
-def _flock(path: Path, mode: int) -> Iterator[int]:
-    fd = lock_current(path, mode)
-    try:
-        record_use(fd)
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _relock(fd: int, path: Path, mode: int) -> bool:
-    """Change the lock on ``fd`` to ``mode``; False when the copy's directory was removed meanwhile (a
-    lock changes in two steps, so the idle-directory sweep can take it between them)."""
-    fcntl.flock(fd, mode)
-    return is_current(fd, path)
-
-
 def _replica_at(layout: LocalPartitionLayout, target: CheckpointId) -> bool:
     return read_checkpoint_id(layout.standby) == target
 
 
-def _bring_to(store: BlobStore, layout: LocalPartitionLayout, pending: PendingVersion, history: Any) -> None:
-    """Catch the copy up to the committed base, then apply the pending delta (caller holds the locks)."""
-    from blobstate.lineage.delta import decode_delta
-    from blobstate.state.loader import catch_up
-    from blobstate.state.store import RocksStateStore
-
+def _bring_to(store: BlobStore, layout: LocalPartitionLayout, pending: PendingVersion) -> None:
+    """Catch the copy up to the committed base, then apply the pending delta (caller holds the readers'
+    lock exclusively)."""
     base = None if pending.base_uid is None else CheckpointId(pending.version - 1, pending.base_uid)
-    loaded = catch_up(store, layout, layout.standby, base, RocksStateStore.open, history)
-    try:
-        name = delta_name(layout.operator, layout.partition, pending.checkpoint_id)
-        data = store.get(name)
-        problem = ObjectRef.from_json(pending.delta_ref).problem(data)
-        if problem is not None:
-            raise StateLoadError(f"{name}: {problem}")
-        delta = decode_delta(data, name=name)
-        if tuple(delta.lineage) != pending.delta_lineage:
-            raise StateLoadError(
-                f"{name}: its lineage {list(delta.lineage)} does not continue the committed version"
-                f" {base} of broadcast store {layout.operator}"
-            )
-        loaded.store.apply(delta.records)
-    finally:
-        loaded.store.close()
-    mark_clean(layout.standby, LineageInfo(pending.checkpoint_id, pending.next_lineage, 0, 0))
+    target = pending.checkpoint_id
+    with LocalCopy.open(store, layout, layout.standby, lock_timeout=REPLICA_LOCK_TIMEOUT_SECONDS) as copy:
+        loaded = copy.bring_to(base)
+        try:
+            name = delta_name(layout.operator, layout.partition, target)
+            refs = PartitionObjects(ObjectRef.from_json(pending.delta_ref))
+            data = fetch_checked_delta(store, layout.operator, layout.partition, target, refs)
+            try:
+                delta = decode_delta(data, name=name)
+            except DeltaFormatError as error:
+                raise CorruptObjectError(name, target, error.problem) from error
+            if tuple(delta.lineage) != pending.delta_lineage:
+                raise LineageError(
+                    name,
+                    target,
+                    f"its lineage {list(delta.lineage)} does not continue the committed version {base} of"
+                    f" broadcast store {layout.operator}",
+                )
+            loaded.store.apply(delta.records)
+        finally:
+            loaded.store.close()
+        copy.mark_clean(LineageInfo(target, pending.next_lineage, 0, 0))
 
 
 @contextmanager
@@ -183,30 +170,22 @@ def open_replica(
     The first task on the executor to need the version brings the copy there; the others wait for it
     and then share it. Yields ``(store, seconds spent bringing the copy up to date)``.
     """
-    from blobstate.lineage.commitlog import CommitLog
-    from blobstate.state.history import CommitCache, PartitionHistory
-    from blobstate.state.locking import PartitionLock
     from blobstate.state.store import RocksStateStore
 
     layout = LocalPartitionLayout(Path(local_dir), query_id, spec.operator, 0)
-    readers = layout.root / READERS_LOCK
+    readers = PartitionLock(layout.root / READERS_LOCK)
     target = pending.checkpoint_id
     started = time.monotonic()
     while True:
-        with _flock(readers, fcntl.LOCK_SH) as fd:
+        readers.acquire(timeout=None, shared=True)
+        try:
             if not _replica_at(layout, target):
                 # No reader holds the copy while it changes.
-                if not _relock(fd, readers, fcntl.LOCK_EX):
+                if not readers.change(shared=False):
                     continue
                 if not _replica_at(layout, target):
-                    lock = PartitionLock(layout.lock_file)
-                    lock.acquire(timeout=REPLICA_LOCK_TIMEOUT_SECONDS)
-                    try:
-                        history = PartitionHistory(CommitCache(CommitLog(store)), spec.operator, 0)
-                        _bring_to(store, layout, pending, history)
-                    finally:
-                        lock.release()
-                if not _relock(fd, readers, fcntl.LOCK_SH):
+                    _bring_to(store, layout, pending)
+                if not readers.change(shared=True):
                     continue
                 if not _replica_at(layout, target):  # pragma: no cover - another writer between the locks
                     raise StateLoadError(
@@ -219,3 +198,5 @@ def open_replica(
             finally:
                 replica.close()
             return
+        finally:
+            readers.release()

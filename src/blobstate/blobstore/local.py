@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlparse
 
 from blobstate.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, InvalidBlobNameError
 from blobstate.blobstore.names import RESERVED_PREFIX
+from blobstate.durable import fsync_dir
 
 TTL_DIR = ".blobstate-ttl"
 """Reserved top-level directory holding one TTL record per pending object."""
@@ -49,14 +50,6 @@ def root_from_url(url: str) -> Path:
     if not path:
         raise ValueError("empty blob store path")
     return Path(path).expanduser().resolve()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_file(path: Path) -> None:
@@ -142,7 +135,7 @@ class LocalBlobStore(BlobStore):
                     f"cannot write blob {name!r} in {self.url}: {str(final)!r} is a directory"
                 ) from error
             if durable and self.fsync:
-                _fsync_dir(final.parent)
+                fsync_dir(final.parent)
             return True
         raise AssertionError("unreachable")
 
@@ -172,7 +165,7 @@ class LocalBlobStore(BlobStore):
             directory = path.parent
             while True:
                 try:
-                    _fsync_dir(directory)
+                    fsync_dir(directory)
                     break
                 except FileNotFoundError:
                     # A concurrent call pruned the emptied directory: make that removal durable instead.

@@ -21,7 +21,7 @@ from blobstate.ids import CheckpointId
 from blobstate.layout import METADATA, LocalPartitionLayout
 from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
 from blobstate.reader.variables import StateReadError
-from blobstate.state.history import CommitCache, PartitionHistory
+from blobstate.state.local_copy import LocalCopy, partition_history
 
 
 @dataclass(frozen=True)
@@ -141,12 +141,6 @@ def choose_partitions(checkpoint: CheckpointVersion, partition: Any) -> list[int
     return out
 
 
-def _open_rocks(path: Path) -> Any:
-    from blobstate.state.store import RocksStateStore
-
-    return RocksStateStore.open(path)
-
-
 def restore_into(
     store: BlobStore,
     checkpoint: CheckpointVersion,
@@ -159,16 +153,13 @@ def restore_into(
 
     Returns the load's :class:`~blobstate.state.loader.Loaded` (``.store`` open, ``.report`` how it was
     loaded, ``.info`` its lineage). ``scratch`` is a private directory for the load's bookkeeping (its
-    partition layout root). The caller closes the store.
+    partition layout root, whose lock the load holds). The caller closes the store.
     """
-    from blobstate.state.loader import catch_up
-
     cid: CheckpointId = checkpoint.commit.checkpoint_id(operator, partition)
     layout = LocalPartitionLayout(scratch, checkpoint.metadata.query_id, operator, partition)
-    history = PartitionHistory(
-        CommitCache(CommitLog(store), {cid.version: checkpoint.commit}), operator, partition
-    )
-    return catch_up(store, layout, target, cid, _open_rocks, history)
+    history = partition_history(store, operator, partition, {cid.version: checkpoint.commit})
+    with LocalCopy.open(store, layout, target, history=history) as copy:
+        return copy.bring_to(cid)
 
 
 @contextmanager

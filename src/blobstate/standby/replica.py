@@ -2,8 +2,9 @@
 
 A replica is a RocksDB directory beside the partition's working store (``<root>/standby``) with its own
 ``CHECKPOINT-ID``. It only ever holds committed checkpoints: the driver names the committed ``(v, uid)``
-it must reach, and every step goes through the shared catch-up function
-(:func:`blobstate.state.loader.catch_up`), which reads only objects of the committed lineage.
+it must reach, and every step brings the replica there as a :class:`~blobstate.state.local_copy.LocalCopy`
+(the load rules of :func:`blobstate.state.loader.catch_up`), which reads only objects of the committed
+lineage.
 
 Invariant 2 (docs/DESIGN.md: an active starts only after its standby has stopped) is enforced, not assumed:
 
@@ -14,7 +15,8 @@ Invariant 2 (docs/DESIGN.md: an active starts only after its standby has stopped
   waits for the lock; a running sync checks for the request between versions, stops at the last
   committed version it completed (marked clean, so the processing task still starts from it), and
   releases the lock;
-* a sync that finds a stop request, or cannot get the lock at once, does nothing.
+* a sync that finds a stop request, or cannot get the lock at once, does nothing
+  (:meth:`~blobstate.state.local_copy.LocalCopy.open_if_free`).
 
 Each sync also stops after ``budget_seconds`` (at a committed version), so it never holds an executor
 core for long while the next batch waits; the next round continues from there.
@@ -33,9 +35,11 @@ from blobstate.ids import CheckpointId
 from blobstate.layout import LocalPartitionLayout
 from blobstate.state.errors import StateLoadError
 from blobstate.state.history import PartitionHistory
-from blobstate.state.loader import catch_up
-from blobstate.state.localdirs import mark_clean, read_checkpoint_id
-from blobstate.state.locking import PartitionLock, PartitionLockedError
+from blobstate.state.local_copy import LocalCopy, open_rocks
+from blobstate.state.local_copy import clear_stop as clear_stop
+from blobstate.state.local_copy import request_stop as request_stop
+from blobstate.state.local_copy import stop_requested as stop_requested
+from blobstate.state.localdirs import read_checkpoint_id
 from blobstate.state.sweep import STOP_FILE as STOP_FILE  # dropped by a task that wants the partition
 
 STEPWISE_MAX_LAG = 16
@@ -77,38 +81,9 @@ class SyncReport:
         return asdict(self)
 
 
-def request_stop(layout: LocalPartitionLayout) -> Path:
-    """Ask a running sync of this partition (on this host) to stop; returns the request's path."""
-    path = layout.root / STOP_FILE
-    for _ in range(100):
-        try:
-            layout.root.mkdir(parents=True, exist_ok=True)
-            path.touch()
-            break
-        except FileNotFoundError:  # the idle-directory sweep removed the directory: make it again
-            continue
-    return path
-
-
-def clear_stop(layout: LocalPartitionLayout) -> None:
-    """Withdraw a stop request (the requester holds the lock now, or gave up)."""
-    (layout.root / STOP_FILE).unlink(missing_ok=True)
-
-
-def stop_requested(layout: LocalPartitionLayout) -> bool:
-    """Whether a processing task asked for this partition."""
-    return (layout.root / STOP_FILE).exists()
-
-
 def replica_checkpoint(layout: LocalPartitionLayout) -> CheckpointId | None:
     """The committed checkpoint the replica holds (None: no clean replica)."""
     return read_checkpoint_id(layout.standby)
-
-
-def _open_rocks(path: Path) -> Any:
-    from blobstate.state.store import RocksStateStore
-
-    return RocksStateStore.open(path)
 
 
 def sync_replica(
@@ -118,7 +93,7 @@ def sync_replica(
     history: PartitionHistory,
     *,
     budget_seconds: float = 10.0,
-    open_store: Callable[[Path], Any] = _open_rocks,
+    open_store: Callable[[Path], Any] = open_rocks,
     clock: Callable[[], float] = time.monotonic,
 ) -> SyncReport:
     """Bring the replica of ``layout``'s partition towards the committed ``target``.
@@ -129,18 +104,13 @@ def sync_replica(
     """
     started = clock()
     report = SyncReport(layout.partition, SYNC_BUSY, 0, None, target.version)
-    lock = PartitionLock(layout.lock_file)
-    if stop_requested(layout):
-        _set_version(report, replica_checkpoint(layout))
-        return report
-    try:
-        lock.acquire(timeout=0.0)
-    except PartitionLockedError:
+    copy = LocalCopy.open_if_free(store, layout, layout.standby, history=history, opener=open_store)
+    if copy is None:
         _set_version(report, replica_checkpoint(layout))
         return report
     report.started_at = time.time()
     try:
-        current = replica_checkpoint(layout)
+        current = copy.checkpoint
         _set_version(report, current)
         if current == target:
             report.outcome = SYNC_CURRENT
@@ -155,17 +125,17 @@ def sync_replica(
             steps = [_committed(history, v) for v in range(first, target.version + 1)]
         report.outcome = SYNC_SYNCED
         for i, step in enumerate(steps):
-            if i > 0 and stop_requested(layout):
+            if i > 0 and copy.stop_requested:
                 report.outcome = SYNC_STOPPED
                 break
             if i > 0 and clock() - started > budget_seconds:
                 report.outcome = SYNC_PARTIAL
                 break
-            _advance(store, layout, step, history, open_store, report)
+            _advance(copy, step, report)
     finally:
         report.finished_at = time.time()
         report.seconds = round(clock() - started, 4)
-        lock.release()
+        copy.close()
     return report
 
 
@@ -179,18 +149,8 @@ def _committed(history: PartitionHistory, version: int) -> CheckpointId:
     return CheckpointId(version, uid)
 
 
-def _advance(
-    store: BlobStore,
-    layout: LocalPartitionLayout,
-    step: CheckpointId,
-    history: PartitionHistory,
-    open_store: Callable[[Path], Any],
-    report: SyncReport,
-) -> None:
-    loaded = catch_up(store, layout, layout.standby, step, open_store, history)
-    loaded.store.close()
-    mark_clean(layout.standby, loaded.info)
-    load = loaded.report
+def _advance(copy: LocalCopy, step: CheckpointId, report: SyncReport) -> None:
+    load = copy.settle_at(step)
     report.bytes_downloaded += load.bytes_downloaded
     report.snapshot_bytes += load.bytes_downloaded - load.delta_bytes
     report.deltas_applied += load.deltas_replayed

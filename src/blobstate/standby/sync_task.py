@@ -54,9 +54,8 @@ def run_sync_task(spec: SyncSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
     from blobstate.engine.task import blob_store_for
     from blobstate.ids import CheckpointId
     from blobstate.layout import LocalPartitionLayout
-    from blobstate.lineage.commitlog import CommitLog
     from blobstate.standby.replica import SyncReport, sync_replica
-    from blobstate.state.history import CommitCache, PartitionHistory
+    from blobstate.state.local_copy import partition_history
 
     for _ in batches:  # the task's one input row only says which task this is
         pass
@@ -68,7 +67,7 @@ def run_sync_task(spec: SyncSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
             Path(resolve_local_dir(spec.local_dir)), spec.query_id, spec.operator, task.partition
         )
         store = blob_store_for(spec.checkpoint_url, spec.blob_store_options)
-        history = PartitionHistory(CommitCache(CommitLog(store)), spec.operator, task.partition)
+        history = partition_history(store, spec.operator, task.partition)
         started = time.monotonic()
         try:
             report = sync_replica(

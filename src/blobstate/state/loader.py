@@ -99,21 +99,6 @@ def _remote_info(
     return LineageInfo(cid, (cid.uid, *lineage), len(lineage), delta_bytes)
 
 
-def load_working(
-    store: BlobStore,
-    layout: LocalPartitionLayout,
-    committed: CheckpointId | None,
-    open_store: StoreOpener,
-    history: PartitionHistory,
-) -> Loaded:
-    """Apply the load rules for ``committed`` and return the opened working store.
-
-    The caller holds the partition lock. On any failure the working store is left dirty (or removed)
-    and the error propagates; on success the store is open and dirty, ready for writes.
-    """
-    return catch_up(store, layout, layout.working, committed, open_store, history)
-
-
 def catch_up(
     store: BlobStore,
     layout: LocalPartitionLayout,
@@ -124,8 +109,8 @@ def catch_up(
 ) -> Loaded:
     """Bring the local directory ``target`` of the partition to ``committed`` by the load rules.
 
-    One function for every local copy of a partition: the working store (``layout.working``, see
-    :func:`load_working`) and the standby replica (``layout.standby``). What ``target`` already holds
+    One function for every local copy of a partition (:class:`~blobstate.state.local_copy.LocalCopy`:
+    the working store, a standby replica, a broadcast copy, a reader's restore). What ``target`` already holds
     is reused when it is on the committed lineage (then only the missing deltas are fetched); other
     local copies (local checkpoints, the standby replica when ``target`` is not it) are hard-linked;
     otherwise a remote snapshot is restored, downloading only blobs not already present. The result is

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from blobstate.durable import fsync_dir
 from blobstate.ids import CheckpointId, InvalidIdError, validate_uid
 from blobstate.layout import CHECKPOINT_ID_FILE
 
@@ -103,14 +104,6 @@ class LineageInfo:
 
 
 # ---------------------------------------------------------------------------------------------- markers
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically and durably."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -119,7 +112,7 @@ def write_atomic(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def read_checkpoint_id(directory: Path) -> CheckpointId | None:
@@ -137,7 +130,7 @@ def mark_dirty(directory: Path) -> None:
         (directory / CHECKPOINT_ID_FILE).unlink()
     except FileNotFoundError:
         return
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def mark_clean(directory: Path, info: LineageInfo) -> None:

@@ -7,7 +7,7 @@ lock when the holder dies: a crashed worker never leaves a partition locked.
 A partition's directory may be removed while others wait for its lock (the idle-directory sweep,
 :mod:`blobstate.state.sweep`, removes it holding the lock). A waiter then holds a lock on a file that no
 longer has a name, which protects nothing: every lock taken here is checked, once held, to still be the
-file at its path, and taken again on the new file when it is not (:func:`lock_current`).
+file at its path, and taken again on the new file when it is not (:class:`PartitionLock`).
 
 Taking and releasing a :class:`PartitionLock` set the lock file's modification time: it records when
 the partition was last used on this host, which the sweep reads.
@@ -60,24 +60,6 @@ def is_current(fd: int, path: Path) -> bool:
     return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
 
-def lock_current(path: Path, mode: int) -> int:
-    """Open the lock file at ``path`` and ``flock`` it with ``mode`` (blocking); returns the descriptor.
-
-    Once the lock is held the file is checked to still be the one at ``path``: a file removed while
-    this waited is closed and the lock taken on the file now there.
-    """
-    while True:
-        fd = _open_lock_file(path)
-        try:
-            fcntl.flock(fd, mode)
-            if is_current(fd, path):
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-
-
 def record_use(fd: int) -> None:
     """Set the lock file's modification time to now: the partition was used (see the module docstring)."""
     with contextlib.suppress(OSError):
@@ -85,10 +67,13 @@ def record_use(fd: int) -> None:
 
 
 class PartitionLock:
-    """An exclusive ``flock`` on one file, taken with a timeout and released by :meth:`release`.
+    """A ``flock`` on one file, exclusive or shared, taken with a timeout and released by :meth:`release`.
 
-    ``record_use`` (the default) sets the file's modification time when the lock is taken and released;
-    the sweep takes its locks without it, so looking at a partition does not count as using it.
+    The one lock of the package: the partition's ``LOCK``, a broadcast copy's readers' lock and the
+    background upload's lock are all taken here, so each is checked, once held, to still be the file at
+    its path (see the module docstring). ``record_use`` (the default) sets the file's modification time
+    when the lock is taken and released; the sweep takes its locks without it, so looking at a partition
+    does not count as using it.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, record_use: bool = True) -> None:
@@ -101,25 +86,24 @@ class PartitionLock:
         """Whether this object currently holds the lock."""
         return self._fd is not None
 
-    def acquire(self, timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS, poll: float = 0.02) -> PartitionLock:
-        """Take the lock, waiting up to ``timeout`` seconds; raises :class:`PartitionLockedError`."""
+    def acquire(
+        self,
+        timeout: float | None = DEFAULT_LOCK_TIMEOUT_SECONDS,
+        poll: float = 0.02,
+        *,
+        shared: bool = False,
+    ) -> PartitionLock:
+        """Take the lock (``shared``: with other shared holders), waiting up to ``timeout`` seconds (None:
+        as long as it takes); raises :class:`PartitionLockedError` when the time is up."""
         if self._fd is not None:
             raise RuntimeError(f"partition lock {str(self.path)!r} is already held by this object")
-        deadline = time.monotonic() + timeout
-        delay = poll
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        deadline = None if timeout is None else time.monotonic() + timeout
         fd = _open_lock_file(self.path)
         try:
             while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as error:
-                    if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                        raise
-                    if time.monotonic() >= deadline:
-                        raise PartitionLockedError(self.path, timeout) from None
-                    time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                    delay = min(delay * 2, 0.5)
-                    continue
+                if not _flock(fd, mode, deadline, poll):
+                    raise PartitionLockedError(self.path, 0.0 if timeout is None else timeout)
                 if is_current(fd, self.path):
                     break
                 # The directory was removed while we waited: lock the file that has the name now.
@@ -134,6 +118,19 @@ class PartitionLock:
         if self.record_use:
             record_use(fd)
         return self
+
+    def change(self, *, shared: bool) -> bool:
+        """Turn the held lock shared or exclusive, waiting as long as it takes. False when the file was
+        removed meanwhile (a change is a release and a take, so the sweep can come between them): the
+        lock is then released, and the caller starts again from :meth:`acquire`."""
+        fd = self._fd
+        if fd is None:
+            raise RuntimeError(f"partition lock {str(self.path)!r} is not held by this object")
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        if is_current(fd, self.path):
+            return True
+        self.release()
+        return False
 
     def release(self) -> None:
         """Release the lock (idempotent)."""
@@ -153,3 +150,23 @@ class PartitionLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _flock(fd: int, mode: int, deadline: float | None, poll: float) -> bool:
+    """``flock`` ``fd`` with ``mode``, blocking until ``deadline`` (None: without a limit); False when the
+    deadline passed first."""
+    if deadline is None:
+        fcntl.flock(fd, mode)
+        return True
+    delay = poll
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.5)

@@ -1,7 +1,8 @@
 """One partition of one operator, engine-independent: open at a committed checkpoint, write, commit.
 
-``open_partition`` takes the partition's process lock, applies the load rules
-(:mod:`blobstate.state.loader`) and returns a :class:`PartitionState` whose ``store`` is the open,
+``open_partition`` opens the partition's working store as a :class:`~blobstate.state.local_copy.LocalCopy`
+(the partition's process lock, after asking a standby sync of it on this host to stop), applies the load
+rules (:mod:`blobstate.state.loader`) and returns a :class:`PartitionState` whose ``store`` is the open,
 dirty working store. ``commit()`` writes version v+1 under a fresh uid:
 
 1. take the changelog and upload ``<v+1>_<uid>.delta`` (lineage record first) with the pending TTL;
@@ -35,22 +36,18 @@ from types import SimpleNamespace
 from typing import Any
 
 from blobstate.blobstore import DEFAULT_PENDING_TTL_SECONDS, BlobStore
+from blobstate.durable import fsync_dir
 from blobstate.ids import CheckpointId, new_uid, validate_uid
 from blobstate.layout import LocalPartitionLayout, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.delta import encode_delta
 from blobstate.lineage.refs import LateSnapshot, ObjectRef, PartitionObjects
 from blobstate.state.chain import resolve_chain
 from blobstate.state.errors import PartitionClosedError, StateLoadError
-from blobstate.state.history import CommitCache, PartitionHistory
-from blobstate.state.loader import LoadReport, load_working, read_checked_snapshot_index
-from blobstate.state.localdirs import (
-    LineageInfo,
-    mark_clean,
-    prune_checkpoints,
-    remove_tree,
-    write_info,
-)
-from blobstate.state.locking import DEFAULT_LOCK_TIMEOUT_SECONDS, PartitionLock
+from blobstate.state.history import PartitionHistory
+from blobstate.state.loader import LoadReport, read_checked_snapshot_index
+from blobstate.state.local_copy import LocalCopy
+from blobstate.state.localdirs import LineageInfo, prune_checkpoints, remove_tree, write_info
+from blobstate.state.locking import DEFAULT_LOCK_TIMEOUT_SECONDS
 from blobstate.state.policy import (
     DEFAULT_LOCAL_CHECKPOINTS_TO_KEEP,
     DEFAULT_MIN_VERSIONS_TO_RETAIN,
@@ -124,12 +121,6 @@ class _IndexCache:
 SNAPSHOT_INDEX_CACHE = _IndexCache()
 
 
-def _open_rocks(path: Path) -> Any:
-    from blobstate.state.store import RocksStateStore
-
-    return RocksStateStore.open(path)
-
-
 class PartitionState:
     """An open partition: ``store`` for reads and writes, then :meth:`commit` or :meth:`abort`.
 
@@ -139,9 +130,7 @@ class PartitionState:
 
     def __init__(
         self,
-        blob_store: BlobStore,
-        layout: LocalPartitionLayout,
-        lock: PartitionLock,
+        copy: LocalCopy,
         store: Any,
         info: LineageInfo,
         report: LoadReport,
@@ -150,12 +139,11 @@ class PartitionState:
         min_versions_to_retain: int,
         local_checkpoints_to_keep: int,
         pending_ttl: float,
-        history: PartitionHistory,
         snapshot_upload: str = "inline",
     ) -> None:
-        self.blob_store = blob_store
-        self.history = history
-        self.layout = layout
+        self.blob_store = copy.store
+        self.history = copy.history
+        self.layout = copy.layout
         self.store = store
         self.load_report = report
         self.policy = policy
@@ -163,10 +151,10 @@ class PartitionState:
         self.local_checkpoints_to_keep = local_checkpoints_to_keep
         self.pending_ttl = pending_ttl
         self.snapshot_upload = validate_mode(snapshot_upload)
-        self.uploads = UploadDir(layout.root / "snapshots")
+        self.uploads = UploadDir(self.layout.root / "snapshots")
         self.result: CommitResult | None = None
         self._info = info
-        self._lock = lock
+        self._copy = copy
         self._state = "open"
 
     # ------------------------------------------------------------------ properties
@@ -272,7 +260,7 @@ class PartitionState:
 
         self.store.close()
         self.store = None
-        mark_clean(self.layout.working, new_info)
+        self._copy.mark_clean(new_info)
         self._info = new_info
         self._state = "committed"
         prune_checkpoints(self.layout.checkpoints, self.local_checkpoints_to_keep, protect=new)
@@ -301,11 +289,7 @@ class PartitionState:
         self.store.checkpoint(tmp)
         write_info(tmp, info)
         os.replace(tmp, final)
-        fd = os.open(checkpoints, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(checkpoints)
         return final
 
     def _snapshot_base(
@@ -502,7 +486,7 @@ class PartitionState:
         self._release()
 
     def _release(self) -> None:
-        self._lock.release()
+        self._copy.close()
         if self._state == "committed":
             self._state = "closed"
 
@@ -541,7 +525,8 @@ def open_partition(
 ) -> PartitionState:
     """Open ``(operator, partition)`` at the committed checkpoint ``committed`` (None: empty version 0).
 
-    Applies the load rules exactly (see :mod:`blobstate.state.loader`); raises
+    Asks a standby sync of the partition on this host to stop, takes the partition's lock and applies
+    the load rules exactly (see :mod:`blobstate.state.local_copy` and :mod:`blobstate.state.loader`); raises
     :class:`~blobstate.state.errors.StateLoadError` subclasses naming the missing or corrupt object, its
     version and uid, and :class:`~blobstate.state.locking.PartitionLockedError` when another worker holds
     the partition longer than ``lock_timeout`` seconds.
@@ -563,20 +548,14 @@ def open_partition(
     if local_checkpoints_to_keep < 1:
         raise ValueError(f"local_checkpoints_to_keep must be at least 1, got {local_checkpoints_to_keep!r}")
     layout = LocalPartitionLayout(Path(local_dir), query_id, operator, partition)
-    if history is None:
-        from blobstate.lineage.commitlog import CommitLog
-
-        history = PartitionHistory(CommitCache(CommitLog(store)), operator, partition)
-    lock = PartitionLock(layout.lock_file).acquire(timeout=lock_timeout)
+    copy = LocalCopy.open(store, layout, history=history, lock_timeout=lock_timeout, stop_syncs=True)
     try:
-        loaded = load_working(store, layout, committed, _open_rocks, history)
+        loaded = copy.bring_to(committed)
     except BaseException:
-        lock.release()
+        copy.close()
         raise
     return PartitionState(
-        store,
-        layout,
-        lock,
+        copy,
         loaded.store,
         loaded.info,
         loaded.report,
@@ -584,6 +563,5 @@ def open_partition(
         min_versions_to_retain=min_versions_to_retain,
         local_checkpoints_to_keep=local_checkpoints_to_keep,
         pending_ttl=pending_ttl,
-        history=history,
         snapshot_upload=snapshot_upload,
     )

@@ -16,7 +16,7 @@ partition's ``LOCK`` (processing tasks, standby syncs, broadcast catch-ups), ``s
 background upload of a live process is queued. Holding them, it renames the directory aside (one atomic
 step) and deletes it in the background. Anyone who was waiting for one of those locks finds, once it
 holds it, that the file it locked no longer has its name, and locks the new one
-(:func:`~blobstate.state.locking.lock_current`).
+(:class:`~blobstate.state.locking.PartitionLock`).
 
 Processing tasks call :func:`sweep_idle` at most every ``min(grace / 4, 60)`` seconds per Python worker.
 It covers every query's directories under the local directory, not only the running query's.
