@@ -22,7 +22,8 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _Spark
 from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorHandleState
 from pyspark.sql.types import Row, StructType
 
-from blobstate.processor import codec, layout
+from blobstate.encoding import codec, layout
+from blobstate.encoding.values import EXPIRED, StateCodec, storage_signature
 from blobstate.processor.errors import (
     ImplicitKeyError,
     InvalidHandleStateError,
@@ -31,7 +32,6 @@ from blobstate.processor.errors import (
     StateVariableError,
 )
 from blobstate.processor.schema import to_struct_type
-from blobstate.processor.values import EXPIRED, StateCodec, storage_signature
 from blobstate.state.interface import KeyValueStore
 from blobstate.stored_schema import parse_declaration
 
@@ -104,8 +104,10 @@ class StatefulProcessor(_SparkStatefulProcessor):
     """
 
 
-class _Session:
-    """What the handle and its state variables share for one partition and one batch."""
+class PartitionSession:
+    """What the handle and its state variables share for one partition and one batch: the store, the time
+    mode and clocks, the current grouping key and the declared variables. The runners make one per
+    partition and batch; a processor never sees it."""
 
     __slots__ = (
         "adjuncts",
@@ -192,7 +194,7 @@ class _StateBase:
     __slots__ = ("_cf", "_codec", "_name", "_s", "_ttl", "_ttl_cf")
     kind = ""
 
-    def __init__(self, session: _Session, state_name: str, ttl_duration_ms: int | None) -> None:
+    def __init__(self, session: PartitionSession, state_name: str, ttl_duration_ms: int | None) -> None:
         self._s = session
         self._name = state_name
         self._cf = layout.state_cf(state_name)
@@ -236,7 +238,7 @@ class ValueState(_StateBase):
     kind = "value"
 
     def __init__(
-        self, session: _Session, state_name: str, schema: StructType, ttl_duration_ms: int | None
+        self, session: PartitionSession, state_name: str, schema: StructType, ttl_duration_ms: int | None
     ) -> None:
         super().__init__(session, state_name, ttl_duration_ms)
         self._schema = schema
@@ -298,7 +300,7 @@ class ListState(_StateBase):
     kind = "list"
 
     def __init__(
-        self, session: _Session, state_name: str, schema: StructType, ttl_duration_ms: int | None
+        self, session: PartitionSession, state_name: str, schema: StructType, ttl_duration_ms: int | None
     ) -> None:
         super().__init__(session, state_name, ttl_duration_ms)
         self._schema = schema
@@ -402,7 +404,7 @@ class MapState(_StateBase):
 
     def __init__(
         self,
-        session: _Session,
+        session: PartitionSession,
         state_name: str,
         user_key_schema: StructType,
         value_schema: StructType,
@@ -532,7 +534,7 @@ class StatefulProcessorHandle:
     _list_state: type[ListState] = ListState
     _map_state: type[MapState] = MapState
 
-    def __init__(self, session: _Session) -> None:
+    def __init__(self, session: PartitionSession) -> None:
         self._s = session
 
     # -- state variables -------------------------------------------------------------------------

@@ -43,14 +43,15 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
 
+from blobstate.encoding import codec, layout
+from blobstate.encoding.values import EXPIRED
 from blobstate.gcpause import gc_paused
-from blobstate.processor import codec, layout
 from blobstate.processor.api import (
     ListState,
     MapState,
+    PartitionSession,
     StatefulProcessorHandle,
     ValueState,
-    _Session,
     delete_timer,
     overrides,
     warn_other_api_callback,
@@ -58,7 +59,6 @@ from blobstate.processor.api import (
 from blobstate.processor.columnar import ValueColumns, _rows_to_table
 from blobstate.processor.errors import ImplicitKeyError, InvalidHandleStateError, StateVariableError
 from blobstate.processor.schema import to_arrow
-from blobstate.processor.values import EXPIRED
 
 __all__ = [
     "ArrowHandle",
@@ -130,7 +130,7 @@ class _Keys:
 class _KeyedCall:
     """What :class:`KeyedBatch` and :class:`ExpiredTimers` share: the keys, and per-key iteration."""
 
-    def __init__(self, session: _Session, keys: pa.Table, encoded: list[bytes]) -> None:
+    def __init__(self, session: PartitionSession, keys: pa.Table, encoded: list[bytes]) -> None:
         self._session = session
         self._keys = _Keys(keys, encoded)
         self.keys = keys
@@ -168,7 +168,12 @@ class KeyedBatch(_KeyedCall):
     """
 
     def __init__(
-        self, session: _Session, keys: pa.Table, encoded: list[bytes], rows: pa.Table, offsets: np.ndarray
+        self,
+        session: PartitionSession,
+        keys: pa.Table,
+        encoded: list[bytes],
+        rows: pa.Table,
+        offsets: np.ndarray,
     ) -> None:
         super().__init__(session, keys, encoded)
         self.rows = rows
@@ -212,7 +217,9 @@ class KeyedBatch(_KeyedCall):
 class ExpiredTimers(_KeyedCall):
     """Timers due in this batch, one per key: ``keys`` and the ``expiry_ms`` of each key's timer."""
 
-    def __init__(self, session: _Session, keys: pa.Table, encoded: list[bytes], expiry_ms: pa.Array) -> None:
+    def __init__(
+        self, session: PartitionSession, keys: pa.Table, encoded: list[bytes], expiry_ms: pa.Array
+    ) -> None:
         super().__init__(session, keys, encoded)
         self.expiry_ms = expiry_ms
         """int64 array: the expiry (ms) of the timer that fired, per key."""
@@ -221,7 +228,7 @@ class ExpiredTimers(_KeyedCall):
 # -- bulk state ------------------------------------------------------------------------------------
 
 
-def _bulk_keys(session: _Session, what: str, operation: str) -> _Keys:
+def _bulk_keys(session: PartitionSession, what: str, operation: str) -> _Keys:
     """The implicit keys of the current bulk call; ``what`` (e.g. "state variable 'x'") names the target."""
     keys = session.bulk
     if keys is None:
@@ -268,7 +275,7 @@ class _BulkState:
     """What the bulk state variables share: naming, the selected keys, and clearing by key prefix."""
 
     __slots__ = ()
-    _s: _Session
+    _s: PartitionSession
     _name: str
 
     def _what(self) -> str:

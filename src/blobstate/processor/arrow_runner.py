@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from blobstate.processor import codec, layout
-from blobstate.processor.api import _Session, delete_timer
+from blobstate.encoding import codec, layout
+from blobstate.processor.api import PartitionSession, delete_timer
 from blobstate.processor.arrow_api import ExpiredTimers, KeyedBatch
 from blobstate.processor.columnar import conform_columns, decode_keys, encode_keys
 from blobstate.processor.errors import OutputSchemaError, StatefulProcessorError
@@ -115,7 +115,7 @@ def collect(result: Any, collector: ArrowOutputCollector, source: str) -> Iterat
         raise
 
 
-def keyed_batch(session: _Session, table: pa.Table, key_columns: list[str]) -> KeyedBatch:
+def keyed_batch(session: PartitionSession, table: pa.Table, key_columns: list[str]) -> KeyedBatch:
     """``table``'s rows grouped by ``key_columns`` as the handlers see them."""
     rows, starts, _ends = key_runs(table, key_columns)
     offsets = np.append(starts, rows.num_rows)
@@ -123,12 +123,17 @@ def keyed_batch(session: _Session, table: pa.Table, key_columns: list[str]) -> K
     return KeyedBatch(session, keys, encode_keys(keys), rows, offsets)
 
 
-def _bulk(session: _Session, call: KeyedBatch | ExpiredTimers) -> None:
+def _bulk(session: PartitionSession, call: KeyedBatch | ExpiredTimers) -> None:
     session.bulk = call._keys
 
 
 def initial_state(
-    proc: Any, session: _Session, table: pa.Table, key_columns: list[str], timer_values: Any, stats: Any
+    proc: Any,
+    session: PartitionSession,
+    table: pa.Table,
+    key_columns: list[str],
+    timer_values: Any,
+    stats: Any,
 ) -> None:
     """``handleInitialState`` over every key of the initial state."""
     batch = keyed_batch(session, table, key_columns)
@@ -145,7 +150,7 @@ def initial_state(
 
 def input_batch(
     proc: Any,
-    session: _Session,
+    session: PartitionSession,
     table: pa.Table,
     key_columns: list[str],
     timer_values: Any,
@@ -164,7 +169,7 @@ def input_batch(
 
 def expired_timers(
     proc: Any,
-    session: _Session,
+    session: PartitionSession,
     due: list[tuple[int, bytes]],
     key_schema: pa.Schema,
     timer_values: Any,

@@ -1,7 +1,7 @@
 """Whole-column versions of the key and value encodings, for the vectorized (``api="arrow"``) processor API.
 
-The bytes are exactly those of :mod:`blobstate.processor.codec` (grouping keys) and
-:mod:`blobstate.processor.values` (state values): a checkpoint does not depend on the API that wrote it.
+The bytes are exactly those of :mod:`blobstate.encoding.codec` (grouping keys) and
+:mod:`blobstate.encoding.values` (state values): a checkpoint does not depend on the API that wrote it.
 Only the way they are produced differs: the common cases (string, integer, boolean and floating-point
 key columns; state schemas of fixed-width fields only, without TTL) are encoded and decoded for a whole
 column at once with pyarrow and numpy; anything else goes through the per-row codecs, value by value.
@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from blobstate.processor import codec
+from blobstate.encoding import codec
+from blobstate.encoding.values import EXPIRED, MARK, StateCodec, compile_schema
 from blobstate.processor.errors import StateVariableError
-from blobstate.processor.values import EXPIRED, MARK, StateCodec, compile_schema
 
 _NULL_KEY = pa.scalar(b"\x00", pa.binary())
 _STR_TAG = pa.scalar(b"\x06", pa.binary())

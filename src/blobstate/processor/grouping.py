@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from blobstate.processor import codec
+from blobstate.encoding import codec
 
 # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch: a key's rows arrive in DataFrames of
 # at most this many rows.

@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql import Row
 from pyspark.sql.types import StructType
 
-from blobstate.processor import codec
+from blobstate.encoding import codec
 from blobstate.processor.errors import OutputSchemaError
 from blobstate.processor.grouping import sort_by_key
 from blobstate.processor.output_errors import (

@@ -11,7 +11,7 @@ scan: ``key_bytes(k) + suffix``. Keys of one type sort in value order, so MapSta
 user keys in order and timers with equal expiry fire in key order.
 
 Decoding only reads tags, fixed-width numbers and delimited text: nothing is unpickled or evaluated.
-State *values* use the schema-driven encoding of :mod:`blobstate.processor.values`.
+State *values* use the schema-driven encoding of :mod:`blobstate.encoding.values`.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
+from blobstate.encoding.errors import StateVariableError
 from blobstate.errors import BlobstateError
-from blobstate.processor.errors import StateVariableError
 
 MARK = 0xB0
 """First byte of a value in format 1 without expiry."""
