@@ -88,7 +88,8 @@ def encode_keys(keys: pa.Table) -> list[bytes]:
             return [encode(k) for k in zip(*columns, strict=True)]
         parts.append(encoded)
     joined = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, _EMPTY)
-    return joined.to_pylist()
+    encoded_keys: list[bytes] = joined.to_pylist()
+    return encoded_keys
 
 
 def decode_keys(key_bytes: Sequence[bytes], schema: pa.Schema | Sequence[str]) -> pa.Table:
@@ -237,7 +238,10 @@ class ValueColumns:
                     records["nulls"][:, i >> 3] |= nulls.astype(np.uint8) << (i & 7)
                 array = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
             records[f"f{i}"] = array.to_numpy(zero_copy_only=False)
-        return _fixed_to_binary(records.view(np.uint8).reshape(n, dtype.itemsize), dtype.itemsize).to_pylist()
+        values: list[bytes] = _fixed_to_binary(
+            records.view(np.uint8).reshape(n, dtype.itemsize), dtype.itemsize
+        ).to_pylist()
+        return values
 
 
 def conform_columns(
@@ -269,7 +273,7 @@ _NUMPY_CODES = {"?": "?", "b": "i1", "h": "<i2", "i": "<i4", "q": "<i8", "d": "<
 
 def _numpy_layout(row: Any, arrow_schema: pa.Schema) -> np.dtype | None:
     """The numpy record of a value ``marker + null bitmap + fixed part`` (values.RowLayout.value), or None."""
-    fields: list[tuple[str, Any]] = [("marker", "u1")]
+    fields: list[tuple[str, str] | tuple[str, str, tuple[int]]] = [("marker", "u1")]
     if row.nb == 1:
         fields.append(("nulls", "u1"))
     elif row.nb:

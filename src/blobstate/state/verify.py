@@ -453,7 +453,13 @@ def verify(
             checker = _Checker(store, report, history, sizes, checksums, check_ttl)
             for version in range(latest, newest.retained_from - 1, -1):
                 report.versions_checked += 1
-                checker.version(CheckpointId(version, history.uid(version)))
+                uid = history.uid(version)
+                if uid is None:  # the commit was read above; only a lost one has no uid
+                    report.problems.append(
+                        Problem(commit_name(version), f"is missing: {op}/{p} has no uid", version=version)
+                    )
+                    break
+                checker.version(CheckpointId(version, uid))
     return report
 
 
