@@ -37,7 +37,7 @@ from pathlib import Path
 
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
-from blobstate.processor import codec
+from blobstate.encoding import codec
 from blobstate.processor.api import StatefulProcessorHandle, _Session
 from blobstate.state import store as store_module
 from blobstate.state.store import RocksStateStore

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from blobstate.blobstore import open_blob_store
 from blobstate.cli.main import app, main
+from blobstate.encoding import codec
 from blobstate.lineage.commitlog import CommitLog
-from blobstate.processor import codec
 from blobstate.reader.variables import declarations, entries, timers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reader"))

@@ -99,7 +99,7 @@ def test_keys_of_every_vectorized_type_encode_as_the_per_key_codec_does(store: R
     bools; a date (the per-row fallback); two-column keys."""
     import datetime as dt
 
-    from blobstate.processor import codec
+    from blobstate.encoding import codec
     from blobstate.processor.columnar import encode_keys
 
     table = pa.table(
@@ -122,9 +122,9 @@ def test_keys_of_every_vectorized_type_encode_as_the_per_key_codec_does(store: R
 def test_value_columns_round_trip_nulls_and_types_and_match_the_per_row_codec() -> None:
     from pyspark.sql.types import StructType
 
+    from blobstate.encoding.values import StateCodec
     from blobstate.processor.columnar import ValueColumns
     from blobstate.processor.schema import to_arrow, to_struct_type
-    from blobstate.processor.values import StateCodec
 
     schemas = {
         "fixed": "a BIGINT, b INT, c DOUBLE, d BOOLEAN, e TINYINT, f SMALLINT, g FLOAT, h BIGINT, i INT",
@@ -151,7 +151,7 @@ def test_value_columns_round_trip_nulls_and_types_and_match_the_per_row_codec() 
 
 
 def test_a_corrupt_stored_value_is_refused_naming_the_variable(store: RocksStateStore) -> None:
-    from blobstate.processor.values import ValueFormatError
+    from blobstate.encoding.values import ValueFormatError
 
     table = pa.table({"key": ["a", "b"], "value": [1, 2]})
     run(ArrowRunningCount(), store, table, key_columns=["key"], output_schema=OUTPUT, api="arrow")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blobstate.processor import codec
+from blobstate.encoding import codec
 
 scalars = st.one_of(
     st.none(),

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from processor_helpers import run, table
 
+from blobstate.encoding.layout import META_CF
 from blobstate.processor import StatefulProcessor, StateVariableError
-from blobstate.processor.layout import META_CF
 from blobstate.state.store import RocksStateStore
 
 OUTPUT = "key STRING, seen STRING"

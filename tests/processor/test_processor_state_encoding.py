@@ -16,8 +16,9 @@ import pandas as pd
 import pytest
 from processor_helpers import run, table
 
-from blobstate.processor import StatefulProcessor, StateVariableError, codec
-from blobstate.processor.values import ValueFormatError
+from blobstate.encoding import codec
+from blobstate.encoding.values import ValueFormatError
+from blobstate.processor import StatefulProcessor, StateVariableError
 
 OUTPUT = "key STRING"
 DATA = table(key=["a"], value=[1])

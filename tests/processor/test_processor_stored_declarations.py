@@ -10,7 +10,8 @@ import pytest
 from processor_helpers import run, table
 from pyspark.sql import types as T
 
-from blobstate.processor import StatefulProcessor, layout
+from blobstate.encoding import layout
+from blobstate.processor import StatefulProcessor
 from blobstate.stored_schema import MAX_DEPTH, StoredSchemaError
 
 OUTPUT = "key STRING, n BIGINT"

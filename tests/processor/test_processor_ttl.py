@@ -7,7 +7,8 @@ from typing import Any
 import pandas as pd
 from processor_helpers import run_with_stats, table
 
-from blobstate.processor import StatefulProcessor, layout
+from blobstate.encoding import layout
+from blobstate.processor import StatefulProcessor
 
 OUTPUT = "key STRING, what STRING"
 
@@ -125,7 +126,7 @@ def test_ttl_state_survives_while_fresh_and_index_is_pruned(store: Any) -> None:
 
 
 def _key(name: str) -> bytes:
-    from blobstate.processor import codec
+    from blobstate.encoding import codec
 
     return codec.encode_key((name,))
 

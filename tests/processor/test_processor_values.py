@@ -44,10 +44,7 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
-from blobstate.errors import BlobstateError
-from blobstate.processor.errors import StateVariableError
-from blobstate.processor.schema import parse_ddl
-from blobstate.processor.values import (
+from blobstate.encoding.values import (
     EXPIRED,
     MARK,
     MARK_EXPIRY,
@@ -55,6 +52,9 @@ from blobstate.processor.values import (
     ValueFormatError,
     storage_signature,
 )
+from blobstate.errors import BlobstateError
+from blobstate.processor.errors import StateVariableError
+from blobstate.processor.schema import parse_ddl
 
 # -- the old encoding, as reference ---------------------------------------------------------------
 

@@ -22,12 +22,12 @@ from reader_jobs import OUTPUT, EveryState, batches
 
 from blobstate.blobstore import open_blob_store
 from blobstate.cli.main import main
+from blobstate.encoding import layout
 from blobstate.engine.config import QueryConfig
 from blobstate.engine.query import _ensure_metadata
 from blobstate.ids import CheckpointId
 from blobstate.layout import delta_name
 from blobstate.lineage.commitlog import Commit, CommitLog, content_digest
-from blobstate.processor import layout
 from blobstate.processor.runner import run_partition
 from blobstate.reader import read_state
 from blobstate.reader.plan import plan_read

@@ -22,8 +22,8 @@ from blobstate.adjunct.spec import (
     AdjunctSpec,
     column_name,
 )
-from blobstate.processor import codec
-from blobstate.processor.values import StateCodec
+from blobstate.encoding import codec
+from blobstate.encoding.values import StateCodec
 from blobstate.state.interface import KeyValueStore
 
 

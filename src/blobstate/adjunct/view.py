@@ -7,8 +7,8 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from blobstate.processor import codec
-from blobstate.processor.values import EXPIRED, StateCodec
+from blobstate.encoding import codec
+from blobstate.encoding.values import EXPIRED, StateCodec
 from blobstate.state.interface import KeyValueStore
 
 

@@ -7,7 +7,9 @@ way: name validation, retries with backoff (a fresh stream per try), and an expl
 
 from __future__ import annotations
 
+import builtins
 import copy
+import functools
 import os
 import random
 import threading
@@ -239,14 +241,14 @@ class BlobStore(ABC):
         sizes = self._retry("list", prefix, lambda: self._list_sizes(prefix))
         return dict(sorted(sizes.items()))
 
-    def expire(self, now: float | None = None) -> list[str]:
+    def expire(self, now: float | None = None) -> builtins.list[str]:
         """Delete pending objects whose TTL has passed; returns their names.
 
         Backends with native expiry (S3 lifecycle rules) do nothing here and return an empty list.
         """
         return []
 
-    def expired(self, now: float | None = None) -> list[str]:
+    def expired(self, now: float | None = None) -> builtins.list[str]:
         """The names :meth:`expire` would delete at ``now``, deleting nothing (``gc --dry-run``)."""
         return []
 
@@ -293,7 +295,7 @@ class BlobStore(ABC):
         """Run ``fn`` on this store's bounded I/O pool."""
         return self._io_pool().submit(fn)
 
-    def run_parallel(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    def run_parallel(self, fn: Callable[[T], R], items: Iterable[T]) -> builtins.list[R]:
         """Apply ``fn`` to every item on the I/O pool and return the results in order.
 
         Must not be called from a pool thread: waiting there for other pool tasks can deadlock a bounded
@@ -314,8 +316,8 @@ class BlobStore(ABC):
                 failed.set()
                 raise
 
-        futures = [self.submit(lambda item=item: run(item)) for item in items]
-        results: list[R] = []
+        futures = [self.submit(functools.partial(run, item)) for item in items]
+        results: builtins.list[R] = []
         first_error: BaseException | None = None
         for future in futures:
             try:

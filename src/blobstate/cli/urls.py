@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-URL_FORMS = (
-    "a local path or file:// URL, s3://bucket/prefix, az://container/prefix,"
-    " abfss://container@account.dfs.core.windows.net/prefix (or abfs://), or memory:// (tests)"
-)
+from blobstate.blobstore.schemes import url_forms
+
+URL_FORMS = url_forms()
 """The forms of a location every command accepts (``blobstate.blobstore.open_blob_store``)."""

@@ -14,14 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from blobstate.blobstore.azure_options import (
-    AZURE_CONF_PREFIX,
-    azure_options_from_spark_conf,
-    azure_url_with_options,
-    split_azure_url,
-)
-from blobstate.blobstore.open import AZURE_SCHEMES
-from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
+from blobstate.blobstore.azure_options import AZURE_CONF_PREFIX, azure_options_from_spark_conf
+from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options
+from blobstate.blobstore.schemes import location_without_options, scheme_of
 from blobstate.errors import BlobstateError
 from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
@@ -304,10 +299,10 @@ def checkpoint_store_url(checkpoint_url: str, config: QueryConfig) -> str:
     they reach the tasks with it (``TaskSpec.checkpoint_url``); options already in the checkpoint URL
     must agree with them. Other backends take no such options.
     """
-    if checkpoint_url.startswith("s3://"):
-        return s3_url_with_options(checkpoint_url, config.blob_store_options)
-    if checkpoint_url.startswith(AZURE_SCHEMES):
-        return azure_url_with_options(checkpoint_url, config.azure_options)
+    scheme = scheme_of(checkpoint_url)
+    family_options = {"s3": config.blob_store_options, "azure": config.azure_options}
+    if scheme.option_family is not None:
+        return scheme.url_with_options(checkpoint_url, family_options[scheme.option_family])
     if config.blob_store_options:
         raise S3OptionError(
             f"blob_store_options {sorted(config.blob_store_options)} are S3 options, but the checkpoint"
@@ -319,11 +314,7 @@ def checkpoint_store_url(checkpoint_url: str, config: QueryConfig) -> str:
 
 def checkpoint_location(store_url: str) -> str:
     """The checkpoint's location without blob store options (an S3 URL's query is dropped)."""
-    if store_url.startswith("s3://"):
-        return split_s3_url(store_url)[0].rstrip("/")
-    if store_url.startswith(AZURE_SCHEMES):
-        return split_azure_url(store_url)[0].rstrip("/")
-    return store_url
+    return location_without_options(store_url)
 
 
 MODES: dict[str, dict[str, str]] = {

@@ -14,6 +14,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from blobstate.blobstore import open_blob_store
+from blobstate.blobstore.schemes import NoHadoopLocationError, hadoop_location, normalize_location
 from blobstate.engine.config import (
     QueryConfig,
     QueryConfigError,
@@ -39,32 +40,20 @@ class QueryAlreadyRunningError(BlobstateError, RuntimeError):
 
 def normalize_checkpoint(checkpoint: str) -> str:
     """An absolute location: plain paths and ``file://`` URLs become absolute paths."""
-    if checkpoint.startswith("file://"):
-        checkpoint = checkpoint[len("file://") :]
-    if "://" in checkpoint:
-        return checkpoint.rstrip("/")
-    return os.path.abspath(checkpoint)
+    return normalize_location(checkpoint)
 
 
 def spark_checkpoint_location(checkpoint: str, config: QueryConfig) -> str:
     """Spark's own streaming checkpoint (source offsets), beside blobstate's objects."""
     if config.spark_checkpoint:
         return config.spark_checkpoint
-    if checkpoint.startswith("s3://"):
-        return "s3a://" + checkpoint[len("s3://") :] + "/_spark"
-    from blobstate.blobstore.open import AZURE_SCHEMES
-
-    if checkpoint.startswith(AZURE_SCHEMES):
-        from blobstate.blobstore.azure_options import hadoop_url
-
-        hadoop = hadoop_url(checkpoint)
-        if hadoop is None:
-            raise QueryConfigError(
-                f"the checkpoint {checkpoint} names no storage account, so Spark's own checkpoint cannot be"
-                " placed beside it: give spark_checkpoint (an abfss:// or other location Spark can write)"
-            )
-        return hadoop + "/_spark"
-    return os.path.join(checkpoint, "_spark")
+    try:
+        return os.path.join(hadoop_location(checkpoint), "_spark")
+    except NoHadoopLocationError as error:
+        raise QueryConfigError(
+            f"Spark's own checkpoint cannot be placed beside the checkpoint: {error}; give spark_checkpoint"
+            " (an abfss:// or other location Spark can write)"
+        ) from None
 
 
 def transform_with_state(

@@ -15,14 +15,16 @@ import logging
 import threading
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
 from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorHandleState
 from pyspark.sql.types import Row, StructType
 
-from blobstate.processor import codec, layout
+from blobstate.encoding import codec, layout
+from blobstate.encoding.codec import Key
+from blobstate.encoding.values import EXPIRED, StateCodec, StateRow, storage_signature
 from blobstate.processor.errors import (
     ImplicitKeyError,
     InvalidHandleStateError,
@@ -31,7 +33,6 @@ from blobstate.processor.errors import (
     StateVariableError,
 )
 from blobstate.processor.schema import to_struct_type
-from blobstate.processor.values import EXPIRED, StateCodec, storage_signature
 from blobstate.state.interface import KeyValueStore
 from blobstate.stored_schema import parse_declaration
 
@@ -104,8 +105,10 @@ class StatefulProcessor(_SparkStatefulProcessor):
     """
 
 
-class _Session:
-    """What the handle and its state variables share for one partition and one batch."""
+class PartitionSession:
+    """What the handle and its state variables share for one partition and one batch: the store, the time
+    mode and clocks, the current grouping key and the declared variables. The runners make one per
+    partition and batch; a processor never sees it."""
 
     __slots__ = (
         "adjuncts",
@@ -131,7 +134,7 @@ class _Session:
         self.batch_timestamp_ms = batch_timestamp_ms
         self.watermark_ms = watermark_ms
         self.phase = StatefulProcessorHandleState.CREATED
-        self.key: tuple | None = None
+        self.key: Key | None = None
         self.key_bytes: bytes | None = None
         self.declared: dict[str, _StateBase] = {}
         self.ttl_vars: list[_StateBase] = []
@@ -148,7 +151,7 @@ class _Session:
         watermark = -1 if self.watermark_ms is None else self.watermark_ms
         return TimerValues(batch, watermark)
 
-    def set_key(self, key: tuple | None, key_bytes: bytes | None) -> None:
+    def set_key(self, key: Key | None, key_bytes: bytes | None) -> None:
         """Make ``key`` the implicit grouping key of state operations (None: no key)."""
         self.key = key
         self.key_bytes = key_bytes
@@ -161,7 +164,7 @@ def _missing_key(state_name: str, operation: str) -> ImplicitKeyError:
     )
 
 
-def _as_row(value: Any, schema: StructType, state_name: str, what: str) -> tuple:
+def _as_row(value: Any, schema: StructType, state_name: str, what: str) -> StateRow:
     """One value (tuple, list, Row or dict) as a tuple of ``schema``'s arity (the codec checks types)."""
     if value is None:
         raise StateVariableError(f"Cannot write a null {what} to state variable {state_name!r}")
@@ -192,7 +195,7 @@ class _StateBase:
     __slots__ = ("_cf", "_codec", "_name", "_s", "_ttl", "_ttl_cf")
     kind = ""
 
-    def __init__(self, session: _Session, state_name: str, ttl_duration_ms: int | None) -> None:
+    def __init__(self, session: PartitionSession, state_name: str, ttl_duration_ms: int | None) -> None:
         self._s = session
         self._name = state_name
         self._cf = layout.state_cf(state_name)
@@ -236,7 +239,7 @@ class ValueState(_StateBase):
     kind = "value"
 
     def __init__(
-        self, session: _Session, state_name: str, schema: StructType, ttl_duration_ms: int | None
+        self, session: PartitionSession, state_name: str, schema: StructType, ttl_duration_ms: int | None
     ) -> None:
         super().__init__(session, state_name, ttl_duration_ms)
         self._schema = schema
@@ -250,17 +253,17 @@ class ValueState(_StateBase):
         expiry = self._codec.expiry(data, self._s.key)
         return expiry is None or self._now() < expiry
 
-    def get(self) -> tuple | None:
+    def get(self) -> StateRow | None:
         """The value for the current grouping key, or None if there is none (or it expired)."""
         data = self._s.store.get(self._cf, self._kb("read"))
         if data is None:
             return None
-        value = self._codec.decode_live(data, self._now(), self._s.key)
+        value: StateRow = self._codec.decode_live(data, self._now(), self._s.key)
         if value is EXPIRED:
             return None
         return value
 
-    def update(self, newValue: tuple) -> None:
+    def update(self, newValue: StateRow) -> None:
         """Set the value for the current grouping key (restarting its TTL)."""
         kb = self._kb("update")
         row = _as_row(newValue, self._schema, self._name, "value")
@@ -298,13 +301,13 @@ class ListState(_StateBase):
     kind = "list"
 
     def __init__(
-        self, session: _Session, state_name: str, schema: StructType, ttl_duration_ms: int | None
+        self, session: PartitionSession, state_name: str, schema: StructType, ttl_duration_ms: int | None
     ) -> None:
         super().__init__(session, state_name, ttl_duration_ms)
         self._schema = schema
         self._codec = StateCodec(state_name, schema)
 
-    def _rows(self, values: Any, operation: str) -> list[tuple]:
+    def _rows(self, values: Any, operation: str) -> list[StateRow]:
         if values is None:
             raise StateVariableError(f"Cannot {operation} a null list to state variable {self._name!r}")
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
@@ -333,11 +336,11 @@ class ListState(_StateBase):
             return self._s.store.get(self._cf, kb) is not None
         return next(self.get(), None) is not None
 
-    def get(self) -> Iterator[tuple]:
+    def get(self) -> Iterator[StateRow]:
         """An iterator over the values of the current grouping key (empty if none)."""
         kb = self._kb("read")
         now = self._now()
-        out: list[tuple] = []
+        out: list[StateRow] = []
         key = self._s.key
         for _, data in self._live_chunks(kb):
             chunk = self._codec.decode_live_list(data, now, key)
@@ -345,28 +348,28 @@ class ListState(_StateBase):
                 out.extend(chunk)
         return iter(out)
 
-    def _write_chunk(self, kb: bytes, rows: list[tuple], chunk_no: int) -> None:
+    def _write_chunk(self, kb: bytes, rows: list[StateRow], chunk_no: int) -> None:
         expiry = self._expiry()
         store = self._s.store
         store.put(self._cf, kb + chunk_no.to_bytes(8, "big"), self._codec.encode_list(rows, expiry))
         store.put(self._cf, kb, (chunk_no + 1).to_bytes(8, "big"))
         self._index_ttl(expiry, kb)
 
-    def put(self, newState: list[tuple]) -> None:
+    def put(self, newState: list[StateRow]) -> None:
         """Replace the list of the current grouping key."""
         kb = self._kb("put")
         rows = self._rows(newState, "put")
         self._clear_prefix(kb)
         self._write_chunk(kb, rows, 0)
 
-    def appendValue(self, newState: tuple) -> None:
+    def appendValue(self, newState: StateRow) -> None:
         """Append one value to the list of the current grouping key."""
         kb = self._kb("append to")
         row = _as_row(newState, self._schema, self._name, "list element")
         head = self._s.store.get(self._cf, kb)
         self._write_chunk(kb, [row], 0 if head is None else int.from_bytes(head, "big"))
 
-    def appendList(self, newState: list[tuple]) -> None:
+    def appendList(self, newState: list[StateRow]) -> None:
         """Append several values to the list of the current grouping key."""
         kb = self._kb("append to")
         rows = self._rows(newState, "append")
@@ -402,7 +405,7 @@ class MapState(_StateBase):
 
     def __init__(
         self,
-        session: _Session,
+        session: PartitionSession,
         state_name: str,
         user_key_schema: StructType,
         value_schema: StructType,
@@ -440,7 +443,7 @@ class MapState(_StateBase):
                 return True
         return False
 
-    def getValue(self, key: tuple) -> tuple | None:
+    def getValue(self, key: StateRow) -> StateRow | None:
         """The value of ``key`` in the current grouping key's map (a Row, as Spark returns), or None."""
         kb = self._kb("read")
         data = self._s.store.get(self._cf, kb + self._ukb(key))
@@ -451,7 +454,7 @@ class MapState(_StateBase):
             return None
         return self._row_type(*value)
 
-    def containsKey(self, key: tuple) -> bool:
+    def containsKey(self, key: StateRow) -> bool:
         """Whether ``key`` is in the current grouping key's map (and has not expired)."""
         kb = self._kb("read")
         data = self._s.store.get(self._cf, kb + self._ukb(key))
@@ -460,7 +463,7 @@ class MapState(_StateBase):
         expiry = self._codec.expiry(data, self._s.key)
         return expiry is None or self._now() < expiry
 
-    def updateValue(self, key: tuple, value: tuple) -> None:
+    def updateValue(self, key: StateRow, value: StateRow) -> None:
         """Set the value of ``key`` in the current grouping key's map (restarting its TTL)."""
         kb = self._kb("update")
         target = kb + self._ukb(key)
@@ -469,23 +472,23 @@ class MapState(_StateBase):
         self._s.store.put(self._cf, target, self._codec.encode(row, expiry))
         self._index_ttl(expiry, target)
 
-    def iterator(self) -> Iterator[tuple[tuple, tuple]]:
+    def iterator(self) -> Iterator[tuple[StateRow, StateRow]]:
         """Iterate ``(user key, value)`` pairs of the current grouping key's map, in key order."""
         arity = self._key_arity
         return iter(
             [(codec.decode_key(ukb, arity)[0], tuple(v)) for ukb, v in self._entries(self._kb("read"))]
         )
 
-    def keys(self) -> Iterator[tuple]:
+    def keys(self) -> Iterator[StateRow]:
         """Iterate the user keys of the current grouping key's map."""
         arity = self._key_arity
         return iter([codec.decode_key(ukb, arity)[0] for ukb, _ in self._entries(self._kb("read"))])
 
-    def values(self) -> Iterator[tuple]:
+    def values(self) -> Iterator[StateRow]:
         """Iterate the values of the current grouping key's map."""
         return iter([tuple(v) for _, v in self._entries(self._kb("read"))])
 
-    def removeKey(self, key: tuple) -> None:
+    def removeKey(self, key: StateRow) -> None:
         """Remove ``key`` from the current grouping key's map."""
         kb = self._kb("remove from")
         self._s.store.delete(self._cf, kb + self._ukb(key))
@@ -532,7 +535,7 @@ class StatefulProcessorHandle:
     _list_state: type[ListState] = ListState
     _map_state: type[MapState] = MapState
 
-    def __init__(self, session: _Session) -> None:
+    def __init__(self, session: PartitionSession) -> None:
         self._s = session
 
     # -- state variables -------------------------------------------------------------------------
@@ -620,7 +623,11 @@ class StatefulProcessorHandle:
         before, now = previous.get("schema"), declaration["schema"]
         if evolution.same_fields(before, now):
             return
-        schema = state._schema if state.kind != "map" else state._value_schema
+        schema = (
+            state._value_schema
+            if isinstance(state, MapState)
+            else cast(ValueState | ListState, state)._schema
+        )
         added = evolution.appended_nullable(before, schema)
         if added is None:
             raise evolution.refuse(state._name, "schema", before, now)

@@ -37,20 +37,21 @@ implicit key in turn, so the per-key methods of the other APIs work there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
 
+from blobstate.encoding import codec, layout
+from blobstate.encoding.values import EXPIRED, StateRow
 from blobstate.gcpause import gc_paused
-from blobstate.processor import codec, layout
 from blobstate.processor.api import (
     ListState,
     MapState,
+    PartitionSession,
     StatefulProcessorHandle,
     ValueState,
-    _Session,
     delete_timer,
     overrides,
     warn_other_api_callback,
@@ -58,7 +59,6 @@ from blobstate.processor.api import (
 from blobstate.processor.columnar import ValueColumns, _rows_to_table
 from blobstate.processor.errors import ImplicitKeyError, InvalidHandleStateError, StateVariableError
 from blobstate.processor.schema import to_arrow
-from blobstate.processor.values import EXPIRED
 
 __all__ = [
     "ArrowHandle",
@@ -70,7 +70,7 @@ __all__ = [
     "KeyedBatch",
 ]
 
-Columns = pa.Table | pa.RecordBatch | dict[str, Any]
+Columns: TypeAlias = pa.Table | pa.RecordBatch | dict[str, Any]
 """Values for many keys: a table or record batch, or a dict of column name to array (one row per key)."""
 
 
@@ -118,9 +118,9 @@ class _Keys:
     def __init__(self, table: pa.Table, encoded: list[bytes]) -> None:
         self._table = table
         self.encoded = encoded
-        self._tuples: list[tuple] | None = None
+        self._tuples: list[StateRow] | None = None
 
-    def tuples(self) -> list[tuple]:
+    def tuples(self) -> list[StateRow]:
         if self._tuples is None:
             columns = [c.to_pylist() for c in self._table.columns]
             self._tuples = list(zip(*columns, strict=True))
@@ -130,7 +130,7 @@ class _Keys:
 class _KeyedCall:
     """What :class:`KeyedBatch` and :class:`ExpiredTimers` share: the keys, and per-key iteration."""
 
-    def __init__(self, session: _Session, keys: pa.Table, encoded: list[bytes]) -> None:
+    def __init__(self, session: PartitionSession, keys: pa.Table, encoded: list[bytes]) -> None:
         self._session = session
         self._keys = _Keys(keys, encoded)
         self.keys = keys
@@ -139,12 +139,12 @@ class _KeyedCall:
     @property
     def num_keys(self) -> int:
         """How many keys this call holds."""
-        return self.keys.num_rows
+        return int(self.keys.num_rows)
 
     def __len__(self) -> int:
-        return self.keys.num_rows
+        return int(self.keys.num_rows)
 
-    def each(self) -> Iterator[tuple[int, tuple]]:
+    def each(self) -> Iterator[tuple[int, StateRow]]:
         """``(i, key)`` for every key in order, with ``key`` the implicit key of state and timer calls
         while the loop body runs: the per-key methods of the other APIs work inside it."""
         session = self._session
@@ -168,7 +168,12 @@ class KeyedBatch(_KeyedCall):
     """
 
     def __init__(
-        self, session: _Session, keys: pa.Table, encoded: list[bytes], rows: pa.Table, offsets: np.ndarray
+        self,
+        session: PartitionSession,
+        keys: pa.Table,
+        encoded: list[bytes],
+        rows: pa.Table,
+        offsets: np.ndarray,
     ) -> None:
         super().__init__(session, keys, encoded)
         self.rows = rows
@@ -180,7 +185,7 @@ class KeyedBatch(_KeyedCall):
     @property
     def num_rows(self) -> int:
         """How many input rows the batch holds."""
-        return self.rows.num_rows
+        return int(self.rows.num_rows)
 
     @property
     def sizes(self) -> np.ndarray:
@@ -212,7 +217,9 @@ class KeyedBatch(_KeyedCall):
 class ExpiredTimers(_KeyedCall):
     """Timers due in this batch, one per key: ``keys`` and the ``expiry_ms`` of each key's timer."""
 
-    def __init__(self, session: _Session, keys: pa.Table, encoded: list[bytes], expiry_ms: pa.Array) -> None:
+    def __init__(
+        self, session: PartitionSession, keys: pa.Table, encoded: list[bytes], expiry_ms: pa.Array
+    ) -> None:
         super().__init__(session, keys, encoded)
         self.expiry_ms = expiry_ms
         """int64 array: the expiry (ms) of the timer that fired, per key."""
@@ -221,9 +228,9 @@ class ExpiredTimers(_KeyedCall):
 # -- bulk state ------------------------------------------------------------------------------------
 
 
-def _bulk_keys(session: _Session, what: str, operation: str) -> _Keys:
+def _bulk_keys(session: PartitionSession, what: str, operation: str) -> _Keys:
     """The implicit keys of the current bulk call; ``what`` (e.g. "state variable 'x'") names the target."""
-    keys = session.bulk
+    keys: _Keys | None = session.bulk
     if keys is None:
         raise ImplicitKeyError(
             f"Cannot {operation} {what} in bulk here: bulk operations work on the keys of"
@@ -268,7 +275,7 @@ class _BulkState:
     """What the bulk state variables share: naming, the selected keys, and clearing by key prefix."""
 
     __slots__ = ()
-    _s: _Session
+    _s: PartitionSession
     _name: str
 
     def _what(self) -> str:
@@ -288,6 +295,7 @@ class BulkValueState(_BulkState, ValueState):
     """A value state variable with bulk operations over the current keys (and the per-key ones)."""
 
     __slots__ = ("_columns",)
+    _columns: ValueColumns
 
     def _value_columns(self) -> ValueColumns:
         try:
@@ -352,14 +360,14 @@ class BulkValueState(_BulkState, ValueState):
             store.delete(cf, kb)
 
 
-class _Lazy(Sequence):
+class _Lazy(Sequence[Any]):
     """The grouping keys (as tuples) of the selected rows, built only when an error names one."""
 
     def __init__(self, keys: _Keys, mask: np.ndarray | None) -> None:
         self._keys = keys
         self._mask = mask
 
-    def _list(self) -> list[tuple]:
+    def _list(self) -> list[StateRow]:
         tuples = self._keys.tuples()
         return tuples if self._mask is None else [t for t, m in zip(tuples, self._mask, strict=True) if m]
 
@@ -374,6 +382,7 @@ class BulkListState(_BulkState, ListState):
     """A list state variable with bulk operations over the current keys (and the per-key ones)."""
 
     __slots__ = ("_arrow",)
+    _arrow: pa.StructType
 
     def _struct(self) -> pa.StructType:
         try:
@@ -386,7 +395,7 @@ class BulkListState(_BulkState, ListState):
         """Every current key's list: a ``ListArray`` of structs of the schema (empty where none)."""
         keys = _bulk_keys(self._s, self._what(), "read").encoded
         now = self._now()
-        rows: list[tuple] = []
+        rows: list[StateRow] = []
         offsets = [0]
         decode = self._codec.decode_live_list
         for kb in keys:
@@ -400,7 +409,7 @@ class BulkListState(_BulkState, ListState):
         values = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], fields=list(struct))
         return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
 
-    def _lists(self, lists: Any, n: int, operation: str) -> list[list[tuple] | None]:
+    def _lists(self, lists: Any, n: int, operation: str) -> list[list[StateRow] | None]:
         if isinstance(lists, pa.ChunkedArray):
             lists = lists.combine_chunks()
         if not isinstance(lists, pa.Array):
@@ -410,7 +419,7 @@ class BulkListState(_BulkState, ListState):
                 f"{operation} on list state variable {self._name!r} got {len(lists)} lists for {n} keys"
             )
         names = self._schema.names
-        out: list[list[tuple] | None] = []
+        out: list[list[StateRow] | None] = []
         for value in lists.to_pylist():
             if value is None:
                 out.append(None)
@@ -443,7 +452,7 @@ class BulkListState(_BulkState, ListState):
             head = store.get(self._cf, kb)
             self._write_rows(kb, rows, 0 if head is None else int.from_bytes(head, "big"), keys, i)
 
-    def _write_rows(self, kb: bytes, rows: list[tuple], chunk_no: int, keys: _Keys, i: int) -> None:
+    def _write_rows(self, kb: bytes, rows: list[StateRow], chunk_no: int, keys: _Keys, i: int) -> None:
         try:
             checked = self._rows(rows, "write")
             self._write_chunk(kb, checked, chunk_no)

@@ -8,17 +8,20 @@ here: each phase is one handler call over many keys instead of one call per key.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from blobstate.processor import codec, layout
-from blobstate.processor.api import _Session, delete_timer
-from blobstate.processor.arrow_api import ExpiredTimers, KeyedBatch
+from blobstate.encoding import codec, layout
+from blobstate.processor.api import PartitionSession, TimerValues, delete_timer
+from blobstate.processor.arrow_api import ArrowStatefulProcessor, ExpiredTimers, KeyedBatch
 from blobstate.processor.columnar import conform_columns, decode_keys, encode_keys
 from blobstate.processor.errors import OutputSchemaError, StatefulProcessorError
 from blobstate.processor.grouping import key_runs
+
+if TYPE_CHECKING:
+    from blobstate.processor.runner import RunStats
 
 DEFAULT_FLUSH_ROWS = 65_536
 
@@ -115,7 +118,7 @@ def collect(result: Any, collector: ArrowOutputCollector, source: str) -> Iterat
         raise
 
 
-def keyed_batch(session: _Session, table: pa.Table, key_columns: list[str]) -> KeyedBatch:
+def keyed_batch(session: PartitionSession, table: pa.Table, key_columns: list[str]) -> KeyedBatch:
     """``table``'s rows grouped by ``key_columns`` as the handlers see them."""
     rows, starts, _ends = key_runs(table, key_columns)
     offsets = np.append(starts, rows.num_rows)
@@ -123,12 +126,17 @@ def keyed_batch(session: _Session, table: pa.Table, key_columns: list[str]) -> K
     return KeyedBatch(session, keys, encode_keys(keys), rows, offsets)
 
 
-def _bulk(session: _Session, call: KeyedBatch | ExpiredTimers) -> None:
+def _bulk(session: PartitionSession, call: KeyedBatch | ExpiredTimers) -> None:
     session.bulk = call._keys
 
 
 def initial_state(
-    proc: Any, session: _Session, table: pa.Table, key_columns: list[str], timer_values: Any, stats: Any
+    proc: ArrowStatefulProcessor,
+    session: PartitionSession,
+    table: pa.Table,
+    key_columns: list[str],
+    timer_values: TimerValues,
+    stats: RunStats,
 ) -> None:
     """``handleInitialState`` over every key of the initial state."""
     batch = keyed_batch(session, table, key_columns)
@@ -144,13 +152,13 @@ def initial_state(
 
 
 def input_batch(
-    proc: Any,
-    session: _Session,
+    proc: ArrowStatefulProcessor,
+    session: PartitionSession,
     table: pa.Table,
     key_columns: list[str],
-    timer_values: Any,
+    timer_values: TimerValues,
     collector: ArrowOutputCollector,
-    stats: Any,
+    stats: RunStats,
 ) -> Iterator[pa.RecordBatch]:
     """``handleInputBatch`` over every key of the input; yields the output batches."""
     batch = keyed_batch(session, table, key_columns)
@@ -163,13 +171,13 @@ def input_batch(
 
 
 def expired_timers(
-    proc: Any,
-    session: _Session,
+    proc: ArrowStatefulProcessor,
+    session: PartitionSession,
     due: list[tuple[int, bytes]],
     key_schema: pa.Schema,
-    timer_values: Any,
+    timer_values: TimerValues,
     collector: ArrowOutputCollector,
-    stats: Any,
+    stats: RunStats,
 ) -> Iterator[pa.RecordBatch]:
     """``handleExpiredTimers`` over the due timers ``(expiry, key bytes)``, each key once per call (a key
     with several due timers is in as many successive calls), deleting each call's timers after it."""

@@ -1,7 +1,7 @@
 """Whole-column versions of the key and value encodings, for the vectorized (``api="arrow"``) processor API.
 
-The bytes are exactly those of :mod:`blobstate.processor.codec` (grouping keys) and
-:mod:`blobstate.processor.values` (state values): a checkpoint does not depend on the API that wrote it.
+The bytes are exactly those of :mod:`blobstate.encoding.codec` (grouping keys) and
+:mod:`blobstate.encoding.values` (state values): a checkpoint does not depend on the API that wrote it.
 Only the way they are produced differs: the common cases (string, integer, boolean and floating-point
 key columns; state schemas of fixed-width fields only, without TTL) are encoded and decoded for a whole
 column at once with pyarrow and numpy; anything else goes through the per-row codecs, value by value.
@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from blobstate.processor import codec
+from blobstate.encoding import codec
+from blobstate.encoding.values import EXPIRED, MARK, StateCodec, compile_schema
 from blobstate.processor.errors import StateVariableError
-from blobstate.processor.values import EXPIRED, MARK, StateCodec, compile_schema
 
 _NULL_KEY = pa.scalar(b"\x00", pa.binary())
 _STR_TAG = pa.scalar(b"\x06", pa.binary())
@@ -88,7 +88,8 @@ def encode_keys(keys: pa.Table) -> list[bytes]:
             return [encode(k) for k in zip(*columns, strict=True)]
         parts.append(encoded)
     joined = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, _EMPTY)
-    return joined.to_pylist()
+    encoded_keys: list[bytes] = joined.to_pylist()
+    return encoded_keys
 
 
 def decode_keys(key_bytes: Sequence[bytes], schema: pa.Schema | Sequence[str]) -> pa.Table:
@@ -237,7 +238,10 @@ class ValueColumns:
                     records["nulls"][:, i >> 3] |= nulls.astype(np.uint8) << (i & 7)
                 array = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
             records[f"f{i}"] = array.to_numpy(zero_copy_only=False)
-        return _fixed_to_binary(records.view(np.uint8).reshape(n, dtype.itemsize), dtype.itemsize).to_pylist()
+        values: list[bytes] = _fixed_to_binary(
+            records.view(np.uint8).reshape(n, dtype.itemsize), dtype.itemsize
+        ).to_pylist()
+        return values
 
 
 def conform_columns(
@@ -269,7 +273,7 @@ _NUMPY_CODES = {"?": "?", "b": "i1", "h": "<i2", "i": "<i4", "q": "<i8", "d": "<
 
 def _numpy_layout(row: Any, arrow_schema: pa.Schema) -> np.dtype | None:
     """The numpy record of a value ``marker + null bitmap + fixed part`` (values.RowLayout.value), or None."""
-    fields: list[tuple[str, Any]] = [("marker", "u1")]
+    fields: list[tuple[str, str] | tuple[str, str, tuple[int]]] = [("marker", "u1")]
     if row.nb == 1:
         fields.append(("nulls", "u1"))
     elif row.nb:

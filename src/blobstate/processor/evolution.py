@@ -1,6 +1,6 @@
 """State variable schema evolution on restart: nullable fields appended at the end.
 
-Stored values carry no schema of their own (:mod:`blobstate.processor.values`); ``$meta`` records the
+Stored values carry no schema of their own (:mod:`blobstate.encoding.values`); ``$meta`` records the
 schema a variable was declared with. When a restarted query declares the variable with another schema:
 
 - the same fields (names, in order, of the same stored types; nullability and comments may change):
@@ -20,8 +20,8 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
+from blobstate.encoding.values import MARK, MARK_EXPIRY, StateCodec, storage_signature
 from blobstate.processor.errors import StateVariableError
-from blobstate.processor.values import MARK, MARK_EXPIRY, StateCodec, storage_signature
 from blobstate.state.interface import KeyValueStore
 
 ALLOWED = (

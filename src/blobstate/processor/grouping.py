@@ -18,7 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from blobstate.processor import codec
+from blobstate.encoding import codec
+from blobstate.encoding.codec import Key
 
 # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch: a key's rows arrive in DataFrames of
 # at most this many rows.
@@ -102,7 +103,7 @@ class Groups:
     """Rows of one table grouped by key, in ascending key order."""
 
     frame: pd.DataFrame
-    keys: list[tuple]
+    keys: list[Key]
     key_bytes: list[bytes]
     starts: list[int]
     ends: list[int]
@@ -199,7 +200,7 @@ def _slice_is_safe(slice_rows: Callable[[pd.DataFrame, int, int], pd.DataFrame])
             return False
         cut.loc[0, "a"] = -1
         cut.loc[1, "b"] = "changed"
-        return probe["a"].tolist() == [1, 2, 3] and probe["b"].tolist() == ["x", "y", "z"]
+        return bool(probe["a"].tolist() == [1, 2, 3] and probe["b"].tolist() == ["x", "y", "z"])
     except Exception:
         return False
 

@@ -55,7 +55,7 @@ class OutputCollector:
         self._names = list(schema.names)
         self._name_set = set(self._names)
         # Column name tuples already validated (usually one) -> whether they are assigned by position.
-        self._ok_columns: dict[tuple, bool] = {}
+        self._ok_columns: dict[tuple[object, ...], bool] = {}
         self._not_null = [i for i, f in enumerate(schema.fields) if not f.nullable]
         self._nested_not_null = [i for i, f in enumerate(arrow_schema) if has_nested_not_null(f.type)]
         self._runs: list[_Run] = []
@@ -220,7 +220,7 @@ def _single_chunks(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**replaced)
 
 
-def _fingerprint(columns: pd.Index) -> tuple:
+def _fingerprint(columns: pd.Index) -> tuple[object, ...]:
     """The column names as a tuple, cheaply (``Index.equals`` costs more than building a small frame)."""
     data = getattr(columns, "_data", None)
     chunks = getattr(data, "_pa_array", None)
@@ -255,7 +255,7 @@ class _Run:
 
     __slots__ = ("columns", "frames", "keep_frames", "layout", "parts")
 
-    def __init__(self, columns: pd.Index, layout: tuple, first_values: list[Any]) -> None:
+    def __init__(self, columns: pd.Index, layout: tuple[Any, ...], first_values: list[Any]) -> None:
         self.columns = columns
         self.layout = layout
         self.parts: list[list[Any]] = []

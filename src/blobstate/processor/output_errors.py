@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StructField, StructType
+from pyspark.sql.types import ByteType, DataType, IntegerType, LongType, ShortType, StructField, StructType
 
 from blobstate.processor.errors import OutputSchemaError
 
-_INTEGER_RANGES = {
+_INTEGER_RANGES: dict[type[DataType], tuple[int, int]] = {
     ByteType: (-(2**7), 2**7 - 1),
     ShortType: (-(2**15), 2**15 - 1),
     IntegerType: (-(2**31), 2**31 - 1),
@@ -42,27 +42,27 @@ class OutputOrigins:
 
     def __init__(self) -> None:
         self._starts: list[int] = []
-        self._origins: list[tuple[str, Any]] = []
+        self._origins: list[tuple[str, object]] = []
 
-    def mark(self, first_row: int, source: str, key: Any) -> None:
+    def mark(self, first_row: int, source: str, key: object) -> None:
         """Rows from ``first_row`` on (until the next mark) were yielded by ``source`` for ``key``."""
         self._starts.append(first_row)
         self._origins.append((source, key))
 
-    def at(self, row: int) -> tuple[str, Any] | None:
+    def at(self, row: int) -> tuple[str, object] | None:
         """The (handler, grouping key) that yielded pending row ``row``, if recorded."""
         i = bisect_right(self._starts, row) - 1
         return self._origins[i] if i >= 0 else None
 
 
-def yielded_by(source: str | None, key: Any) -> str:
+def yielded_by(source: str | None, key: object) -> str:
     """``"handleInputRows for grouping key ('a',)"``: the handler call at fault, for messages."""
     if source is None:
         return "the processor"
     return f"{source} for grouping key {key!r}"
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A value for an error message: its repr (shortened) and its Python type."""
     if isinstance(value, np.generic):
         value = value.item()
@@ -104,7 +104,7 @@ def find_misfit(rows: int, fits: Callable[[int], bool]) -> int | None:
     return bad - 1
 
 
-def misfit_error(field: StructField, value: Any, origin: tuple[str, Any] | None) -> OutputSchemaError:
+def misfit_error(field: StructField, value: object, origin: tuple[str, object] | None) -> OutputSchemaError:
     """The error for ``value`` (yielded by ``origin``) that column ``field`` cannot hold."""
     reason = _reason(field, value)
     source, key = origin if origin is not None else (None, None)
@@ -129,7 +129,7 @@ def unexplained_error(schema: StructType, error: BaseException) -> OutputSchemaE
 _SPARK_ADVICE = re.compile(r"spark\.|It can be caused by", re.IGNORECASE)
 
 
-def is_null(value: Any) -> bool:
+def is_null(value: object) -> bool:
     """Whether a yielded scalar is a null as Spark's conversion sees it (None, NaN, NaT, pd.NA)."""
     if value is None:
         return True

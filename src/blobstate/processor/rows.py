@@ -16,14 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import Row
 from pyspark.sql.types import StructType
 
-from blobstate.processor import codec
+from blobstate.encoding import codec
+from blobstate.encoding.codec import Key
 from blobstate.processor.errors import OutputSchemaError
 from blobstate.processor.grouping import sort_by_key
 from blobstate.processor.output_errors import (
@@ -49,7 +50,7 @@ class RowGroups:
 
     columns: list[list[Any]]
     row_class: Any
-    keys: list[tuple]
+    keys: list[Key]
     key_bytes: list[bytes]
     starts: list[int]
     ends: list[int]
@@ -128,7 +129,7 @@ class RowOutputCollector:
                 f" yield pyspark.sql.Row objects with the output fields ({schema_text(self.schema)})"
             )
         try:
-            values = dict(zip(row.__fields__, row, strict=False)) if self._flat else as_dict(True)
+            values = dict(zip(cast(Row, row).__fields__, row, strict=False)) if self._flat else as_dict(True)
         except Exception:  # a Row of values without field names
             raise OutputSchemaError(
                 f"{yielded_by(source, key)} yielded {show(row)} without field names; build it as"

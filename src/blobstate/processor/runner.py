@@ -14,19 +14,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
 from pyspark.sql.types import StructType
 
-from blobstate.processor import arrow_runner, codec, grouping, layout
+from blobstate.encoding import codec, layout
+from blobstate.processor import arrow_runner, grouping
 from blobstate.processor import rows as row_api
 from blobstate.processor.api import (
     ExpiredTimerInfo,
+    PartitionSession,
     StatefulProcessorHandle,
     StatefulProcessorHandleState,
-    _Session,
     delete_timer,
     normalize_time_mode,
 )
@@ -40,7 +41,7 @@ from blobstate.processor.output import DEFAULT_FLUSH_ROWS, OutputCollector
 from blobstate.processor.schema import to_arrow, to_struct_type
 from blobstate.state.interface import KeyValueStore
 
-InputData = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
+InputData: TypeAlias = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
 
 OUTPUT_MODES = {"append": "Append", "update": "Update"}
 
@@ -273,7 +274,7 @@ def _run(
     if max_event_time is not None:
         max_event_time[0] = stats.max_event_time_ms
 
-    session = _Session(store, time_mode, batch_timestamp_ms, watermark_ms)
+    session = PartitionSession(store, time_mode, batch_timestamp_ms, watermark_ms)
     session.adjuncts = adjuncts
     _check_mode_unchanged(store, layout.TIME_MODE_KEY, time_mode, "time mode")
     _check_mode_unchanged(store, b"outputMode", output_mode, "output mode")
@@ -377,7 +378,7 @@ def _due_timers(store: KeyValueStore, threshold: int) -> list[tuple[int, bytes]]
     return due
 
 
-def _sweep_ttl(session: _Session) -> int:
+def _sweep_ttl(session: PartitionSession) -> int:
     """Remove every value whose TTL expired by the batch timestamp; returns how many."""
     store = session.store
     now = session.batch_timestamp_ms

@@ -8,9 +8,9 @@ checkpoint is only read, never written.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from blobstate.blobstore.schemes import normalize_location
 from blobstate.reader.variables import TIMERS, StateReadError
 
 __all__ = ["TIMERS", "StateReadError", "read_state", "register_reader"]
@@ -42,8 +42,7 @@ def read_state(
     """
     from blobstate.reader.plan import plan_read
 
-    if "://" not in checkpoint:  # Python workers run elsewhere: a local path must not depend on our cwd
-        checkpoint = os.path.abspath(checkpoint)
+    checkpoint = normalize_location(checkpoint)  # Python workers run elsewhere: not relative to our cwd
     if timers and state_var not in (None, TIMERS):
         raise StateReadError("give either state_var or timers=True, not both")
     plan = plan_read(

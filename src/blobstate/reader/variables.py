@@ -1,10 +1,10 @@
 """The state of one partition's RocksDB store read back as rows: state variables, their entries, timers.
 
-Reads what :mod:`blobstate.processor.api` writes (column families in :mod:`blobstate.processor.layout`):
+Reads what :mod:`blobstate.processor.api` writes (column families in :mod:`blobstate.encoding.layout`):
 the declarations in ``$meta`` (JSON, their schemas parsed by :mod:`blobstate.stored_schema`,
 which never imports a type named in storage), grouping keys and MapState user keys with the tagged key
-decoder of :mod:`blobstate.processor.codec`, values with the schema-driven
-:class:`~blobstate.processor.values.StateCodec`. Nothing is unpickled or evaluated.
+decoder of :mod:`blobstate.encoding.codec`, values with the schema-driven
+:class:`~blobstate.encoding.values.StateCodec`. Nothing is unpickled or evaluated.
 
 Rows are flattened as Spark's state reader (``format("statestore")``) flattens them: one row per value,
 per list element, per map entry (user key, value) and per registered timer. Values with a TTL carry
@@ -20,9 +20,9 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
+from blobstate.encoding import codec, layout
+from blobstate.encoding.values import StateCodec, UnsupportedTypeError
 from blobstate.errors import BlobstateError
-from blobstate.processor import codec, layout
-from blobstate.processor.values import StateCodec, UnsupportedTypeError
 from blobstate.stored_schema import StoredSchemaError, parse_declaration
 
 _BEFORE_ANY_EXPIRY = -(1 << 63)

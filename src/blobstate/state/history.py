@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from blobstate.blobstore import BlobNotFoundError
 from blobstate.ids import CheckpointId
 from blobstate.layout import commit_name
 from blobstate.lineage.refs import ObjectRef, PartitionObjects
 from blobstate.state.errors import LineageError, MissingObjectError
+
+if TYPE_CHECKING:
+    from blobstate.lineage.commitlog import Commit, CommitLog
 
 
 class CommitCache:
@@ -31,12 +34,12 @@ class CommitCache:
     and every commit is read at most once however many partitions ask for it.
     """
 
-    def __init__(self, log: Any, known: dict[int, Any] | None = None) -> None:
+    def __init__(self, log: CommitLog, known: dict[int, Commit | None] | None = None) -> None:
         self.log = log
-        self._commits: dict[int, Any] = dict(known or {})
+        self._commits: dict[int, Commit | None] = dict(known or {})
         self._lock = threading.Lock()
 
-    def commit(self, version: int) -> Any:
+    def commit(self, version: int) -> Commit | None:
         """The commit of ``version``, or None when ``commits/<version>.json`` does not exist."""
         if version < 1:
             return None
@@ -68,7 +71,7 @@ class PartitionHistory:
         self.operator = operator
         self.partition = partition
 
-    def commit(self, version: int) -> Any:
+    def commit(self, version: int) -> Commit | None:
         """The commit of ``version``, or None when ``commits/<version>.json`` does not exist."""
         return self.commits.commit(version)
 

@@ -341,7 +341,7 @@ def _download_deltas(
     chain: Chain,
     data: dict[CheckpointId, bytes],
     report: LoadReport,
-) -> list[tuple[CheckpointId, list]]:
+) -> list[tuple[CheckpointId, list[Any]]]:
     """Download (in parallel) and fully decode every delta of the chain before any is applied."""
     todo = [cid for cid in chain.deltas if cid not in data]
     fetched = store.run_parallel(
@@ -381,7 +381,7 @@ def _finish(
     working: Path,
     info: LineageInfo,
     report: LoadReport,
-    records: list[tuple[CheckpointId, list]],
+    records: list[tuple[CheckpointId, list[Any]]],
     started: float,
 ) -> Loaded:
     opened = open_store(working)

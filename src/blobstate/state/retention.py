@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.errors import BlobstateError
@@ -47,6 +47,9 @@ from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory
 from blobstate.state.policy import validate_retention
 
+if TYPE_CHECKING:
+    from blobstate.lineage.commitlog import Commit, CommitLog, LogScan
+
 log = logging.getLogger(__name__)
 
 
@@ -54,7 +57,7 @@ class GcRefusedError(BlobstateError):
     """``gc`` will not delete anything: the location is not a checkpoint it can read completely."""
 
 
-def retained_from(previous: Any, version: int, min_versions_to_retain: int) -> int:
+def retained_from(previous: Commit | None, version: int, min_versions_to_retain: int) -> int:
     """The ``retained_from`` of the commit of ``version``: the oldest version its cleanup keeps.
 
     ``version - min_versions_to_retain + 1`` (at least 1), never below the previous commit's, so a larger
@@ -65,7 +68,7 @@ def retained_from(previous: Any, version: int, min_versions_to_retain: int) -> i
     return min(version, max(1, floor, version - min_versions_to_retain + 1))
 
 
-def declared_horizon(previous: Any, needed_from: int, retained: int) -> int:
+def declared_horizon(previous: Commit | None, needed_from: int, retained: int) -> int:
     """The ``horizon`` of a new commit whose ``retained_from`` is ``retained``: the oldest version
     whose commit is still needed, as a cleanup of an earlier commit of this checkpoint found
     (``needed_from``, 0: unknown), never below the previous commit's horizon nor above ``retained``.
@@ -138,7 +141,12 @@ MEMO = _Memo()
 
 # ---------------------------------------------------------------------------------------------- reading
 def snapshot_objects(
-    store: BlobStore, history: PartitionHistory, cid: CheckpointId, refs: Any = None, *, upto: int = 0
+    store: BlobStore,
+    history: PartitionHistory,
+    cid: CheckpointId,
+    refs: PartitionObjects | None = None,
+    *,
+    upto: int = 0,
 ) -> set[str]:
     """The snapshot index of ``cid`` and every blob it references.
 
@@ -337,13 +345,13 @@ def cleanup_partition(
     return stats
 
 
-def _commit_log(store: BlobStore) -> Any:
+def _commit_log(store: BlobStore) -> CommitLog:
     from blobstate.lineage.commitlog import CommitLog
 
     return CommitLog(store)
 
 
-def _partitions(commit: Any) -> list[tuple[str, int, str]]:
+def _partitions(commit: Commit) -> list[tuple[str, int, str]]:
     out = []
     for operator, parts in sorted(commit.checkpoints.items()):
         for partition, uid in sorted(parts.items()):
@@ -353,9 +361,9 @@ def _partitions(commit: Any) -> list[tuple[str, int, str]]:
 
 def after_commit(
     store: BlobStore,
-    commit: Any,
+    commit: Commit,
     *,
-    commit_log: Any = None,
+    commit_log: CommitLog | None = None,
     listed: list[int] | None = None,
     dry_run: bool = False,
 ) -> RetentionStats:
@@ -398,7 +406,7 @@ def after_commit(
 
 
 def prune_commits(
-    store: BlobStore, commit_log: Any, horizon: int, *, listed: list[int] | None = None
+    store: BlobStore, commit_log: CommitLog, horizon: int, *, listed: list[int] | None = None
 ) -> list[int]:
     """Delete the commits below ``horizon`` (declared by a durable commit), oldest first; ``listed``: the
     versions a listing of ``commits/`` found, else those below are found from a process-wide floor."""
@@ -412,7 +420,7 @@ def prune_commits(
     return pruned
 
 
-def cleanup_latest(store: BlobStore, scan: Any = None) -> RetentionStats | None:
+def cleanup_latest(store: BlobStore, scan: LogScan | None = None) -> RetentionStats | None:
     """Start-up cleanup: :func:`after_commit` for the newest commit, if any, pruning every listed
     commit below its horizon. ``scan``: a :class:`~blobstate.lineage.commitlog.LogScan` already made
     (else one listing of ``commits/``); a hole in the retained window raises
@@ -438,7 +446,7 @@ VANISHED = (StateLoadError, BlobNotFoundError)
 (:class:`StateLoadError`), or a snapshot blob whose TTL the cleanup removes (:class:`BlobNotFoundError`)."""
 
 
-def _newer_commit_landed(store: BlobStore, read: Any) -> bool:
+def _newer_commit_landed(store: BlobStore, read: Commit) -> bool:
     """Whether the commit log (read again) has a commit newer than ``read``.
 
     Then the newer commit's cleanup may have deleted what a mark from ``read`` could not find, and the
@@ -467,7 +475,9 @@ class GcStats:
     dry_run: bool = False
 
 
-def referenced_by_retained(store: BlobStore, commit: Any, *, commit_log: Any = None) -> set[str]:
+def referenced_by_retained(
+    store: BlobStore, commit: Commit, *, commit_log: CommitLog | None = None
+) -> set[str]:
     """Every object the retained versions of ``commit`` (``retained_from .. version``) reference."""
     log_ = commit_log or _commit_log(store)
     cache = CommitCache(log_, {commit.version: commit})
@@ -480,7 +490,7 @@ def referenced_by_retained(store: BlobStore, commit: Any, *, commit_log: Any = N
     return referenced
 
 
-def _read_checkpoint(store: BlobStore) -> tuple[Any, Any]:
+def _read_checkpoint(store: BlobStore) -> tuple[CommitLog, Commit | None]:
     """The commit log and its newest commit (None: nothing committed), after proving the log complete."""
     from blobstate.lineage.commitlog import CommitLogError
 
@@ -551,7 +561,7 @@ def gc_checkpoint(
     return stats
 
 
-def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> tuple[Any, set[str]]:
+def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> tuple[Commit | None, set[str]]:
     """Run the newest commit's post-commit cleanup (again); returns that commit (None: no commits) and,
     in a dry run, the pending objects it would make permanent.
 
@@ -565,9 +575,8 @@ def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> tuple[An
             return None, set()
         stats.latest_version, stats.retained_from = latest.version, latest.retained_from
         try:
-            done = after_commit(
-                store, latest, commit_log=log_, listed=log_.last_scan.versions, dry_run=dry_run
-            )
+            listed = log_.last_scan.versions if log_.last_scan is not None else None
+            done = after_commit(store, latest, commit_log=log_, listed=listed, dry_run=dry_run)
             stats.ttl_removed, stats.cleanup_deleted = done.ttl_removed, sorted(done.deleted)
             if dry_run:
                 stats.ttl_pending = len(done.ttl_pending)
@@ -591,6 +600,8 @@ def _sweep(store: BlobStore, stats: GcStats, dry_run: bool) -> None:
     for attempt in range(1, SWEEP_ATTEMPTS + 1):
         stats.mark_attempts = attempt
         log_, latest = _read_checkpoint(store)
+        if latest is None:  # the caller found a commit, and the newest commit is never pruned
+            raise GcRefusedError(f"gc --full on {store.url}: the commit log is empty now; nothing was swept")
         listed = store.list("state/") + store.list("blobs/")
         try:
             referenced = referenced_by_retained(store, latest, commit_log=log_)

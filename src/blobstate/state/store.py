@@ -30,7 +30,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from rocksdict import (
     AccessType,
@@ -103,7 +103,7 @@ class StoreClosedError(StateStoreError):
     """The store was closed; open it again."""
 
 
-class _ClosedHandles(dict):
+class _ClosedHandles(dict[Any, Any]):
     """Stands in for the handle table after ``close()``: every lookup raises ``StoreClosedError``."""
 
     def __init__(self, path: str) -> None:
@@ -179,7 +179,8 @@ def _db_options(create: bool) -> Options:
 
 def _write_options() -> WriteOptions:
     options = WriteOptions()
-    options.disable_wal = True
+    # rocksdict's stub declares disable_wal a method; the extension makes it a settable property
+    options.disable_wal = True  # type: ignore[method-assign,assignment]
     return options
 
 
@@ -189,6 +190,12 @@ def _prefix_end(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _raw(items: object) -> Iterator[tuple[bytes, bytes]]:
+    """``items`` as what they are in raw mode: byte keys and values (rocksdict's stub types the
+    default mode's keys and values)."""
+    return cast(Iterator[tuple[bytes, bytes]], items)
 
 
 def _holding(it: Iterator[tuple[bytes, bytes]], *refs: object) -> Iterator[tuple[bytes, bytes]]:
@@ -374,9 +381,10 @@ class RocksStateStore:
             family = self._cfs[cf]
         except KeyError:
             return None
-        value = family.overlay.get(key, _MISSING)
+        value: bytes | None = family.overlay.get(key, _MISSING)  # or _MISSING
         if value is _MISSING:
-            return family.view.get(key)
+            stored: bytes | None = family.view.get(key)
+            return stored
         return value
 
     def multi_get(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -406,13 +414,13 @@ class RocksStateStore:
             return iter(())
         self._sync()
         if not prefix:
-            return family.view.items()
+            return _raw(family.view.items())
         end = _prefix_end(prefix)
         if end is None:
-            return family.view.items(from_key=prefix)
+            return _raw(family.view.items(from_key=prefix))
         read_opt = ReadOptions()
         read_opt.set_iterate_upper_bound(end)
-        return _holding(family.view.items(from_key=prefix, read_opt=read_opt), read_opt, end, prefix)
+        return _holding(_raw(family.view.items(from_key=prefix, read_opt=read_opt)), read_opt, end, prefix)
 
     # ------------------------------------------------------------------ writes
 

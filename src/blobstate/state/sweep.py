@@ -82,7 +82,7 @@ def last_use(root: Path, *, ignore: tuple[str, ...] = (), default: float | None 
 def partition_roots(local_dir: Path) -> list[Path]:
     """Every ``<query-id>/<op>/<p>`` directory under ``local_dir`` (names that are not blobstate's are
     left alone)."""
-    roots = []
+    roots: list[Path] = []
     for query in _subdirs(local_dir):
         try:
             validate_uid(query.name.replace("-", ""), "query id")

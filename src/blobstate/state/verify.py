@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
+from blobstate.encoding.layout import META_CF, meta_key
 from blobstate.ids import CheckpointId
 from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name, delta_name, snapshot_name
 from blobstate.lineage.delta import DeltaFormatError, decode_delta
@@ -35,11 +36,8 @@ from blobstate.state.chain import fetch_checked_delta, resolve_chain
 from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory
 
-META_CF = "$meta"
-"""``blobstate.processor.layout.META_CF``, the column family of state variable declarations (the processor
-package, with the Spark API it loads, is not imported to verify a checkpoint)."""
-DECLARATION_KEY = b"var:"
-"""The key prefix of a declaration in it (``blobstate.processor.layout.meta_key``)."""
+DECLARATION_KEY = meta_key("")
+"""The key prefix of a state variable's declaration in ``META_CF``."""
 
 
 @dataclass(frozen=True)
@@ -455,7 +453,13 @@ def verify(
             checker = _Checker(store, report, history, sizes, checksums, check_ttl)
             for version in range(latest, newest.retained_from - 1, -1):
                 report.versions_checked += 1
-                checker.version(CheckpointId(version, history.uid(version)))
+                uid = history.uid(version)
+                if uid is None:  # the commit was read above; only a lost one has no uid
+                    report.problems.append(
+                        Problem(commit_name(version), f"is missing: {op}/{p} has no uid", version=version)
+                    )
+                    break
+                checker.version(CheckpointId(version, uid))
     return report
 
 

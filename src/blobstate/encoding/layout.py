@@ -1,8 +1,8 @@
 """Column families the processor API keeps in a partition's store, and what their keys hold.
 
-``kb`` is the encoded grouping key (:func:`blobstate.processor.codec.encode_key`, prefix-free),
+``kb`` is the encoded grouping key (:func:`blobstate.encoding.codec.encode_key`, prefix-free),
 ``ukb`` an encoded MapState user key, ``ts8`` a timestamp from :func:`codec.encode_ts` (sorts
-numerically), ``v`` a value in the typed encoding of :mod:`blobstate.processor.values` (format marker,
+numerically), ``v`` a value in the typed encoding of :mod:`blobstate.encoding.values` (format marker,
 optional expiry, then the row(s) laid out by the state variable's schema; docs/FORMATS.md). Nothing
 in these families is ever unpickled: keys are tagged, values schema-driven, ``$meta`` is JSON (read
 as plain data, never turned into classes).

@@ -64,8 +64,12 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
+from blobstate.encoding.errors import StateVariableError
 from blobstate.errors import BlobstateError
-from blobstate.processor.errors import StateVariableError
+
+StateRow = tuple[Any, ...]
+"""One row of a state variable's schema: its field values in schema order, each of the field's Python
+type (the ``Tuple`` of PySpark's state API, whose fields are as dynamic as the schema)."""
 
 MARK = 0xB0
 """First byte of a value in format 1 without expiry."""
@@ -108,6 +112,8 @@ class _Unfit(Exception):
         self.sql = sql
         self.message = message
         self.path: list[str] = []
+        self.element = 0
+        """The index of the list element that did not fit (set by ``pack_list``)."""
 
 
 class _OldFormat(Exception):
@@ -284,7 +290,8 @@ class _String(_Type):
         raise self.unfit(v)
 
     def to_bytes(self, v: Any) -> bytes:
-        return v.encode("utf-8", "surrogatepass")  # pickle keeps lone surrogates; so do we
+        data: bytes = v.encode("utf-8", "surrogatepass")  # pickle keeps lone surrogates; so do we
+        return data
 
     def from_bytes(self, data: bytes, start: int, stop: int) -> Any:
         try:
@@ -302,7 +309,8 @@ class _Binary(_Type):
         raise self.unfit(v)
 
     def to_bytes(self, v: Any) -> bytes:
-        return v
+        data: bytes = v
+        return data
 
     def from_bytes(self, data: bytes, start: int, stop: int) -> Any:
         return data[start:stop]
@@ -349,7 +357,7 @@ class _Timestamp(_Type):
         if tz is None:
             return _TS.pack(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, flags)
         if type(tz) is _dt.timezone:
-            args = tz.__getinitargs__()  # (offset,) or (offset, name): keeps an explicit name
+            args = tz.__getinitargs__()  # type: ignore[attr-defined]  # (offset,) or (offset, name): keeps an explicit name
             flags |= _TS_FIXED if len(args) == 1 else _TS_FIXED | _TS_NAMED
             zone = _OFFSET_US.pack(args[0] // _US) + (
                 args[1].encode("utf-8", "surrogatepass") if len(args) > 1 else b""
@@ -387,6 +395,7 @@ class _Timestamp(_Type):
             if stop - pos < 8 or (not kind & _TS_NAMED and stop - pos != 8):
                 raise _Corrupt("bad fixed-offset time zone length")
             offset = _dt.timedelta(microseconds=_OFFSET_US.unpack_from(data, pos)[0])
+            tz: _dt.tzinfo
             try:
                 if kind & _TS_NAMED:
                     tz = _dt.timezone(offset, data[pos + 8 : stop].decode("utf-8", "surrogatepass"))
@@ -519,7 +528,7 @@ def _sequence(code: str, n: int) -> struct.Struct:
     return compiled
 
 
-def _accept_items(t: _Type, items: Sequence) -> list:
+def _accept_items(t: _Type, items: Sequence[Any]) -> list[Any]:
     out = []
     for i, v in enumerate(items):
         v = _shallow(v)
@@ -533,7 +542,7 @@ def _accept_items(t: _Type, items: Sequence) -> list:
     return out
 
 
-def _pack_items(t: _Type, items: Sequence) -> bytes:
+def _pack_items(t: _Type, items: Sequence[Any]) -> bytes:
     """``len(items)`` values of type ``t``: null bitmap, one slot each, then variable parts."""
     n = len(items)
     nb = (n + 7) >> 3
@@ -569,7 +578,7 @@ def _pack_items(t: _Type, items: Sequence) -> bytes:
     return b"".join((bits.to_bytes(nb, "little"), _sequence(t.code, n).pack(*slots), *tails))
 
 
-def _unpack_items(t: _Type, n: int, data: bytes, pos: int, stop: int) -> tuple[list, int]:
+def _unpack_items(t: _Type, n: int, data: bytes, pos: int, stop: int) -> tuple[list[Any], int]:
     """Inverse of :func:`_pack_items`: ``n`` values from ``data[pos:stop]`` and the end offset."""
     nb = (n + 7) >> 3
     fixed_end = pos + nb + n * t.size
@@ -620,7 +629,7 @@ def _unpack_items(t: _Type, n: int, data: bytes, pos: int, stop: int) -> tuple[l
 _STR, _BYTES, _OTHER = 0, 1, 2  # how a variable-width field turns into bytes
 
 
-def _exact_checker(exact: tuple[type, ...]) -> Callable[[Sequence], bool]:
+def _exact_checker(exact: tuple[type, ...]) -> Callable[[Sequence[Any]], bool]:
     """Whether a row has exactly these field types (and arity): the fast path's one check.
 
     Spelled out for small arities because one ``type(r[i]) is t`` per field is several times faster
@@ -692,7 +701,7 @@ class RowLayout:
 
     # -- writing
 
-    def accept(self, row: Any) -> tuple:
+    def accept(self, row: Any) -> StateRow:
         """A row (tuple, list, dict by field name, Row) as a tuple of checked, converted values."""
         if isinstance(row, dict):
             missing = [a for a in self.names if a not in row]
@@ -715,7 +724,7 @@ class RowLayout:
             out.append(v)
         return tuple(out)
 
-    def _slots(self, row: Any) -> tuple[bytes, list, list]:
+    def _slots(self, row: Any) -> tuple[bytes, list[Any], list[Any]]:
         """Slow path: the null bitmap, fixed-part slots and variable parts of any acceptable ``row``."""
         row = self.accept(row)
         bits = 0
@@ -738,7 +747,7 @@ class RowLayout:
                 raise
         return bits.to_bytes(self.nb, "little"), slots, tails
 
-    def _exact_slots(self, row: Sequence) -> tuple[list, list]:
+    def _exact_slots(self, row: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """Fast path for a row that passed :attr:`check` (exact types, so no nulls)."""
         slots = list(row)
         for i, t in self.converted:
@@ -760,7 +769,7 @@ class RowLayout:
             tails.append(body)
         return slots, tails
 
-    def pack_value(self, row: Sequence, expiry_ms: int | None) -> bytes:
+    def pack_value(self, row: Sequence[Any], expiry_ms: int | None) -> bytes:
         """marker [+ expiry] + row: a ValueState or MapState value."""
         if self.check(row):
             try:
@@ -783,7 +792,7 @@ class RowLayout:
             head = self.expiring.pack(MARK_EXPIRY, expiry_ms, bitmap, *slots)
         return _join(head, tails)
 
-    def pack_body(self, row: Sequence) -> bytes:
+    def pack_body(self, row: Sequence[Any]) -> bytes:
         """bitmap + fixed part + variable part of one row (a list element or a nested struct)."""
         if self.check(row):
             try:
@@ -796,7 +805,7 @@ class RowLayout:
         bitmap, slots, tails = self._slots(row)
         return _join(self.body.pack(bitmap, *slots), tails)
 
-    def pack_list(self, rows: Sequence[Sequence], expiry_ms: int | None) -> bytes:
+    def pack_list(self, rows: Sequence[Sequence[Any]], expiry_ms: int | None) -> bytes:
         """marker [+ expiry] + count + rows: a ListState chunk."""
         parts = [b""]  # the head, once the count is known
         check, simple, single, body0 = self.check, self.simple, self.single, self.body0.pack
@@ -829,7 +838,7 @@ class RowLayout:
 
     # -- reading
 
-    def unpack(self, data: bytes, pos: int, stop: int) -> tuple[tuple, int]:
+    def unpack(self, data: bytes, pos: int, stop: int) -> tuple[StateRow, int]:
         """One row from ``data[pos:stop]``: the tuple and the offset after it."""
         end = pos + self.size
         if end > stop:
@@ -888,7 +897,7 @@ class RowLayout:
                 out[i] = None
         return tuple(out), end
 
-    def unpack_whole(self, data: bytes, pos: int) -> tuple:
+    def unpack_whole(self, data: bytes, pos: int) -> StateRow:
         """The row that fills ``data[pos:]`` exactly."""
         if self.simple and len(data) == pos + self.size and data[pos : pos + self.nb] == self.zero:
             return self.fixed.unpack_from(data, pos + self.nb)
@@ -897,7 +906,7 @@ class RowLayout:
             raise _Corrupt(f"{len(data) - end} trailing bytes after the value")
         return row
 
-    def unpack_list(self, data: bytes, pos: int) -> list[tuple]:
+    def unpack_list(self, data: bytes, pos: int) -> list[StateRow]:
         """The rows of a ListState chunk whose count is at ``data[pos:]``."""
         if len(data) < pos + 4:
             raise _Corrupt("truncated: list chunk without its count")
@@ -916,17 +925,17 @@ class RowLayout:
                     continue
                 if single is not None:
                     j, is_str = single
-                    row = list(fixed(data, pos + nb))
+                    fields = list(fixed(data, pos + nb))
                     end = pos + size
-                    body_end = end + row[j]
+                    body_end = end + fields[j]
                     if body_end <= stop:
                         try:
-                            row[j] = (
+                            fields[j] = (
                                 data[end:body_end].decode("utf-8", "surrogatepass")
                                 if is_str
                                 else data[end:body_end]
                             )
-                            out.append(tuple(row))
+                            out.append(tuple(fields))
                             pos = body_end
                             continue
                         except UnicodeDecodeError:
@@ -1045,7 +1054,7 @@ class StateCodec:
         variable = tuple((i, kind == _STR) for i, _, kind in row.variable)
         single, single_str = row.single or (None, False)
 
-        def encode(values: Sequence, expiry_ms: int | None, what: str = "value") -> bytes:
+        def encode(values: Sequence[Any], expiry_ms: int | None, what: str = "value") -> bytes:
             """``values`` (one row of the schema) as stored bytes; ``expiry_ms`` None: no TTL."""
             if check(values):  # exact types: no nulls, nothing to convert
                 try:
@@ -1055,7 +1064,9 @@ class StateCodec:
                         return expiring0(MARK_EXPIRY, expiry_ms, *values)
                     if single is not None:
                         slots = list(values)
-                        body = slots[single].encode("utf-8", "surrogatepass") if single_str else slots[single]
+                        body: bytes = (
+                            slots[single].encode("utf-8", "surrogatepass") if single_str else slots[single]
+                        )
                         slots[single] = len(body)
                         if expiry_ms is None:
                             return value0(MARK, *slots) + body
@@ -1137,7 +1148,7 @@ class StateCodec:
         list0, list_expiring0 = row.list0.pack, row.list_expiring0.pack
         single, single_str = row.single or (None, False)
 
-        def encode_list(rows: Sequence[Sequence], expiry_ms: int | None) -> bytes:
+        def encode_list(rows: Sequence[Sequence[Any]], expiry_ms: int | None) -> bytes:
             """A ListState chunk of ``rows`` (non-empty)."""
             if len(rows) == 1 and check(rows[0]):  # appendValue: the fast paths of encode
                 try:
@@ -1147,7 +1158,9 @@ class StateCodec:
                         return list_expiring0(MARK_EXPIRY, expiry_ms, 1, *rows[0])
                     if single is not None:
                         slots = list(rows[0])
-                        body = slots[single].encode("utf-8", "surrogatepass") if single_str else slots[single]
+                        body: bytes = (
+                            slots[single].encode("utf-8", "surrogatepass") if single_str else slots[single]
+                        )
                         slots[single] = len(body)
                         if expiry_ms is None:
                             return list0(MARK, 1, *slots) + body
@@ -1203,7 +1216,7 @@ class StateCodec:
 
     # -- writing
 
-    def coerce(self, row: Sequence, what: str) -> tuple:
+    def coerce(self, row: Sequence[Any], what: str) -> StateRow:
         """``row`` checked against the schema and converted to plain Python values (e.g. a user key)."""
         layout = self._row
         if layout.check(row):
@@ -1230,14 +1243,14 @@ class StateCodec:
 
     # -- reading
 
-    def decode(self, data: bytes, key: Any = None) -> tuple:
+    def decode(self, data: bytes, key: Any = None) -> StateRow:
         """The row stored in ``data`` (ignoring its expiry)."""
         try:
             return self._row.unpack_whole(data, self._body_start(data))
         except _READ_ERRORS as e:
             raise self._corrupt(e, data, key) from None
 
-    def decode_list(self, data: bytes, key: Any = None) -> list[tuple]:
+    def decode_list(self, data: bytes, key: Any = None) -> list[StateRow]:
         """The rows of a ListState chunk (ignoring its expiry)."""
         try:
             return self._row.unpack_list(data, self._body_start(data))
@@ -1250,7 +1263,8 @@ class StateCodec:
             pos = self._body_start(data)
             if len(data) < pos + 4:
                 raise _Corrupt("truncated: list chunk without its count")
-            return _U32.unpack_from(data, pos)[0]
+            count: int = _U32.unpack_from(data, pos)[0]
+            return count
         except _READ_ERRORS as e:
             raise self._corrupt(e, data, key) from None
 

@@ -11,7 +11,7 @@ scan: ``key_bytes(k) + suffix``. Keys of one type sort in value order, so MapSta
 user keys in order and timers with equal expiry fire in key order.
 
 Decoding only reads tags, fixed-width numbers and delimited text: nothing is unpickled or evaluated.
-State *values* use the schema-driven encoding of :mod:`blobstate.processor.values`.
+State *values* use the schema-driven encoding of :mod:`blobstate.encoding.values`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ import numpy as np
 import pandas as pd
 
 from blobstate.errors import BlobstateError
+
+Key = tuple[Any, ...]
+"""A grouping key or a MapState user key: its components in order (ints, floats, str, bytes, timestamps,
+dates, decimals, timedeltas, None, nested tuples of them)."""
 
 _OFFSET = 1 << 63
 _I64_MIN = -(1 << 63)
@@ -106,9 +110,10 @@ def _float_bits(v: float) -> bytes:
 
 
 def _float_from_bits(data: bytes, pos: int) -> float:
-    bits = _U64.unpack_from(data, pos)[0]
+    bits: int = _U64.unpack_from(data, pos)[0]
     bits = bits ^ _SIGN if bits & _SIGN else bits ^ _ALL
-    return _DOUBLE.unpack(_U64.pack(bits))[0]
+    value: float = _DOUBLE.unpack(_U64.pack(bits))[0]
+    return value
 
 
 def _encode_component(v: Any, out: bytearray) -> None:
@@ -189,15 +194,17 @@ def _numpy_scalar(v: np.generic) -> Any:
     return v.item()
 
 
-def encode_key(key: tuple) -> bytes:
+def encode_key(key: Key) -> bytes:
     """Encode a key tuple (grouping key or MapState user key); see the module docstring."""
     if len(key) == 1:
         v = key[0]
         t = type(v)
         if t is int and _I64_MIN <= v <= _I64_MAX:  # fast path: one int64 column
-            return b"\x03" + (v + _OFFSET).to_bytes(8, "big")
+            number: int = v
+            return b"\x03" + (number + _OFFSET).to_bytes(8, "big")
         if t is str:
-            return b"\x06" + v.encode("utf-8").replace(b"\x00", b"\x00\x01") + _TERM
+            text: str = v
+            return b"\x06" + text.encode("utf-8").replace(b"\x00", b"\x00\x01") + _TERM
     out = bytearray()
     for v in key:
         _encode_component(v, out)
@@ -248,7 +255,7 @@ def _decode_component(data: bytes, pos: int) -> tuple[Any, int]:
     raise ValueError(f"corrupt key bytes: unknown tag {tag:#x} at offset {pos - 1}")
 
 
-def decode_key(data: bytes, arity: int, pos: int = 0) -> tuple[tuple, int]:
+def decode_key(data: bytes, arity: int, pos: int = 0) -> tuple[Key, int]:
     """Decode ``arity`` components from ``data[pos:]``; returns the tuple and the end offset."""
     items = []
     for _ in range(arity):
