@@ -17,8 +17,9 @@ samples:
 Restarts, after ``--restart-at`` batches and at the end: the query is stopped, then
 
 * ``cold``: a new process (new JVM, new Python workers, an empty local directory) starts the query on
-  the same checkpoint; the time from starting the query to its first committed batch (its session's
-  start-up is given apart), the median of ``--restart-repeat`` such processes one after the other;
+  the same checkpoint; the time from starting the query to the first batch it runs and commits (a
+  batch replayed because a stop cut Spark's own commit off is counted apart; its session's start-up is
+  given apart), the median of ``--restart-repeat`` such processes one after the other;
 * ``warm``: this process starts the query again (same session and local directory): the same time.
 
 The JSON (stdout, and ``--out`` rewritten at every sample so an interrupted run keeps its figures)
@@ -234,21 +235,30 @@ class Batches:
         self.done_at: list[float] = []
         self.seconds: list[float] = []
         self.state_keys = 0
+        self.replayed = 0
         self.first = threading.Event()
+        self.first_batch_id = -1
 
     def on_batch(self, report: Any) -> None:
-        """``transform_with_state``'s callback."""
+        """``transform_with_state``'s callback. A batch that blobstate had committed before (a restart
+        replays the batch whose Spark commit the stop cut off) is counted apart."""
+        if report.skipped:
+            self.replayed += 1
+            return
         self.seconds.append(report.seconds)
         self.done_at.append(time.monotonic())
         self.state_keys = report.state_keys
-        self.first.set()
+        if not self.first.is_set():
+            self.first_batch_id = report.batch_id
+            self.first.set()
 
     def __len__(self) -> int:
         return len(self.done_at)
 
 
 def time_to_first_batch(start: Any, batches: Batches, timeout: float) -> tuple[Any, float]:
-    """Start a query with ``start()`` and wait for its first committed batch: (query, seconds)."""
+    """Start a query with ``start()`` and wait for the first batch it runs and commits (not a replay of
+    one committed before): (query, seconds)."""
     batches.first.clear()
     started = time.monotonic()
     query = start()
@@ -274,6 +284,14 @@ def probe(spec_path: Path) -> int:
         )
         result["seconds_to_first_batch"] = round(seconds, 3)
         result["first_batch_seconds"] = round(batches.seconds[0], 3)
+        result["replayed_batches"] = batches.replayed
+        # Stop once Spark has committed the batch too, so the next start does not replay it.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            progress = query.lastProgress
+            if progress is not None and progress["batchId"] >= batches.first_batch_id:
+                break
+            time.sleep(0.1)
         query.stop()
         spark.stop()
     finally:
