@@ -94,6 +94,32 @@ def test_a_crash_while_pruning_leaves_commits_the_next_cleanup_prunes(tmp_path: 
         assert dump(state) == q.models[7]
 
 
+def test_gc_dry_run_lists_the_commits_it_would_prune_and_gc_prunes_exactly_those(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from blobstate.blobstore import open_blob_store
+    from blobstate.cli.main import app
+
+    url = str(tmp_path / "checkpoint")
+    store = open_blob_store(url)
+    q = Query(store, tmp_path / "work", every=1, retain=2)
+    q.run(6)
+    _, commit = q.step({b"k": b"v"}, cleanup=False)  # the driver stopped before the commit's cleanup
+    before = commits(store)
+    doomed = [v for v in before if v < commit.horizon]
+    assert doomed
+    forget_process_memory()
+    assert gc_checkpoint(store, dry_run=True).commits_pruned == doomed
+    forget_process_memory()
+    dry = CliRunner().invoke(app, ["gc", url, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert f"prune {len(doomed)} commit" in dry.output and commit_name(doomed[0]) in dry.output, dry.output
+    assert commits(store) == before
+    forget_process_memory()
+    assert gc_checkpoint(store).commits_pruned == doomed
+    assert commits(store) == list(range(commit.horizon, commit.version + 1))
+
+
 def test_pruning_deletes_oldest_first_so_a_walk_from_the_horizon_finds_what_is_left() -> None:
     store = new_memory_store()
     log = CommitLog(store)

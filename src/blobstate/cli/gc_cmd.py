@@ -68,15 +68,17 @@ def gc(
     if dry_run:
         typer.echo(
             f"dry run, nothing changed: checkpoint {url}: {span}; post-commit cleanup would clear the TTL "
-            f"of {stats.ttl_removed} referenced objects ({stats.ttl_pending} of them still pending) and "
-            f"delete {len(stats.cleanup_deleted)} objects of versions no longer retained; would expire "
-            f"{len(stats.expired)} pending objects past their TTL"
+            f"of {stats.ttl_removed} referenced objects ({stats.ttl_pending} of them still pending), "
+            f"delete {len(stats.cleanup_deleted)} objects of versions no longer retained and prune "
+            f"{_commits(stats.commits_pruned)}; would expire {len(stats.expired)} pending objects past "
+            "their TTL"
         )
     else:
         typer.echo(
             f"checkpoint {url}: {span}; post-commit cleanup finished (TTL cleared on {stats.ttl_removed} "
             f"referenced objects, deleted {len(stats.cleanup_deleted)} objects of versions no longer "
-            f"retained); expired {len(stats.expired)} pending objects past their TTL"
+            f"retained, pruned {_commits(stats.commits_pruned)}); expired {len(stats.expired)} pending "
+            "objects past their TTL"
         )
     if full:
         verb = "would delete" if dry_run else "deleted"
@@ -87,6 +89,18 @@ def gc(
     if expiry_problem:
         typer.echo(f"error: {expiry_problem}", err=True)
         raise typer.Exit(1)
+
+
+def _commits(versions: list[int]) -> str:
+    """``3 commits below the horizon (commits/4.json ... commits/6.json)``, or ``no commit``."""
+    from blobstate.layout import commit_name
+
+    if not versions:
+        return "no commit"
+    names = ", ".join(commit_name(v) for v in versions)
+    if len(versions) > 3 and versions == list(range(versions[0], versions[-1] + 1)):
+        names = f"{commit_name(versions[0])} ... {commit_name(versions[-1])}"
+    return f"{len(versions)} commit{'s' if len(versions) > 1 else ''} below the horizon ({names})"
 
 
 def _report_repository(

@@ -373,7 +373,7 @@ def after_commit(
     ``commit.horizon`` (``listed``: the versions a listing of ``commits/`` found). Idempotent; safe to
     run again after a crash part-way (and at start-up, see :func:`cleanup_latest`). Raises the first
     error after trying every partition, and then prunes nothing. ``dry_run`` changes nothing (prunes
-    nothing) and reports what the cleanup would do.
+    nothing) and reports what the cleanup would do, the listed commits it would prune included.
     """
     started = time.monotonic()
     log_ = commit_log or _commit_log(store)
@@ -401,6 +401,8 @@ def after_commit(
         raise first_error
     if not dry_run:
         total.commits_pruned = prune_commits(store, log_, commit.horizon, listed=listed)
+    elif listed is not None:
+        total.commits_pruned = sorted(v for v in listed if v < commit.horizon)
     total.seconds = time.monotonic() - started
     return total
 
@@ -466,6 +468,8 @@ class GcStats:
     """Dry run: of ``ttl_removed``, the objects that still have a TTL (None: not counted)."""
     cleanup_deleted: list[str] = field(default_factory=list)
     """Objects of versions no longer retained that the post-commit cleanup deleted."""
+    commits_pruned: list[int] = field(default_factory=list)
+    """Versions of the commits below the newest commit's horizon that the cleanup pruned (would prune)."""
     expired: list[str] = field(default_factory=list)
     listed: int = 0
     referenced: int = 0
@@ -578,6 +582,7 @@ def _finish_cleanup(store: BlobStore, stats: GcStats, dry_run: bool) -> tuple[Co
             listed = log_.last_scan.versions if log_.last_scan is not None else None
             done = after_commit(store, latest, commit_log=log_, listed=listed, dry_run=dry_run)
             stats.ttl_removed, stats.cleanup_deleted = done.ttl_removed, sorted(done.deleted)
+            stats.commits_pruned = list(done.commits_pruned)
             if dry_run:
                 stats.ttl_pending = len(done.ttl_pending)
             return latest, set(done.ttl_pending)
