@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from blobstate.blobstore.base import BlobStore
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 
 AZURE_SCHEMES = ("az://", "abfs://", "abfss://")
 
 
-class BackendNotInstalledError(BlobstateError, ImportError):
+class BackendNotInstalledError(ConfigurationError, ImportError):
     """The blob store backend of a URL needs an optional dependency that is not installed."""
 
 

@@ -22,7 +22,7 @@ from blobstate.blobstore.azure_options import (
 )
 from blobstate.blobstore.open import AZURE_SCHEMES
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
 if TYPE_CHECKING:
@@ -43,11 +43,12 @@ def resolve_local_dir(configured: str) -> str:
     return configured or default_local_dir()
 
 
-class QueryConfigError(BlobstateError, ValueError):
-    """A query option (keyword or ``spark.blobstate.*`` conf) that is invalid; the message names it."""
+class QueryConfigError(ConfigurationError, ValueError):
+    """An argument of ``transform_with_state`` or a query option (keyword or ``spark.blobstate.*`` conf)
+    that is invalid; the message names it."""
 
 
-class UnknownOptionError(BlobstateError, TypeError):
+class UnknownOptionError(ConfigurationError, TypeError):
     """A keyword argument or ``spark.blobstate.*`` key that is not a blobstate option."""
 
 

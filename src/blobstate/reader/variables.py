@@ -20,7 +20,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import StateError
 from blobstate.processor import codec, layout
 from blobstate.processor.values import StateCodec, UnsupportedTypeError
 from blobstate.stored_schema import StoredSchemaError, parse_declaration
@@ -31,7 +31,7 @@ TIMERS = "$timers"
 """The name that reads the registered timers instead of a state variable (``stateVarName``)."""
 
 
-class StateReadError(BlobstateError, ValueError):
+class StateReadError(StateError, ValueError):
     """The state asked for does not exist (an unknown state variable, operator, partition or version)."""
 
 
