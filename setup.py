@@ -25,11 +25,18 @@ JAVA_DIR = HERE / "src" / "blobstate" / "engine" / "java"
 
 
 def _helper_jar_module():
-    """``blobstate.engine.helper_jar`` loaded by path (blobstate's dependencies may be absent here)."""
+    """``blobstate.engine.helper_jar`` loaded by path (blobstate's dependencies may be absent here).
+
+    It imports only ``blobstate.errors``, which imports nothing, so this checkout's ``src`` goes first on
+    the path while it loads: the build environment need not have blobstate installed."""
     spec = importlib.util.spec_from_file_location("_blobstate_helper_jar", JAVA_DIR.parent / "helper_jar.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclass-free, but keep the module findable while it runs
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(HERE / "src"))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(HERE / "src"))
     return module
 
 

@@ -5,7 +5,9 @@ PySpark's ``transformWithStateInPandas`` (``StatefulProcessorHandle``, ``ValueSt
 ``MapState``, ``TimerValues``, ``ExpiredTimerInfo``), the vectorized API (``ArrowStatefulProcessor``,
 ``ArrowHandle``, ``KeyedBatch``, ``ExpiredTimers``; ``api="arrow"``), :func:`read_state` (a
 checkpoint's state as a DataFrame), :func:`progress_metrics` (a batch's blobstate metrics from Spark's
-query progress) and :mod:`blobstate.blobstore`.
+query progress), :mod:`blobstate.blobstore` and the exception tree: :class:`BlobstateError` and its
+branches ``BlobStoreError``, ``StateError`` (with ``CorruptionError``), ``ConfigurationError``,
+``QueryError`` and ``ProcessorError`` (drawn in :mod:`blobstate.errors`).
 Imports are lazy so the command line starts without loading Spark.
 """
 
@@ -35,6 +37,12 @@ _EXPORTS = {
     "read_state": "blobstate.reader",
     "register_reader": "blobstate.reader",
     "BlobstateError": "blobstate.errors",
+    "BlobStoreError": "blobstate.errors",
+    "StateError": "blobstate.errors",
+    "CorruptionError": "blobstate.errors",
+    "ConfigurationError": "blobstate.errors",
+    "QueryError": "blobstate.errors",
+    "ProcessorError": "blobstate.errors",
     "BlobstateQueryError": "blobstate.engine.handle",
     "ProcessorQueryError": "blobstate.engine.handle",
     "progress_metrics": "blobstate.engine.progress",

@@ -6,14 +6,14 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 
 _UID_RE = re.compile(r"[0-9a-f]{8,64}")
 _VERSION_RE = re.compile(r"0|[1-9][0-9]{0,18}")
 _OPERATOR_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
-class InvalidIdError(BlobstateError, ValueError):
+class InvalidIdError(ConfigurationError, ValueError):
     """An id (uid, version, operator, partition or checkpoint name) that is malformed or unsafe."""
 
 

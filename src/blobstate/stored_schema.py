@@ -52,7 +52,7 @@ from pyspark.sql.types import (
     YearMonthIntervalType,
 )
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import CorruptionError
 
 MAX_DEPTH = 16
 """Levels of nesting (struct, array, map) a stored schema may have, the top-level struct being 1."""
@@ -91,7 +91,7 @@ _INTERVAL = re.compile(r"interval (\w+)(?: to (\w+))?")
 _ALLOWED = "allowed: atomic types, struct, array and map"
 
 
-class StoredSchemaError(BlobstateError, ValueError):
+class StoredSchemaError(CorruptionError, ValueError):
     """A schema or state variable declaration read from storage is malformed or names a type blobstate
     does not read from storage; names the object and the field."""
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import CorruptionError
 from blobstate.state.interface import KeyValueStore
 
 DEFERRED_CF = "$adjunct-deferred"
 
 
-class DeferredRowsError(BlobstateError, ValueError):
+class DeferredRowsError(CorruptionError, ValueError):
     """Held-back rows that cannot be read back (corrupt, or of another schema than the input)."""
 
 

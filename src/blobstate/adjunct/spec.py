@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError, ProcessorError
 
 PARTITIONED = "partitioned"
 BROADCAST = "broadcast"
@@ -42,11 +42,11 @@ STORE_CF_PREFIX = "$adjunct:"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
 
 
-class AdjunctError(BlobstateError, ValueError):
+class AdjunctError(ConfigurationError, ValueError):
     """An adjunct declaration that cannot work; the message names the adjunct."""
 
 
-class AdjunctRecordError(BlobstateError, ValueError):
+class AdjunctRecordError(ProcessorError, ValueError):
     """A side row that cannot be turned into a key and a value (with ``on_bad_record="fail"``)."""
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from blobstate.blobstore.names import validate_blob_name, validate_prefix
-from blobstate.errors import BlobstateError
+from blobstate.errors import BlobStoreError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -30,10 +30,6 @@ DEFAULT_PENDING_TTL_SECONDS = 30 * 24 * 3600.0
 """Objects written before their version commits expire after this long unless their TTL is removed."""
 
 DEFAULT_IO_THREADS = 8
-
-
-class BlobStoreError(BlobstateError):
-    """Base class of every blob store error."""
 
 
 class BlobNotFoundError(BlobStoreError):

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from blobstate.blobstore.base import BlobStore, BlobStoreError
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 
 
-class BackendNotInstalledError(BlobstateError, ImportError):
+class BackendNotInstalledError(ConfigurationError, ImportError):
     """The blob store backend of a URL needs an optional dependency that is not installed."""
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from blobstate.cli.urls import URL_FORMS
-from blobstate.errors import BlobstateError
+from blobstate.errors import StateError
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 UrlArgument = Annotated[str, typer.Argument(help=f"Query checkpoint: {URL_FORMS}.")]
@@ -111,11 +111,11 @@ def collect_lineage(
     return out
 
 
-class VersionNotCommittedError(BlobstateError):
+class VersionNotCommittedError(StateError):
     """``lineage --version V`` names a version that has no commit."""
 
 
-class NotACheckpointError(BlobstateError):
+class NotACheckpointError(StateError):
     """``lineage`` was given a location that holds no query checkpoint (no ``metadata.json``)."""
 
 

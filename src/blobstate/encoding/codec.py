@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import CorruptionError, ProcessorError
 
 Key = tuple[Any, ...]
 """A grouping key or a MapState user key: its components in order (ints, floats, str, bytes, timestamps,
@@ -57,8 +57,12 @@ _T_TIMEDELTA = 0x0B
 _T_TUPLE = 0x0C
 
 
-class KeyEncodingError(BlobstateError, TypeError):
+class KeyEncodingError(ProcessorError, TypeError):
     """A key component has a type the key encoding does not support."""
+
+
+class CorruptKeyError(CorruptionError, ValueError):
+    """Stored key bytes that do not decode; the message says where they stop making sense."""
 
 
 def encode_ts(ts: int) -> bytes:
@@ -99,7 +103,7 @@ def _escaped(body: bytes) -> bytes:
 def _read_escaped(data: bytes, pos: int) -> tuple[bytes, int]:
     end = data.find(_TERM, pos)
     if end < 0:
-        raise ValueError(f"corrupt key bytes: unterminated string at offset {pos}")
+        raise CorruptKeyError(f"corrupt key bytes: unterminated string at offset {pos}")
     return bytes(data[pos:end]).replace(b"\x00\x01", b"\x00"), end + 2
 
 
@@ -252,7 +256,7 @@ def _decode_component(data: bytes, pos: int) -> tuple[Any, int]:
             item, pos = _decode_component(data, pos)
             items.append(item)
         return tuple(items), pos
-    raise ValueError(f"corrupt key bytes: unknown tag {tag:#x} at offset {pos - 1}")
+    raise CorruptKeyError(f"corrupt key bytes: unknown tag {tag:#x} at offset {pos - 1}")
 
 
 def decode_key(data: bytes, arity: int, pos: int = 0) -> tuple[Key, int]:

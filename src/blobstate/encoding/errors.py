@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pyspark.errors import PySparkRuntimeError
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import ProcessorError
 
 
-class StatefulProcessorError(BlobstateError, PySparkRuntimeError):
+class StatefulProcessorError(ProcessorError, PySparkRuntimeError):
     """Base class: a processor used the API in a way Spark's transformWithStateInPandas rejects."""
 
     def __init__(self, message: str) -> None:

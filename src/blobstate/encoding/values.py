@@ -65,7 +65,7 @@ from pyspark.sql.types import (
 )
 
 from blobstate.encoding.errors import StateVariableError
-from blobstate.errors import BlobstateError
+from blobstate.errors import CorruptionError, ProcessorError
 
 StateRow = tuple[Any, ...]
 """One row of a state variable's schema: its field values in schema order, each of the field's Python
@@ -100,7 +100,7 @@ _TS_NAMED = 0x08  # with _TS_FIXED: the timezone's explicit name (UTF-8) follows
 _TS_KNOWN = _TS_FOLD | _TS_FIXED | _TS_ZONE | _TS_NAMED
 
 
-class ValueFormatError(BlobstateError, ValueError):
+class ValueFormatError(CorruptionError, ValueError):
     """Stored bytes are not a value of the state variable's schema in this version's encoding."""
 
 
@@ -978,7 +978,7 @@ _SIMPLE_TYPES: dict[type[DataType], _Type] = {
 }
 
 
-class UnsupportedTypeError(BlobstateError, TypeError):
+class UnsupportedTypeError(ProcessorError, TypeError):
     """A state schema uses a type that state values cannot hold."""
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from blobstate.blobstore.azure_options import AZURE_CONF_PREFIX, azure_options_from_spark_conf
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options
 from blobstate.blobstore.schemes import location_without_options, scheme_of
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
 if TYPE_CHECKING:
@@ -38,11 +38,12 @@ def resolve_local_dir(configured: str) -> str:
     return configured or default_local_dir()
 
 
-class QueryConfigError(BlobstateError, ValueError):
-    """A query option (keyword or ``spark.blobstate.*`` conf) that is invalid; the message names it."""
+class QueryConfigError(ConfigurationError, ValueError):
+    """An argument of ``transform_with_state`` or a query option (keyword or ``spark.blobstate.*`` conf)
+    that is invalid; the message names it."""
 
 
-class UnknownOptionError(BlobstateError, TypeError):
+class UnknownOptionError(ConfigurationError, TypeError):
     """A keyword argument or ``spark.blobstate.*`` key that is not a blobstate option."""
 
 

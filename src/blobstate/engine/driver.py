@@ -33,7 +33,7 @@ from blobstate.engine.sinks import WriterSink
 from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
 from blobstate.engine.ticks import Ticks, wants_another_batch
 from blobstate.engine.write_through import write_through
-from blobstate.errors import BlobstateError, first_line
+from blobstate.errors import BlobstateError, QueryError, first_line
 from blobstate.standby.assignment import (
     PartitionAssignment,
     Plan,
@@ -76,7 +76,7 @@ PARTITION_METRICS = (
 """Per-partition entries of a commit's ``metrics.partitions``: from the task's metadata row (``task.py``)."""
 
 
-class BatchError(BlobstateError, RuntimeError):
+class BatchError(QueryError, RuntimeError):
     """A micro-batch could not be completed; nothing of it was committed."""
 
 

@@ -18,10 +18,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
 from blobstate.engine.driver import ProcessorFailedError, SinkFailedError
-from blobstate.errors import BlobstateError
+from blobstate.errors import QueryError
 
 
-class BlobstateQueryError(BlobstateError, StreamingQueryException):
+class BlobstateQueryError(QueryError, StreamingQueryException):
     """The query stopped because of a failure blobstate knows; the message starts with the cause."""
 
     def __init__(self, message: str) -> None:

@@ -19,6 +19,8 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from blobstate.errors import ConfigurationError
+
 JAVA_DIR = Path(__file__).with_name("java")
 """The helper's sources (preferred locations, ticks source, committed outputs), shipped as package data."""
 
@@ -37,7 +39,7 @@ SOURCES_ATTRIBUTE = "Blobstate-Sources-SHA256"
 COMPILE_TIMEOUT_SECONDS = 600
 
 
-class HelperCompileError(RuntimeError):
+class HelperCompileError(ConfigurationError, RuntimeError):
     """The helper could not be compiled (no compiler, or javac failed); the message says why."""
 
 

@@ -31,13 +31,13 @@ from pyspark.sql.types import StructType
 
 from blobstate.engine.inline import OUTPUTS_COLUMN, read_payloads
 from blobstate.engine.task import MARKER_COLUMNS, META_COLUMN, UID_COLUMN
-from blobstate.errors import BlobstateError
+from blobstate.errors import BlobstateError, QueryError
 
 MISMATCH_MARKER = "blobstate-attempt-mismatch"
 """Text of the JVM error raised when persisted outputs come from another attempt (CommittedOutputs)."""
 
 
-class StageFailedError(BlobstateError, RuntimeError):
+class StageFailedError(QueryError, RuntimeError):
     """A task of the processing stage failed; the message is the task's own exception.
 
     ``processor_traceback`` holds the processor's frames of a ``failed`` metadata row (``task.py``), for
@@ -49,7 +49,7 @@ class StageFailedError(BlobstateError, RuntimeError):
         self.processor_traceback = processor_traceback
 
 
-class AttemptMismatchError(BlobstateError, RuntimeError):
+class AttemptMismatchError(QueryError, RuntimeError):
     """Persisted outputs of a partition came from another attempt than the committed one."""
 
 

@@ -44,7 +44,7 @@ from blobstate.engine.helper_jar import (
     shipped_jar_for,
     sources_digest,
 )
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,7 +58,7 @@ JAR_NAME = "blobstate-placement.jar"
 """File name of the compiled helper inside its cache directory."""
 
 
-class PlacementUnavailableError(BlobstateError, RuntimeError):
+class PlacementUnavailableError(ConfigurationError, RuntimeError):
     """The placement helper cannot be built or loaded for a session; the message says why."""
 
 

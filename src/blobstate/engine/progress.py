@@ -12,13 +12,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 
 SOURCE_DESCRIPTION = "blobstate"
 """The description of blobstate's source in Spark's progress (``java/TicksSource.java``)."""
 
 
-class ProgressFormatError(BlobstateError, ValueError):
+class ProgressFormatError(ConfigurationError, ValueError):
     """A query progress that cannot be read as one: not a mapping or JSON object with ``sources``."""
 
 

@@ -26,7 +26,7 @@ from blobstate.engine.driver import BatchDriver, BatchReport, Sink
 from blobstate.engine.handle import BlobstateStreamingQuery
 from blobstate.engine.ticks import Ticks
 from blobstate.engine.watermark import input_watermark
-from blobstate.errors import BlobstateError
+from blobstate.errors import ArgumentTypeError, QueryError
 
 log = logging.getLogger("blobstate")
 
@@ -34,7 +34,7 @@ _RUNNING: dict[str, StreamingQuery] = {}
 """Queries started by this process, by checkpoint location (a checkpoint has one owner at a time)."""
 
 
-class QueryAlreadyRunningError(BlobstateError, RuntimeError):
+class QueryAlreadyRunningError(QueryError, RuntimeError):
     """A blobstate query of this process is already running on the checkpoint."""
 
 
@@ -102,17 +102,19 @@ def transform_with_state(
     Returns the running :class:`~pyspark.sql.streaming.StreamingQuery`.
     """
     if not df.isStreaming:
-        raise ValueError("transform_with_state needs a streaming DataFrame (spark.readStream...)")
+        raise QueryConfigError("transform_with_state needs a streaming DataFrame (spark.readStream...)")
     if num_partitions is not None and (
         not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1
     ):
-        raise ValueError(f"num_partitions must be a positive integer, not {num_partitions!r}")
+        raise QueryConfigError(f"num_partitions must be a positive integer, not {num_partitions!r}")
     spark = df.sparkSession
     config = QueryConfig.build(spark_blobstate_conf(spark), options, input_watermark(df))
     key_columns = (key,) if isinstance(key, str) else tuple(key)
     missing = [k for k in key_columns if k not in df.columns]
     if not key_columns or missing:
-        raise ValueError(f"key column(s) {missing or key_columns} not in the input columns {df.columns}")
+        raise QueryConfigError(
+            f"key column(s) {missing or key_columns} not in the input columns {df.columns}"
+        )
     spark_schema = _struct_type(spark, output_schema)
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -214,14 +216,16 @@ def _initial_state(
     elif isinstance(initial_state, DataFrame):
         frame, names = initial_state, list(explicit or key_columns)
     else:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"initial_state must be a DataFrame or df.groupBy(...), not {type(initial_state).__name__}"
         )
     if frame.isStreaming:
-        raise ValueError("initial_state must be a batch DataFrame (spark.read...), as Spark's initialState")
+        raise QueryConfigError(
+            "initial_state must be a batch DataFrame (spark.read...), as Spark's initialState"
+        )
     missing = [k for k in names if k not in frame.columns]
     if len(names) != len(key_columns) or missing:
-        raise ValueError(
+        raise QueryConfigError(
             f"initial_state must be grouped by {len(key_columns)} column(s) matching the key"
             f" {list(key_columns)}; its grouping columns are {names} (columns: {frame.columns})"
         )
@@ -252,7 +256,7 @@ def _struct_type(spark: Any, schema: StructType | str) -> StructType:
 
         parsed = _parse_datatype_string(schema)
     if not isinstance(parsed, StructType):
-        raise ValueError(f"output_schema must describe a struct, got {schema!r}")
+        raise QueryConfigError(f"output_schema must describe a struct, got {schema!r}")
     return parsed
 
 
@@ -274,7 +278,7 @@ def _validate_processor(processor: Any, config: QueryConfig) -> None:
         except ImportError:  # pragma: no cover - pyspark always has it in 4.x
             SparkProcessor = ()  # type: ignore[assignment,misc]
         if not isinstance(processor, SparkProcessor):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"processor must be a blobstate.StatefulProcessor instance, not {type(processor).__name__}"
             )
 

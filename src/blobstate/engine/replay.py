@@ -21,10 +21,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import QueryError
 
 
-class SparkCheckpointMismatchError(BlobstateError):
+class SparkCheckpointMismatchError(QueryError):
     """Spark's offsets checkpoint and blobstate's commit log disagree: input would be lost or repeated."""
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 
 WATERMARK_NODE = "EventTimeWatermark"
 """The logical plan node ``withWatermark`` adds."""
@@ -22,7 +22,7 @@ DELAY_METADATA_KEY = "spark.watermarkDelayMs"
 _MS_PER_DAY = 24 * 3600 * 1000
 
 
-class InputWatermarkError(BlobstateError, ValueError):
+class InputWatermarkError(ConfigurationError, ValueError):
     """The input's ``withWatermark`` is one blobstate cannot follow (several, months, column gone)."""
 
 

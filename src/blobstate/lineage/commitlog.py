@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from blobstate.blobstore import BlobStore
-from blobstate.errors import BlobstateError
+from blobstate.errors import CorruptionError, StateError
 from blobstate.ids import (
     CheckpointId,
     InvalidIdError,
@@ -56,11 +56,11 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class CommitLogError(BlobstateError):
+class CommitLogError(StateError):
     """Base class of the commit log's errors."""
 
 
-class CommitLogFormatError(CommitLogError, ValueError):
+class CommitLogFormatError(CommitLogError, CorruptionError, ValueError):
     """A commit log object that is malformed: names the object, the field and what is wrong."""
 
     def __init__(self, name: str, field: str, problem: str) -> None:

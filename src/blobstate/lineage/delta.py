@@ -27,7 +27,7 @@ try:  # ISA-L computes exactly zlib's CRC-32, several times faster
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     from zlib import crc32 as _crc32
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import CorruptionError
 from blobstate.gcpause import gc_paused
 from blobstate.ids import InvalidIdError, validate_uid
 from blobstate.lineage.changelog import Changelog, ChangeOp, ChangeRecord, PutBlock
@@ -61,7 +61,7 @@ _WIDTH_DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: 
 _OP_BY_CODE: tuple[ChangeOp | None, ...] = (None, ChangeOp.PUT, ChangeOp.DELETE, ChangeOp.CLEAR)
 
 
-class DeltaFormatError(BlobstateError, ValueError):
+class DeltaFormatError(CorruptionError, ValueError):
     """A delta object that is malformed, truncated, corrupt or of an unknown format version."""
 
     def __init__(self, name: str, problem: str) -> None:

@@ -45,6 +45,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _Spark
 
 from blobstate.encoding import codec, layout
 from blobstate.encoding.values import EXPIRED, StateRow
+from blobstate.errors import ArgumentTypeError
 from blobstate.gcpause import gc_paused
 from blobstate.processor.api import (
     ListState,
@@ -546,7 +547,7 @@ def check_api(processor: Any, api: str) -> None:
             warn_other_api_callback(processor, "handleExpiredTimer", "handleExpiredTimers")
         return
     if is_arrow_processor(processor) and not callable(getattr(processor, "handleInputRows", None)):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{type(processor).__name__} is a vectorized processor (handleInputBatch):"
             " run it with api='arrow'"
         )
@@ -561,7 +562,7 @@ def check_arrow_processor(processor: Any) -> None:
     """Refuse a processor that the vectorized API cannot run, naming what it lacks."""
     for method in ("init", "handleInputBatch"):
         if not callable(getattr(processor, method, None)):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"api='arrow' needs an ArrowStatefulProcessor (with init and handleInputBatch), not"
                 f" {type(processor).__name__}"
             )

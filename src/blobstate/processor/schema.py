@@ -36,10 +36,10 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 
 
-class SchemaParseError(BlobstateError, ValueError):
+class SchemaParseError(ConfigurationError, ValueError):
     """A DDL string could not be parsed; the message shows where."""
 
 

@@ -22,7 +22,7 @@ from pyspark.sql.types import StructType
 
 from blobstate.encoding import codec, layout
 from blobstate.encoding.values import StateCodec, UnsupportedTypeError
-from blobstate.errors import BlobstateError
+from blobstate.errors import StateError
 from blobstate.stored_schema import StoredSchemaError, parse_declaration
 
 _BEFORE_ANY_EXPIRY = -(1 << 63)
@@ -31,7 +31,7 @@ TIMERS = "$timers"
 """The name that reads the registered timers instead of a state variable (``stateVarName``)."""
 
 
-class StateReadError(BlobstateError, ValueError):
+class StateReadError(StateError, ValueError):
     """The state asked for does not exist (an unknown state variable, operator, partition or version)."""
 
 

@@ -20,14 +20,14 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 
 MANIFEST_NAME = "blobstate-report.json"
 """The file in the output directory listing what ``blobstate report`` wrote there."""
 WRITTEN_BY = "blobstate report"
 
 
-class ReportOutputError(BlobstateError):
+class ReportOutputError(ConfigurationError):
     """The report will not write into its output directory (a link, or a file it did not write, is in
     the way); nothing there was changed."""
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import ConfigurationError
 from blobstate.report.metrics import STAGE_SPLIT, BatchMetrics, CheckpointSummary, Progress
 
 PAGE_NAME = "index.html"
@@ -26,7 +26,7 @@ MAX_PARTITION_LINES = 12
 """Above this many partitions, per-partition plots show min, median and max instead of one line each."""
 
 
-class ReportError(BlobstateError):
+class ReportError(ConfigurationError):
     """The report cannot be produced (a missing plotting library, an empty checkpoint)."""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from blobstate.blobstore.base import BlobNotFoundError, BlobStore
+from blobstate.errors import CorruptionError
 from blobstate.ids import CheckpointId, InvalidIdError, validate_uid
 from blobstate.jsonfields import Fail, JsonFields, load_strict_json
 from blobstate.snapshot.checksum import CHECKSUM_ALGORITHM
@@ -37,7 +38,7 @@ class HeadLogError(SnapshotError):
     """The head log of a backup repository is incomplete or cannot be trusted."""
 
 
-class HeadFormatError(HeadLogError, ValueError):
+class HeadFormatError(HeadLogError, CorruptionError, ValueError):
     """A head record that is malformed: names the object, the field and what is wrong."""
 
 

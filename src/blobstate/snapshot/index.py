@@ -35,7 +35,7 @@ from typing import Any
 
 from blobstate.blobstore.base import InvalidBlobNameError
 from blobstate.blobstore.names import validate_blob_name
-from blobstate.errors import BlobstateError
+from blobstate.errors import CorruptionError, StateError
 from blobstate.snapshot.checksum import CHECKSUM_ALGORITHM, combine_chunks
 
 SCHEMA_VERSION = 1
@@ -49,15 +49,15 @@ ROOT_DIR_NAME = ""
 _MAX_CRC = 0xFFFFFFFF
 
 
-class SnapshotError(BlobstateError):
+class SnapshotError(StateError):
     """Base class of snapshot errors."""
 
 
-class SnapshotFormatError(SnapshotError, ValueError):
+class SnapshotFormatError(SnapshotError, CorruptionError, ValueError):
     """A snapshot index that cannot be trusted: malformed JSON, unknown schema, or an invalid entry."""
 
 
-class SnapshotCorruptError(SnapshotError):
+class SnapshotCorruptError(SnapshotError, CorruptionError):
     """Downloaded or local data does not match what the snapshot index records (size or checksum)."""
 
     def __init__(self, message: str, *, blob_id: str | None = None, file: str | None = None) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import CorruptionError, StateError
 from blobstate.ids import CheckpointId
 
 
-class StateLoadError(BlobstateError, RuntimeError):
+class StateLoadError(StateError, RuntimeError):
     """A partition could not be brought to the requested checkpoint. Its working store stays dirty."""
 
 
@@ -27,7 +27,7 @@ class MissingObjectError(StateLoadError):
         self.target = target
 
 
-class CorruptObjectError(StateLoadError):
+class CorruptObjectError(StateLoadError, CorruptionError):
     """An object that a checkpoint's lineage references is corrupt, truncated or of an unknown format."""
 
     def __init__(
@@ -53,5 +53,5 @@ class LineageError(StateLoadError):
         self.problem = problem
 
 
-class PartitionClosedError(BlobstateError, RuntimeError):
+class PartitionClosedError(StateError, RuntimeError):
     """The partition was committed, aborted or closed; open it again for the next version."""

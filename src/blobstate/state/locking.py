@@ -22,12 +22,12 @@ import os
 import time
 from pathlib import Path
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import StateError
 
 DEFAULT_LOCK_TIMEOUT_SECONDS = 60.0
 
 
-class PartitionLockedError(BlobstateError, TimeoutError):
+class PartitionLockedError(StateError, TimeoutError):
     """Another process (or another open in this process) holds the partition's lock."""
 
     def __init__(self, path: Path, timeout: float) -> None:

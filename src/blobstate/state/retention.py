@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
-from blobstate.errors import BlobstateError
+from blobstate.errors import StateError
 from blobstate.ids import CheckpointId
 from blobstate.layout import METADATA, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.refs import PartitionObjects
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class GcRefusedError(BlobstateError):
+class GcRefusedError(StateError):
     """``gc`` will not delete anything: the location is not a checkpoint it can read completely."""
 
 

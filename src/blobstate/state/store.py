@@ -46,7 +46,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from blobstate.errors import BlobstateError
+from blobstate.errors import StateError
 from blobstate.gcpause import gc_paused
 from blobstate.lineage.changelog import Changelog, ChangeOp, ChangeRecord
 
@@ -82,7 +82,7 @@ _MISSING: Any = object()
 """Overlay lookup sentinel; an overlay value of None means "deleted"."""
 
 
-class StateStoreError(BlobstateError, RuntimeError):
+class StateStoreError(StateError, RuntimeError):
     """A state store could not be opened or used. The message names the store's path."""
 
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
