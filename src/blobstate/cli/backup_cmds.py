@@ -201,9 +201,10 @@ def inspect(
     ] = 3,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a snapshot index: its files, sizes, checksums and blobs.
+    """Show a backup's snapshot index, or a query checkpoint's partition (--partition P).
 
-    For a query checkpoint: one partition's state variables and timers at a version, counted and sampled.
+    For a backup repository: a committed snapshot index, its files, sizes, checksums and blobs. For a
+    query checkpoint: one partition's state variables and timers at a version, counted and sampled.
     """
     if _checkpoint_url(url, partition=partition, version=version, operator=operator):
         from blobstate.cli.state_cmds import inspect_checkpoint

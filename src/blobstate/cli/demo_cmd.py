@@ -9,8 +9,20 @@ import typer
 
 
 def demo(
-    workdir: Annotated[Path, typer.Option(help="Scratch directory (wiped first).")] = Path("blobstate-demo"),
-    batches: Annotated[int, typer.Option(help="Micro-batches of clicks.")] = 12,
+    workdir: Annotated[
+        Path,
+        typer.Option(
+            help="Scratch directory for the demo's input, checkpoint and output. Deleted with everything"
+            " in it first: give a new directory, never one holding other files."
+        ),
+    ] = Path("blobstate-demo"),
+    batches: Annotated[
+        int,
+        typer.Option(
+            help="Micro-batches of clicks; two batches of one far-future click each follow, which move the"
+            " watermark past every open session."
+        ),
+    ] = 12,
     events: Annotated[int, typer.Option(help="Click events per micro-batch.")] = 10_000,
     users: Annotated[int, typer.Option(help="Distinct users.")] = 10_000,
     partitions: Annotated[int, typer.Option(help="State partitions.")] = 4,

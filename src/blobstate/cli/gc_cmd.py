@@ -28,7 +28,10 @@ def gc(
     install_lifecycle: Annotated[
         bool,
         typer.Option(
-            "--install-lifecycle", help="On S3, install the lifecycle rule that expires pending objects."
+            "--install-lifecycle",
+            help="On S3, install the bucket lifecycle rule that expires pending objects under this prefix"
+            " after 30 days (once per checkpoint; needs s3:PutLifecycleConfiguration). On Azure, fails"
+            " saying how an account owner installs the policy.",
         ),
     ] = False,
     as_json: JsonOption = False,
@@ -36,9 +39,9 @@ def gc(
     """Finish post-commit cleanup, then expire pending objects past their TTL; --full also sweeps.
 
     Works on query checkpoints and backup repositories. Refuses (deleting nothing) a location that is
-    neither, or whose commit or head log it cannot read completely. On a
-    backend that expires pending objects itself (S3's lifecycle rule) it checks that the expiry is set
-    up, and fails saying how to fix it when it is not.
+    neither, or whose commit or head log it cannot read completely. On a local or shared-filesystem
+    location only gc expires pending objects: run it regularly. On S3, which expires them with a
+    lifecycle rule, it checks that the rule is set up, and fails saying how to fix it when it is not.
     """
     from blobstate.blobstore import open_blob_store
     from blobstate.snapshot.repository import gc_repository, is_backup_repository

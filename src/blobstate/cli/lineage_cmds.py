@@ -342,7 +342,10 @@ def _partition_listing(result: dict[str, Any]) -> None:
 
 
 def verify(
-    url: UrlArgument,
+    url: Annotated[
+        str,
+        typer.Argument(help=f"Query checkpoint (or backup repository: its newest snapshot): {URL_FORMS}."),
+    ],
     checksums: Annotated[
         bool, typer.Option("--checksums", help="Also read every blob and check its CRC-32.")
     ] = False,
