@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
-from blobstate.blobstore.azure import AzureBlobStore
-from blobstate.blobstore.s3 import S3BlobStore
 from faultproxy import FaultProxy
 
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -76,6 +74,9 @@ def drop_place(store: BlobStore) -> None:
     """Delete the bucket or container of ``store`` (an S3 or Azure store on a test server) with all its
     objects, straight on the server. A history's objects left in place would slow every later history:
     moto scans all of a bucket's keys for each listing."""
+    from blobstate.blobstore.azure import AzureBlobStore
+    from blobstate.blobstore.s3 import S3BlobStore
+
     if isinstance(store, S3BlobStore):
         admin = _s3_admin(os.environ["BLOBSTATE_S3_ENDPOINT"])
         for page in admin.get_paginator("list_objects_v2").paginate(Bucket=store.bucket):
