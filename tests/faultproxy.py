@@ -245,7 +245,8 @@ class FaultProxy:
     @staticmethod
     def _read_response(reader: _Reader, method: str) -> tuple[int, int] | None:
         """Read one response; None for an interim 1xx, else the offset where its body starts and the
-        length of the shortest beginning a client reads as the whole answer (a cut keeps less)."""
+        bound of a cut's offset: its length, or for a chunked body the offset just past its last chunk's
+        size (a client reads an answer that ends there as whole)."""
         status = int(reader.line().split(b" ", 2)[1])
         length: int | None = None
         chunked = False
