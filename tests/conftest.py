@@ -307,15 +307,16 @@ def azure_cut_url(azure_url: str, azure_fault_proxy: FaultProxy) -> str:
 @pytest.fixture(scope="module")
 def cutting_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any, Any]]:
     """One backend (``request.param``: ``s3`` or ``azure``) on its test server behind the cutting proxy:
-    its name, a URL per prefix, the proxy. For the crash models' server variants (indirect)."""
+    its name, a function giving the URL of a prefix in a fresh bucket or container, the proxy. For the
+    crash models' server variants (indirect; ``server_stores.cutting_answers`` drops the bucket or
+    container after each history)."""
     from server_stores import azure_url_through, new_bucket, new_container, s3_url_through
 
     proxy = request.getfixturevalue(f"{request.param}_fault_proxy")
     if request.param == "s3":
-        bucket = new_bucket(request.getfixturevalue("s3_endpoint"))
-        yield "s3", lambda prefix: s3_url_through(proxy, bucket, prefix), proxy
+        endpoint = request.getfixturevalue("s3_endpoint")
+        yield "s3", lambda prefix: s3_url_through(proxy, new_bucket(endpoint), prefix), proxy
     else:
         request.getfixturevalue("azurite_endpoint")
-        container = new_container()
-        yield "azure", lambda prefix: azure_url_through(proxy, container, prefix), proxy
+        yield "azure", lambda prefix: azure_url_through(proxy, new_container(), prefix), proxy
     proxy.disarm()

@@ -4,7 +4,9 @@ Put in front of a real server (moto, azurite), it forwards every connection unch
 Armed, it cuts the next response: it reads the whole response from the server (so the request has taken
 effect there), forwards only its first ``k`` bytes, ``k`` drawn uniformly from ``[0, length)`` (status
 line, headers and body alike), and closes the client's connection. The client sees an answer cut off at a
-random byte, as after a reset mid-response; it cannot tell whether its request took effect.
+random byte, as after a reset mid-response; it cannot tell whether its request took effect. A chunked
+body is cut before its last chunk's size at the latest: what follows that ``0`` (the closing blank lines)
+carries nothing, and an HTTP client reads an answer without it as whole, so such a cut would not be one.
 
 Only the framing needed to find a response's end is parsed: the status line and headers, then a
 Content-Length body, a chunked body, or none (HEAD, 1xx, 204, 304). Clients here never pipeline, so each
@@ -213,15 +215,16 @@ class FaultProxy:
                     method, target = methods[0]
                 if not method:
                     return
-                headers_end = self._read_response(reader, method)
+                framing = self._read_response(reader, method)
                 data = reader.take()
-                if headers_end is None:  # an interim 1xx answer: the real one follows
+                if framing is None:  # an interim 1xx answer: the real one follows
                     client.sendall(data)
                     continue
+                headers_end, whole_at = framing
                 with ready:
                     methods.popleft()
                 if self._should_cut(method, target):
-                    at = self.rng.randrange(len(data))
+                    at = self.rng.randrange(whole_at)
                     with self._lock:
                         self.counts.cuts += 1
                         if at < headers_end:
@@ -240,8 +243,10 @@ class FaultProxy:
             self._shut(client, server)
 
     @staticmethod
-    def _read_response(reader: _Reader, method: str) -> int | None:
-        """Read one response; the offset where its body starts, or None for an interim 1xx."""
+    def _read_response(reader: _Reader, method: str) -> tuple[int, int] | None:
+        """Read one response; None for an interim 1xx, else the offset where its body starts and the
+        bound of a cut's offset: its length, or for a chunked body the offset just past its last chunk's
+        size (a client reads an answer that ends there as whole)."""
         status = int(reader.line().split(b" ", 2)[1])
         length: int | None = None
         chunked = False
@@ -259,17 +264,19 @@ class FaultProxy:
         if 100 <= status < 200:
             return None
         if method == "HEAD" or status in (204, 304):
-            return headers_end
+            return headers_end, reader.pos
         if chunked:
             while True:
+                size_at = reader.pos
                 size = int(reader.line().split(b";", 1)[0], 16)
                 if size == 0:
                     while reader.line():  # trailers, then the blank line
                         pass
-                    break
+                    # With the last chunk's "0" read, a client ends the body at the connection's end.
+                    return headers_end, size_at + 1
                 reader.skip(size + 2)
         elif length is not None:
             reader.skip(length)
         else:
             raise EOFError("a response without a length: the server closes the connection")
-        return headers_end
+        return headers_end, reader.pos

@@ -10,7 +10,9 @@ the injected crashes.
 
 ``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories on memory and local stores;
 ``BLOBSTATE_SERVER_CRASH_SEEDS=<n>`` on each server (default 20 on S3, 8 on the slower azurite), cutting
-each answer with probability ``BLOBSTATE_CUT_CHANCE`` (default 0.05).
+each answer with probability ``BLOBSTATE_CUT_CHANCE`` (default 0.05);
+``BLOBSTATE_SERVER_CRASH_SEED_START=<s>`` makes those seeds ``s`` to ``s + n - 1`` (default 0), so a long
+run can be split into shards over distinct seeds.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ SERVER_SEEDS = {
     kind: int(os.environ.get("BLOBSTATE_SERVER_CRASH_SEEDS", default))
     for kind, default in SERVER_DEFAULTS.items()
 }
+SERVER_SEED_START = int(os.environ.get("BLOBSTATE_SERVER_CRASH_SEED_START", "0"))
 CUT_CHANCE = float(os.environ.get("BLOBSTATE_CUT_CHANCE", "0.05"))
 FAR_FUTURE = 2**40
 
@@ -231,7 +234,11 @@ def test_random_repository_history(seed: int, scratch: Path) -> None:
 
 @pytest.mark.parametrize(
     ("cutting_server", "seed"),
-    [(kind, seed) for kind, count in SERVER_SEEDS.items() for seed in range(count)],
+    [
+        (kind, seed)
+        for kind, count in SERVER_SEEDS.items()
+        for seed in range(SERVER_SEED_START, SERVER_SEED_START + count)
+    ],
     indirect=["cutting_server"],
 )
 def test_random_repository_history_on_a_server_cutting_answers(

@@ -7,7 +7,9 @@ which an account owner installs once: lifecycle policies live in the management 
 credential cannot change. ``put_if_absent`` is a conditional write (``If-None-Match: *``); a loser gets
 409 BlobAlreadyExists or 412 ConditionNotMet and returns False. Throttling, 5xx answers, timeouts and
 connection failures become :class:`TransientBlobError`, which the base class retries (the SDK's own
-retries are off). A missing container is :class:`BucketNotFoundError`, never "object not found".
+retries are off, the downloader's hidden retry of a body broken off in transit included, but for the
+later ranges of an object over 32 MiB). A missing container is :class:`BucketNotFoundError`, never
+"object not found".
 
 Credentials, first found wins: the ``connection_string``, ``account_key`` or ``sas_token`` option; then
 ``AZURE_STORAGE_CONNECTION_STRING``, ``AZURE_STORAGE_ACCOUNT_KEY``, ``AZURE_STORAGE_SAS_TOKEN``; else
@@ -29,6 +31,7 @@ from typing import Any
 import requests
 import requests.adapters
 from azure.core.exceptions import (
+    AzureError,
     ClientAuthenticationError,
     DecodeError,
     DeserializationError,
@@ -72,6 +75,42 @@ _TRANSIENT_CODES = frozenset({"ServerBusy", "OperationTimedOut", "InternalError"
 _CREATE_LOST_CODES = frozenset({"BlobAlreadyExists", "ConditionNotMet"})
 _CHUNK_CONCURRENCY = 4
 _CONTENT_RANGE = re.compile(r"bytes (\d+-\d+|\*)/(\d+|\*)")
+_LATER_RANGE = re.compile(r"bytes=0*[1-9]")
+
+
+class _BrokenBodyError(TransientBlobError):
+    """An answer's body broke off in transit (cut short, reset, timed out) while it streamed in."""
+
+
+class _GuardedBody:
+    """The SDK's stream of one answer's body, raising a break in it as :class:`_BrokenBodyError`.
+
+    The SDK's downloader catches its own errors of a broken body and repeats the request itself (three
+    tries, one second apart, whatever the client's retry settings), so every cut body would cost seconds
+    and attempts beyond the store's. An error the downloader does not know passes through it, and the
+    store's attempts and backoff retry the download instead. Only a download's first request is guarded
+    (it holds all of an object up to ``max_single_get_size``, 32 MiB): a later range of a large object
+    keeps the SDK's retry, which fetches that 4 MiB range again rather than the whole object.
+    """
+
+    def __init__(self, chunks: Any) -> None:
+        self._chunks = chunks
+
+    def __getattr__(self, name: str) -> Any:
+        # The downloader reads the stream's own attributes (content_length, response, request).
+        return getattr(self._chunks, name)
+
+    def __iter__(self) -> _GuardedBody:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._chunks)
+        except AzureError as error:
+            raise _BrokenBodyError(f"answer body broke off: {_first_line(error)}") from error
 
 
 class _FramedTransport(RequestsTransport):
@@ -97,6 +136,11 @@ class _FramedTransport(RequestsTransport):
             response.close()
             raise MalformedAnswerError(
                 f"malformed answer to {request.method} {request.url.split('?')[0]}: HTTP {status} {problem}"
+            )
+        if not _LATER_RANGE.match(request.headers.get("x-ms-range", "")):
+            stream_download = response.stream_download
+            response.stream_download = lambda *args, **kwargs: _GuardedBody(  # type: ignore[method-assign]
+                stream_download(*args, **kwargs)
             )
         return response
 
@@ -283,6 +327,8 @@ class AzureBlobStore(BlobStore):
             raise TransientBlobError(f"{self._where(name)}: {_first_line(error)}") from error
         except MalformedAnswerError as error:
             raise MalformedAnswerError(f"{self._where(name)}: {error}") from error
+        except _BrokenBodyError as error:
+            raise TransientBlobError(f"{self._where(name)}: {error}") from error
         except BlobStoreError:
             raise
         except (DeserializationError, ValueError, IndexError, KeyError, TypeError, AttributeError) as error:
