@@ -7,13 +7,12 @@ Options of an S3 checkpoint's blob store are the keyword ``blob_store_options={.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from blobstate import defaults
 from blobstate.blobstore.azure_options import (
     AZURE_CONF_PREFIX,
     azure_options_from_spark_conf,
@@ -23,24 +22,12 @@ from blobstate.blobstore.azure_options import (
 from blobstate.blobstore.open import AZURE_SCHEMES
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_url_with_options, split_s3_url
 from blobstate.errors import BlobstateError
-from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from blobstate.engine.watermark import InputWatermark
 
 SPARK_CONF_PREFIX = "spark.blobstate."
 S3_CONF_PREFIX = SPARK_CONF_PREFIX + "s3."
-
-
-def default_local_dir() -> str:
-    """Where executors keep working stores, local checkpoints and standby replicas by default: the
-    executor's own temporary directory (evaluated in the task, on the executor, never on the driver)."""
-    return os.path.join(tempfile.gettempdir(), f"blobstate-{os.getuid()}")
-
-
-def resolve_local_dir(configured: str) -> str:
-    """The local directory a task uses: ``configured``, or the executor's default when empty."""
-    return configured or default_local_dir()
 
 
 class QueryConfigError(BlobstateError, ValueError):
@@ -78,19 +65,19 @@ class QueryConfig:
     local_dir: str = ""
     """Executor-local directory for working stores, checkpoints and replicas; empty (the default) means
     each executor's own ``<tmp>/blobstate-<uid>``, resolved on the executor."""
-    local_dir_grace_seconds: float = DEFAULT_LOCAL_DIR_GRACE_SECONDS
+    local_dir_grace_seconds: float = defaults.LOCAL_DIR_GRACE_SECONDS
     """A partition's local directory (working store, local checkpoints, standby replica, broadcast copy)
     that no task, sync or reader has used for this long is removed by the executors' tasks, never
     while in use; the next use rebuilds it from the checkpoint."""
-    snapshot_every: int = 10
+    snapshot_every: int = defaults.SNAPSHOT_EVERY
     """Upload a snapshot every this many versions of a partition."""
-    snapshot_delta_bytes: int = 64 * 1024 * 1024
+    snapshot_delta_bytes: int = defaults.SNAPSHOT_DELTA_BYTES
     """Also upload a snapshot once the deltas since the last one exceed this many bytes."""
-    snapshot_upload: str = "background"
+    snapshot_upload: str = defaults.SNAPSHOT_UPLOAD
     """``background``: a due snapshot's files are uploaded by a thread of the Python worker while the next
     batches run, and a later commit names it once complete; ``inline``: inside the batch's commit (the
     batch that takes it waits for the upload)."""
-    min_versions_to_retain: int = 20
+    min_versions_to_retain: int = defaults.MIN_VERSIONS_TO_RETAIN
     """Committed versions kept restorable; older objects are deleted after each commit."""
     standby_replicas: int = 0
     """Standby replicas per partition, kept warm on other executors (other hosts where there are), so
@@ -198,14 +185,14 @@ class QueryConfig:
 
     def validate(self) -> None:
         """Reject inconsistent settings with an error naming the option."""
-        if self.api not in ("pandas", "row", "arrow"):
+        if self.api not in defaults.APIS:
             raise QueryConfigError(
                 f"api must be 'pandas' (transformWithStateInPandas), 'row' (transformWithState) or 'arrow'"
                 f" (vectorized, ArrowStatefulProcessor), not {self.api!r}"
             )
-        if self.output_mode not in ("Append", "Update"):
+        if self.output_mode not in defaults.OUTPUT_MODES:
             raise QueryConfigError(f"output_mode must be 'Append' or 'Update', not {self.output_mode!r}")
-        if self.time_mode not in ("None", "ProcessingTime", "EventTime"):
+        if self.time_mode not in defaults.TIME_MODES:
             raise QueryConfigError(
                 f"time_mode must be 'None', 'ProcessingTime' or 'EventTime', not {self.time_mode!r}"
             )
@@ -217,7 +204,7 @@ class QueryConfig:
         for name in ("snapshot_every", "min_versions_to_retain"):
             if getattr(self, name) < 1:
                 raise QueryConfigError(f"{name} must be at least 1")
-        if self.snapshot_upload not in ("inline", "background"):
+        if self.snapshot_upload not in defaults.SNAPSHOT_UPLOADS:
             raise QueryConfigError(
                 f"snapshot_upload must be 'inline' or 'background', not {self.snapshot_upload!r}"
             )
@@ -327,8 +314,8 @@ def checkpoint_location(store_url: str) -> str:
 
 
 MODES: dict[str, dict[str, str]] = {
-    "output_mode": {m.lower(): m for m in ("Append", "Update")},
-    "time_mode": {m.lower(): m for m in ("None", "ProcessingTime", "EventTime")},
+    "output_mode": {m.lower(): m for m in defaults.OUTPUT_MODES},
+    "time_mode": {m.lower(): m for m in defaults.TIME_MODES},
 }
 """Each mode option's accepted values, by their lowercase spelling."""
 

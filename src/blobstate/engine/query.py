@@ -13,6 +13,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from blobstate.adjunct.step import AdjunctStep
+from blobstate.batch.contracts import PartitionSpec
+from blobstate.batch.steps import BatchStep
 from blobstate.blobstore import open_blob_store
 from blobstate.engine.config import (
     QueryConfig,
@@ -21,11 +24,16 @@ from blobstate.engine.config import (
     checkpoint_store_url,
     spark_blobstate_conf,
 )
-from blobstate.engine.driver import BatchDriver, BatchReport, Sink
+from blobstate.engine.driver import BatchDriver, BatchReport, PostCommit, QueryTasks, Sink
 from blobstate.engine.handle import BlobstateStreamingQuery
+from blobstate.engine.spark_checkpoint import SparkCheckpoint
+from blobstate.engine.stage import Stage
 from blobstate.engine.ticks import Ticks
 from blobstate.engine.watermark import input_watermark
 from blobstate.errors import BlobstateError
+from blobstate.lineage.commitlog import CommitLog
+from blobstate.standby.step import StandbySettings, StandbyStep
+from blobstate.standby.syncer import StandbySyncer
 
 log = logging.getLogger("blobstate")
 
@@ -159,47 +167,96 @@ def transform_with_state(
         )
     ticks = Ticks(placement_helper.ticks_source(), enabled=_no_data_batches_enabled(spark))
     initial_frame, initial_keys = _initial_state(initial_state, key_columns, initial_state_key)
-    from blobstate.lineage.commitlog import CommitLog
     from blobstate.state.retention import cleanup_latest
 
     # One listing of commits/ at start: holes in the retained window refuse the start, and the cleanup
     # prunes whatever a crash left below the horizon.
     scan = CommitLog(store).scan()
     started_cleanup = cleanup_latest(store, scan)
-    driver = BatchDriver(
-        spark=spark,
-        config=config,
-        store=store,
+    location = spark_checkpoint_location(checkpoint_url, config)
+    spark_files = SparkCheckpoint(spark, location)
+    partition = PartitionSpec(
         checkpoint_url=store_url,
         query_id=metadata.query_id,
+        operator=config.operator,
         num_partitions=num_partitions,
-        key_columns=key_columns,
-        processor=processor,
-        output_schema=arrow_schema,
-        sink=sink,
-        writer_id=uuid.uuid4().hex,
-        placement_helper=placement_helper,
-        use_preferred_locations=config.placement,
-        ticks=ticks,
-        initial_state=initial_frame,
-        initial_state_key_columns=initial_keys,
-        on_batch=on_batch,
-        spark_checkpoint=spark_checkpoint_location(checkpoint_url, config),
-        adjuncts=adjunct_specs,
-        adjunct_sources=_adjunct_sources(df, list(adjuncts)),
-        main_types={f.name: f.dataType for f in df.schema.fields},
+        local_dir=config.local_dir,
+        local_dir_grace_seconds=config.local_dir_grace_seconds,
+        snapshot_every=config.snapshot_every,
+        snapshot_delta_bytes=config.snapshot_delta_bytes,
+        snapshot_upload=config.snapshot_upload,
     )
     latest = scan.newest
-    if started_cleanup is not None:
-        driver.needed_from = started_cleanup.needed_from
+    steps: list[BatchStep] = []
     if adjunct_specs:
-        _decide_adjuncts(driver, list(adjuncts), latest)
+        adjunct_step = AdjunctStep(
+            spark,
+            store,
+            partition,
+            adjunct_specs,
+            _adjunct_sources(df, list(adjuncts)),
+            {f.name: f.dataType for f in df.schema.fields},
+            key_columns,
+            spark_files,
+        )
+        adjunct_step.decide_at_start(list(adjuncts), latest)
+        steps.append(adjunct_step)
+    syncer = StandbySyncer(
+        spark,
+        placement_helper,
+        checkpoint_url=store_url,
+        query_id=metadata.query_id,
+        operator=config.operator,
+        local_dir=config.local_dir,
+        budget_seconds=config.standby_sync_seconds,
+    )
+    settings = StandbySettings(
+        num_partitions=num_partitions,
+        operator=config.operator,
+        standby_replicas=config.standby_replicas,
+        max_warmup_replicas=config.max_warmup_replicas,
+        acceptable_recovery_lag=config.acceptable_recovery_lag,
+        restart_executor_wait_seconds=config.restart_executor_wait_seconds,
+    )
+    steps.append(StandbyStep(settings, placement_helper, syncer))
+    driver = BatchDriver(
+        config=config,
+        tasks=QueryTasks(
+            partition,
+            processor,
+            arrow_schema,
+            key_columns,
+            initial_keys if initial_frame is not None else None,
+            tuple(adjunct_specs),
+        ),
+        stage=Stage(
+            spark,
+            sink,
+            key_columns,
+            num_partitions,
+            helper=placement_helper,
+            initial_state=initial_frame,
+            initial_state_key_columns=initial_keys,
+            preferred_locations=config.placement,
+            writes_through=Stage.write_through_for(sink, config.write_through, placement_helper),
+        ),
+        post_commit=PostCommit(
+            CommitLog(store),
+            config.async_cleanup,
+            started_cleanup.needed_from if started_cleanup is not None else 0,
+        ),
+        writer_id=uuid.uuid4().hex,
+        steps=steps,
+        spark_checkpoint=spark_files,
+        ticks=ticks,
+        on_batch=on_batch,
+    )
     if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
-        driver._request_tick(latest)
+        driver.request_tick(latest)
     writer = (
         ticks.with_ticks(spark, combined)
         .writeStream.foreachBatch(driver)
-        .option("checkpointLocation", driver.spark_checkpoint)
+        .option("checkpointLocation", location)
     )
     if config.trigger_interval:
         writer = writer.trigger(processingTime=config.trigger_interval)
@@ -294,7 +351,6 @@ def default_num_partitions(store: Any, spark: Any) -> int:
     """The partition count of a query that names none, as Spark's stateful operators choose it: the
     count an existing checkpoint recorded, else the session's ``spark.sql.shuffle.partitions``."""
     from blobstate.blobstore import BlobNotFoundError
-    from blobstate.lineage.commitlog import CommitLog
 
     try:
         return CommitLog(store).read_metadata().num_partitions
@@ -313,7 +369,7 @@ def _ensure_metadata(
 ) -> Any:
     """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
     stores: a broadcast store is an operator of its own with one partition)."""
-    from blobstate.lineage.commitlog import CommitLog, QueryMetadata
+    from blobstate.lineage.commitlog import QueryMetadata
     from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
     main: dict[str, Any] = {"key_columns": list(key_columns)}
@@ -337,35 +393,6 @@ def _ensure_metadata(
             recorded, where=f"key_schema of operator {config.operator} in metadata.json of {store.url}"
         )
     return metadata
-
-
-def _decide_adjuncts(driver: BatchDriver, adjuncts: list[Any], latest: Any) -> None:
-    """The recovery decision table for each adjunct store at this start (``adjunct.decision``)."""
-    import time
-
-    from blobstate.adjunct.decision import decide
-    from blobstate.adjunct.history import file_source_of, is_rate_limited
-
-    recorded = ((latest.metrics or {}).get("adjuncts") or {}) if latest is not None else {}
-    now_ms = int(time.time() * 1000)
-    for adjunct, spec in zip(adjuncts, driver.adjuncts, strict=True):
-        mine = recorded.get(spec.name) if latest is not None else None
-        # The files up to the recorded offset, listed once: those the source lost make a persistent
-        # store invalid, and a reload reads those it still has.
-        files = driver.side_files(spec.name, latest) if mine is not None else []
-        present = (
-            [f for f in files if driver.spark_path_exists(f)] if spec.persistent or spec.bootstrap else []
-        )
-        kept = set(present)
-        lost = [f for f in files if f not in kept] if spec.persistent else []
-        decision = decide(spec, mine, now_ms, rate_limited=is_rate_limited(adjunct.df), lost=lost)
-        log.info("adjunct %s: store %s: %s", spec.name, decision.found, decision.reason)
-        driver.start_decisions[spec.name] = decision
-        if decision.reload:
-            driver.reload_sources[spec.name] = file_source_of(spec.name, adjunct.df)
-            driver.reload_files[spec.name] = present
-        if decision.wait_for_backlog or (mine or {}).get("waiting_for_backlog"):
-            driver.waiting.add(spec.name)
 
 
 def _adjunct_sources(main: DataFrame, adjuncts: list[Any]) -> dict[str, tuple[int, int]]:

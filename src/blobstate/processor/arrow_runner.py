@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from blobstate import defaults
 from blobstate.processor import codec, layout
 from blobstate.processor.api import _Session, delete_timer
 from blobstate.processor.arrow_api import ExpiredTimers, KeyedBatch
@@ -20,7 +21,7 @@ from blobstate.processor.columnar import conform_columns, decode_keys, encode_ke
 from blobstate.processor.errors import OutputSchemaError, StatefulProcessorError
 from blobstate.processor.grouping import key_runs
 
-DEFAULT_FLUSH_ROWS = 65_536
+DEFAULT_FLUSH_ROWS = defaults.FLUSH_ROWS
 
 
 class ArrowOutputCollector:

@@ -18,11 +18,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from blobstate import defaults
 from blobstate.processor import codec
 
 # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch: a key's rows arrive in DataFrames of
 # at most this many rows.
-DEFAULT_MAX_ROWS_PER_FRAME = 10_000
+DEFAULT_MAX_ROWS_PER_FRAME = defaults.MAX_ROWS_PER_FRAME
 
 
 @contextmanager

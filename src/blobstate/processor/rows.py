@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql import Row
 from pyspark.sql.types import StructType
 
+from blobstate import defaults
 from blobstate.processor import codec
 from blobstate.processor.errors import OutputSchemaError
 from blobstate.processor.grouping import sort_by_key
@@ -40,7 +41,7 @@ from blobstate.processor.output_errors import (
 )
 from blobstate.processor.schema import to_struct_type
 
-DEFAULT_FLUSH_ROWS = 65_536
+DEFAULT_FLUSH_ROWS = defaults.FLUSH_ROWS
 
 
 @dataclass
