@@ -24,6 +24,8 @@ from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options, s3_u
 from blobstate.errors import BlobstateError
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from blobstate.engine.watermark import InputWatermark
 
 SPARK_CONF_PREFIX = "spark.blobstate."
@@ -360,7 +362,7 @@ def parse_duration_ms(text: str, option: str = "duration") -> int:
     return total
 
 
-def spark_blobstate_conf(spark: Any) -> dict[str, str]:
+def spark_blobstate_conf(spark: SparkSession) -> dict[str, str]:
     """The ``spark.blobstate.*`` settings of a session: the SparkContext's conf, overridden by the
     session's runtime conf (``spark.conf.set`` before the query starts), as Spark's own options are."""
     conf = {k: v for k, v in spark.sparkContext.getConf().getAll() if k.startswith(SPARK_CONF_PREFIX)}

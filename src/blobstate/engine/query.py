@@ -5,18 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from blobstate.adjunct.spec import Adjunct, AdjunctSpec
 from blobstate.adjunct.step import AdjunctStep
-from blobstate.batch.contracts import PartitionSpec
+from blobstate.batch.contracts import JsonObject, PartitionSpec
 from blobstate.batch.steps import BatchStep
-from blobstate.blobstore import open_blob_store
+from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.engine.config import (
     QueryConfig,
     QueryConfigError,
@@ -31,7 +32,7 @@ from blobstate.engine.stage import Stage
 from blobstate.engine.ticks import Ticks
 from blobstate.engine.watermark import input_watermark
 from blobstate.errors import BlobstateError
-from blobstate.lineage.commitlog import CommitLog
+from blobstate.lineage.commitlog import CommitLog, QueryMetadata
 from blobstate.standby.step import StandbySettings, StandbyStep
 from blobstate.standby.syncer import StandbySyncer
 
@@ -84,10 +85,10 @@ def transform_with_state(
     checkpoint: str,
     sink: Sink,
     num_partitions: int | None = None,
-    on_batch: Any = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
     initial_state: Any = None,
     initial_state_key: str | Sequence[str] | None = None,
-    adjuncts: Sequence[Any] = (),
+    adjuncts: Sequence[Adjunct] = (),
     **options: Any,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``processor`` per key with state kept by blobstate.
@@ -296,7 +297,7 @@ def _initial_state(
     return frame, tuple(names)
 
 
-def _no_data_batches_enabled(spark: Any) -> bool:
+def _no_data_batches_enabled(spark: SparkSession) -> bool:
     """Spark's ``spark.sql.streaming.noDataMicroBatches.enabled`` (default true), which blobstate follows."""
     value = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     return str(value).strip().lower() != "false"
@@ -311,7 +312,7 @@ def batch_reports(query: StreamingQuery) -> list[BatchReport]:
     return list(query.blobstate_driver.reports)  # type: ignore[attr-defined]
 
 
-def _struct_type(spark: Any, schema: StructType | str) -> StructType:
+def _struct_type(spark: SparkSession, schema: StructType | str) -> StructType:
     if isinstance(schema, StructType):
         return schema
     parsed = StructType.fromDDL(schema) if hasattr(StructType, "fromDDL") else None
@@ -324,12 +325,12 @@ def _struct_type(spark: Any, schema: StructType | str) -> StructType:
     return parsed
 
 
-def _session_time_zone(spark: Any) -> str:
+def _session_time_zone(spark: SparkSession) -> str:
     """``spark.sql.session.timeZone``: Spark hands processors timestamps as naive times of this zone."""
     return spark.conf.get("spark.sql.session.timeZone") or "UTC"
 
 
-def _validate_processor(processor: Any, config: QueryConfig) -> None:
+def _validate_processor(processor: object, config: QueryConfig) -> None:
     from blobstate.processor import StatefulProcessor
     from blobstate.processor.arrow_api import check_api
 
@@ -347,7 +348,7 @@ def _validate_processor(processor: Any, config: QueryConfig) -> None:
             )
 
 
-def default_num_partitions(store: Any, spark: Any) -> int:
+def default_num_partitions(store: BlobStore, spark: SparkSession) -> int:
     """The partition count of a query that names none, as Spark's stateful operators choose it: the
     count an existing checkpoint recorded, else the session's ``spark.sql.shuffle.partitions``."""
     from blobstate.blobstore import BlobNotFoundError
@@ -360,19 +361,18 @@ def default_num_partitions(store: Any, spark: Any) -> int:
 
 
 def _ensure_metadata(
-    store: Any,
+    store: BlobStore,
     num_partitions: int,
     config: QueryConfig,
     key_columns: tuple[str, ...],
-    adjuncts: Any = (),
-    key_schema: Any = None,
-) -> Any:
+    adjuncts: Sequence[AdjunctSpec] = (),
+    key_schema: JsonObject | None = None,
+) -> QueryMetadata:
     """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
     stores: a broadcast store is an operator of its own with one partition)."""
-    from blobstate.lineage.commitlog import QueryMetadata
     from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
-    main: dict[str, Any] = {"key_columns": list(key_columns)}
+    main: JsonObject = {"key_columns": list(key_columns)}
     if key_schema is not None:  # the key's Spark types, for the state reader (not part of the identity)
         try:  # recorded only if it reads back (else the reader types the key from its stored values)
             parse_stored_schema(key_schema, where="key schema of the query")
@@ -395,7 +395,7 @@ def _ensure_metadata(
     return metadata
 
 
-def _adjunct_sources(main: DataFrame, adjuncts: list[Any]) -> dict[str, tuple[int, int]]:
+def _adjunct_sources(main: DataFrame, adjuncts: list[Adjunct]) -> dict[str, tuple[int, int]]:
     """Where each side stream's sources sit in Spark's offset log: after the main stream's, in order."""
     from blobstate.adjunct.union import count_sources
 

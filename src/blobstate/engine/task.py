@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import pyarrow as pa
 
@@ -279,7 +278,7 @@ class _TaskStats:
     adjuncts: JsonObject | None = None
 
 
-def failure_record(error: BaseException) -> dict[str, Any]:
+def failure_record(error: BaseException) -> dict[str, str]:
     """What a ``failed`` metadata row carries: the exception as one line (``module.Type: message`` and
     its notes, as a Python traceback ends) and the traceback of the processor's own frames."""
     lines = [line.strip() for part in traceback.format_exception_only(error) for line in part.splitlines()]
