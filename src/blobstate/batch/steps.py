@@ -105,3 +105,7 @@ class BatchStep(Protocol):
     def wants_another_batch(self) -> bool:
         """Whether the next batch must come even without new input."""
         ...
+
+    def stop(self) -> None:
+        """The query stops: end what the step runs in the background."""
+        ...
