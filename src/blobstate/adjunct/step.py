@@ -21,7 +21,7 @@ from blobstate.adjunct.order import batch_files
 from blobstate.adjunct.records import ApplyStats, in_order
 from blobstate.adjunct.spec import BROADCAST, TAG_COLUMN, Adjunct, AdjunctSpec
 from blobstate.adjunct.union import numbered, side_rows
-from blobstate.batch.contracts import AdjunctPlan, JsonObject, JsonValue, PartitionSpec, TaskResult
+from blobstate.batch.contracts import AdjunctPlan, JsonObject, JsonValue, PartitionSpec, TaskResult, as_int
 from blobstate.batch.executor import resolve_local_dir
 from blobstate.batch.steps import CommitPart, PreparedBatch, SparkCheckpointFiles
 from blobstate.blobstore import BlobStore
@@ -326,8 +326,8 @@ class AdjunctStep:
             }
         held = [r.adjuncts or {} for r in results.values()]
         out["$held_rows"] = {
-            "deferred": sum(int(h.get("$deferred", 0)) for h in held),  # type: ignore[call-overload]
-            "released": sum(int(h.get("$released", 0)) for h in held),  # type: ignore[call-overload]
+            "deferred": sum(as_int(h.get("$deferred", 0)) for h in held),
+            "released": sum(as_int(h.get("$released", 0)) for h in held),
         }
         return out
 

@@ -14,7 +14,7 @@ Every contract is frozen and has ``to_json``/``from_json`` (plain JSON types). D
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -25,13 +25,20 @@ from blobstate import defaults
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-JsonValue: TypeAlias = str | int | float | bool | list["JsonValue"] | dict[str, "JsonValue"] | None
-"""A value that ``json.dumps`` writes and ``json.loads`` reads back unchanged (up to list/tuple)."""
+JsonValue: TypeAlias = str | int | float | bool | Sequence["JsonValue"] | Mapping[str, "JsonValue"] | None
+"""A value that ``json.dumps`` writes (``json.loads`` reads sequences back as lists, mappings as dicts)."""
 
 JsonObject: TypeAlias = dict[str, JsonValue]
 
 SchemaLike: TypeAlias = "pa.Schema | StructType | str"
 """An output schema as a processor's caller gives it: Arrow, Spark's StructType or a DDL string."""
+
+
+def as_int(value: JsonValue) -> int:
+    """A JSON number (or numeric string) as an int; 0 for anything else (absent, null)."""
+    if isinstance(value, int | float | str):
+        return int(value)
+    return 0
 
 
 def _ints(mapping: Mapping[str, JsonValue] | Mapping[int, JsonValue]) -> dict[int, JsonValue]:
@@ -114,8 +121,10 @@ class RunSpec:
     @classmethod
     def from_json(cls, data: Mapping[str, JsonValue]) -> RunSpec:
         """The spec :meth:`to_json` wrote."""
-        values = dict(data)
-        values["output_schema"] = _schema_from_json(values["output_schema"])  # type: ignore[arg-type]
+        values: dict[str, object] = dict(data)
+        schema = data["output_schema"]
+        assert isinstance(schema, Mapping)
+        values["output_schema"] = _schema_from_json(schema)
         return cls(**values)  # type: ignore[arg-type]
 
 
@@ -155,7 +164,7 @@ class AdjunctPlan:
         return {
             "recreate": list(self.recreate),
             "defer_main": self.defer_main,
-            "broadcast": dict(self.broadcast),  # type: ignore[dict-item]
+            "broadcast": dict(self.broadcast),
             "side_files": {n: list(f) for n, f in self.side_files.items()},
         }
 
@@ -168,7 +177,7 @@ class AdjunctPlan:
             recreate=tuple(data.get("recreate") or ()),  # type: ignore[arg-type]
             defer_main=bool(data.get("defer_main")),
             broadcast=dict(data.get("broadcast") or {}),  # type: ignore[arg-type]
-            side_files={str(n): tuple(f) for n, f in side_files.items()},  # type: ignore[arg-type]
+            side_files={str(n): tuple(f) for n, f in side_files.items()},
         )
 
 
@@ -312,7 +321,9 @@ class TaskResult:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"task result of partition {data.get('partition')}: unknown entries {unknown}")
-        values = dict(data)
+        values: dict[str, object] = dict(data)
         for name in ("objects_written", "snapshot_repairs"):
-            values[name] = tuple(values[name])  # type: ignore[arg-type]
+            listed = data[name]
+            assert isinstance(listed, Sequence)
+            values[name] = tuple(listed)
         return cls(**values)  # type: ignore[arg-type]

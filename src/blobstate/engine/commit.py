@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from blobstate.batch.contracts import BatchPlan, JsonObject, TaskResult
+from blobstate.batch.contracts import BatchPlan, JsonObject, JsonValue, TaskResult
 from blobstate.batch.steps import CommitPart
 from blobstate.lineage.commitlog import Commit
 from blobstate.lineage.refs import PartitionObjects
@@ -32,7 +32,7 @@ class CommitContext:
     """The oldest version a cleanup of this run found still needed (0: none ran yet)."""
     seconds: float = 0.0
     """The batch's time so far (``metrics.seconds``)."""
-    source: JsonObject | None = None
+    source: Mapping[str, JsonValue] | None = None
     """Where the batch's input came from (``replay.SourceProgress``)."""
     metrics: JsonObject = field(default_factory=dict)
     """The stage's timings and counts (``stage_seconds``, ``spark_recovery_seconds``, ...)."""
@@ -96,6 +96,6 @@ def build_commit(
             **step_metrics,
         },
         adjunct_offsets=adjunct_offsets,
-        source=context.source,
+        source=None if context.source is None else dict(context.source),
         writer=context.writer,
     )

@@ -120,7 +120,7 @@ class BatchReport:
             "snapshots": self.snapshots,
             "restoreBytes": self.restore_bytes,
             "maxRestoreSeconds": self.max_load_seconds,
-            "loadRules": rules,  # type: ignore[dict-item]
+            "loadRules": rules,
             "seconds": self.seconds,
             "stageSeconds": self.stage_seconds,
             "sinkSeconds": self.sink_seconds,
@@ -131,7 +131,7 @@ class BatchReport:
             "sparkRecoverySeconds": self.spark_recovery_seconds,
             "sparkOverheadSeconds": self.spark_overhead_seconds,
             "standby": self.standby,
-            "partitions": {str(p): m for p, m in sorted(self.partitions.items())},  # type: ignore[misc]
+            "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
         }
 
     def log_line(self) -> str:
@@ -433,8 +433,8 @@ class BatchDriver:
             inlined_partitions=run.result.inlined,
             partitions=_partition_metrics(results),
             spark_recovery_seconds=run.recovery_seconds,
-            spark_overhead_seconds=metrics["spark_overhead_seconds"],  # type: ignore[arg-type]
-            standby=metrics.get("standby") or {},  # type: ignore[arg-type]
+            spark_overhead_seconds=metrics["spark_overhead_seconds"],
+            standby=metrics.get("standby") or {},
         )
 
     def _check_source(

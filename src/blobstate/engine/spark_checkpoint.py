@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from py4j.java_gateway import JavaObject
 from pyspark.sql import SparkSession
 
 from blobstate.engine.replay import SourceProgress
@@ -75,7 +76,7 @@ class SparkCheckpoint:
         fs, path = self._hadoop_path(uri)
         return bool(fs.exists(path))
 
-    def _hadoop_path(self, uri: str) -> tuple[object, object]:
+    def _hadoop_path(self, uri: str) -> tuple[JavaObject, JavaObject]:
         """``(FileSystem, Path)`` of ``uri`` through Hadoop (any filesystem Spark can use)."""
         jvm = self._spark.sparkContext._jvm
         assert jvm is not None

@@ -23,7 +23,7 @@ import contextlib
 import json
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from blobstate.adjunct.spec import AdjunctSpec
 from blobstate.adjunct.view import AdjunctView
-from blobstate.batch.contracts import BatchPlan, JsonObject, PartitionSpec, TaskResult
+from blobstate.batch.contracts import BatchPlan, JsonObject, PartitionSpec, TaskResult, as_int
 from blobstate.engine.inline import OUTPUTS_COLUMN, InlineOutputs
 from blobstate.state.store import RocksStateStore
 
@@ -110,7 +110,7 @@ def _checked_input(
 
 
 def _split_initial_state(
-    batches: Iterator[pa.RecordBatch],
+    batches: Iterable[pa.RecordBatch],
 ) -> tuple[list[pa.RecordBatch], pa.Table | None]:
     """The input rows and the initial state's rows (its own column names) of a first batch."""
     import pyarrow.compute as pc
@@ -146,6 +146,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     if plan.pandas_object_strings:
         _use_object_strings()
     context = TaskContext.get()
+    assert context is not None, "run_task runs in a Spark task"
     partition = context.partitionId()
     executor = current_executor()
     started = time.monotonic()
@@ -190,8 +191,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         views: dict[str, AdjunctView] = {}
         if spec.adjuncts:  # side rows are applied before any main row (which may be held back)
             data, views, stats.adjuncts = _open_adjuncts(spec, data, state.store, adjunct_scope)
-            side = [a for n, a in stats.adjuncts.items() if not n.startswith("$")]
-            stats.input_rows -= sum(int(a.get("rows", 0)) for a in side)  # type: ignore[call-overload]
+            side = [a for n, a in stats.adjuncts.items() if not n.startswith("$") and isinstance(a, Mapping)]
+            stats.input_rows -= sum(as_int(a.get("rows", 0)) for a in side)
         try:
             outputs = run_partition(
                 spec.processor, state.store, data, plan.run, RunInputs(initial_state, views), run_stats

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
@@ -41,7 +41,7 @@ from blobstate.processor.output import OutputCollector
 from blobstate.processor.schema import to_arrow, to_struct_type
 from blobstate.state.interface import KeyValueStore
 
-InputData = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
+InputData: TypeAlias = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
 
 OUTPUT_MODES = {m.lower(): m for m in defaults.OUTPUT_MODES}
 

@@ -82,7 +82,7 @@ class StandbyStep:
         part = CommitPart(metrics={"standby": self._metrics(plan, results)})
         if plan is not None:
             self._ran = committed_assignment(plan.assignment, results)
-            part.placement = placement_json(self._ran, self._replica_versions())  # type: ignore[assignment]
+            part.placement = placement_json(self._ran, self._replica_versions())
         return part
 
     def after_commit(self, commit: Commit, results: Mapping[int, TaskResult]) -> None:
@@ -243,8 +243,8 @@ class StandbyStep:
             "failovers_without_standby": cold,
             "moves": moves,
             "short_of_standbys": {str(p): n for p, n in plan.short_of_standbys.items()},
-            "lag_versions": lag,  # type: ignore[dict-item]
-            "sync": [r.totals() for r in rounds],  # type: ignore[misc]
+            "lag_versions": lag,
+            "sync": [r.totals() for r in rounds],
         }
 
 
