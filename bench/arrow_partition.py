@@ -37,7 +37,7 @@ from rocksdict import WriteBatch
 
 from blobstate.blobstore import open_blob_store
 from blobstate.demo.running_count import ArrowRunningCount
-from blobstate.processor.runner import run_partition
+from blobstate.processor import RunSpec, run_partition
 from blobstate.state.partition import open_partition
 from blobstate.state.store import RocksStateStore
 
@@ -70,7 +70,10 @@ def run_blobstate(root: Path, tables: list[pa.Table]) -> list[dict[str, float]]:
         )
         started = cpu_seconds()
         outputs = run_partition(
-            ArrowRunningCount(), state.store, table, key_columns=["key"], output_schema=OUTPUT, api="arrow"
+            ArrowRunningCount(),
+            state.store,
+            table,
+            RunSpec(key_columns=("key",), output_schema=OUTPUT, api="arrow"),
         )
         rows = sum(out.num_rows for out in outputs)
         processed = cpu_seconds()

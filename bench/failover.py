@@ -116,11 +116,13 @@ def job(args: argparse.Namespace) -> int:
     state: dict[str, Any] = {}
 
     def on_batch(report: Any) -> None:
-        driver = state["query"].blobstate_driver
-        if driver.syncer is not None:
-            driver.syncer.wait(600)
+        from blobstate.standby.step import StandbyStep
+
+        standby = state["query"].blobstate_driver.step(StandbyStep)
+        if standby.syncer is not None:
+            standby.syncer.wait(600)
         line = asdict(report)
-        line["assignment"] = {str(p): a.to_json() for p, a in driver.assignment.items()}
+        line["assignment"] = {str(p): a.to_json() for p, a in standby.assignment.items()}
         print(json.dumps(line), flush=True)
         if report.batch_id == args.pause_after:
             print(json.dumps({"paused": report.batch_id}), flush=True)

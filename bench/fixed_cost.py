@@ -113,7 +113,8 @@ def run_blobstate(spark: Any, work: Path, args: argparse.Namespace, inline: int 
     )
     cleanup: list[float] = []
     driver = query.blobstate_driver
-    driver.post_commit_steps[:] = [(name, timed(step, cleanup)) for name, step in driver.post_commit_steps]
+    post = driver.post_commit
+    post.steps[:] = [(name, timed(step, cleanup)) for name, step in post.steps]
     query.processAllAvailable()
     time.sleep(1)
     out = spark_phases(query, args.warmup)

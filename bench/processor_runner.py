@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from blobstate.demo.running_count import RunningCount
-from blobstate.processor import StatefulProcessor, run_partition
+from blobstate.processor import RunSpec, StatefulProcessor, run_partition
 from blobstate.state.store import RocksStateStore
 
 OUTPUT = "key BIGINT, count BIGINT, total BIGINT"
@@ -119,11 +119,13 @@ def run_batch(
         processor,
         store,
         table,
-        key_columns=["key"],
-        output_schema=OUTPUT,
-        time_mode="None",
-        output_mode="Update",
-        batch_timestamp_ms=ts,
+        RunSpec(
+            key_columns=("key",),
+            output_schema=OUTPUT,
+            time_mode="None",
+            output_mode="Update",
+            batch_timestamp_ms=ts,
+        ),
     ):
         out_rows += batch.num_rows
     seconds = time.perf_counter() - started

@@ -21,7 +21,7 @@ import pyarrow as pa
 from blobstate.blobstore import open_blob_store
 from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RunningCount
 from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
-from blobstate.processor.runner import run_partition
+from blobstate.processor import RunSpec, run_partition
 from blobstate.reader.plan import plan_read
 from blobstate.reader.rows import partition_rows
 from blobstate.state.partition import open_partition
@@ -41,8 +41,7 @@ def build(url: str, local: Path, keys: int, batches: int) -> None:
                     RunningCount(),
                     state.store,
                     table,
-                    key_columns=["key"],
-                    output_schema=RUNNING_COUNT_OUTPUT,
+                    RunSpec(key_columns=("key",), output_schema=RUNNING_COUNT_OUTPUT),
                 ):
                     pass
                 result = state.commit()

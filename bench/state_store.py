@@ -38,7 +38,7 @@ from pathlib import Path
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from blobstate.encoding import codec
-from blobstate.processor.api import StatefulProcessorHandle, _Session
+from blobstate.processor.api import StatefulProcessorHandle, PartitionSession
 from blobstate.state import store as store_module
 from blobstate.state.store import RocksStateStore
 
@@ -156,7 +156,7 @@ class DictStore:
         return sorted(self.cfs)
 
 
-def time_ops(session: _Session, keys: list, op: Callable[[int], object]) -> float:
+def time_ops(session: PartitionSession, keys: list, op: Callable[[int], object]) -> float:
     """CPU seconds of ``op(i)`` for every key i, with that key set as the implicit grouping key."""
     with Timer() as t:
         for i, (key, kb) in enumerate(keys):
@@ -168,7 +168,7 @@ def time_ops(session: _Session, keys: list, op: Callable[[int], object]) -> floa
 
 def bench_value_ops(store: object, schema: str, rows: list, keys: list, with_list: bool) -> dict[str, int]:
     """ns per operation of each state operation on ``store``, for one schema."""
-    session = _Session(store, "None", None, None)
+    session = PartitionSession(store, "None", None, None)
     handle = StatefulProcessorHandle(session)
     value = handle.getValueState("v", schema)
     mapped = handle.getMapState("m", "k STRING", schema)

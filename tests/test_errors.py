@@ -139,10 +139,9 @@ def test_the_docstring_draws_every_error_class_with_its_module_and_bases() -> No
 
 
 def test_every_corruption_read_from_storage_is_a_corruption_error_and_keeps_its_old_bases() -> None:
+    from blobstate.adjunct.deferred import DeferredRowsError
     from blobstate.encoding.codec import decode_key
     from blobstate.encoding.values import ValueFormatError
-
-    from blobstate.adjunct.deferred import DeferredRowsError
     from blobstate.lineage.commitlog import CommitLogError, CommitLogFormatError
     from blobstate.lineage.delta import DeltaFormatError
     from blobstate.snapshot.heads import HeadFormatError, HeadLogError

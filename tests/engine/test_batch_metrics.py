@@ -5,18 +5,19 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from blobstate.engine.driver import BatchDriver, BatchReport
-from blobstate.engine.executor_identity import ExecutorIdentity
+from blobstate.batch.executor import ExecutorIdentity
+from blobstate.engine.driver import BatchReport
 from blobstate.engine.recovery import retried_partitions, spark_recovery_seconds
 from blobstate.standby.assignment import PartitionAssignment, Plan
+from blobstate.standby.step import StandbySettings, StandbyStep
 
 
 def standby_metrics(plan: Plan, metas: dict[int, dict[str, Any]], versions: dict) -> dict[str, Any]:
-    """``BatchDriver._standby_metrics`` for a driver that knows ``versions`` of the replicas."""
-    driver = SimpleNamespace(
-        config=SimpleNamespace(standby_replicas=1), syncer=None, _replica_versions=lambda: versions
-    )
-    return BatchDriver._standby_metrics(driver, plan, metas)  # type: ignore[arg-type]
+    """The standby step's ``metrics.standby`` for a query that knows ``versions`` of the replicas."""
+    syncer = SimpleNamespace(replica_versions=lambda: versions, take_rounds=lambda: [])
+    step = StandbyStep(StandbySettings(num_partitions=1, operator="0", standby_replicas=1), None, syncer)  # type: ignore[arg-type]
+    results = {p: SimpleNamespace(**m) for p, m in metas.items()}
+    return step._metrics(plan, results)  # type: ignore[arg-type]
 
 
 def test_commit_lag_versions_count_from_the_version_being_committed() -> None:

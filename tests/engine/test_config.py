@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -60,7 +59,7 @@ def test_standby_options_from_keywords_and_spark_conf() -> None:
 
 
 def test_local_dir_defaults_to_the_executors_own_directory() -> None:
-    from blobstate.engine.config import default_local_dir, resolve_local_dir
+    from blobstate.batch.executor import default_local_dir, resolve_local_dir
 
     assert QueryConfig.build({}, {}).local_dir == ""  # not a path computed on the driver
     assert resolve_local_dir("") == default_local_dir()
@@ -90,18 +89,14 @@ def test_bad_s3_options_are_named() -> None:
 
 
 def test_the_store_url_carries_the_options_to_the_tasks() -> None:
+    from blobstate.batch.executor import blob_store_for
     from blobstate.blobstore import open_blob_store
-    from blobstate.engine.task import TaskSpec, _blob_store
 
     options = {"endpoint_url": "http://127.0.0.1:1", "read_timeout": 7.5, "max_attempts": 2}
     config = QueryConfig.build({"spark.blobstate.s3.connect_timeout": "3"}, {"blob_store_options": options})
     url = checkpoint_store_url("s3://bucket/ckpt", config)
     assert checkpoint_location(url) == "s3://bucket/ckpt"
-    required = [
-        f for f in dataclasses.fields(TaskSpec) if dataclasses.MISSING is f.default is f.default_factory
-    ]
-    fields = {f.name: None for f in required}
-    store = _blob_store(TaskSpec(**{**fields, "checkpoint_url": url}))
+    store = blob_store_for(url)  # as every task opens it
     with open_blob_store(url) as driver_store:
         for s in (store, driver_store):
             assert (s.url, s.max_attempts) == ("s3://bucket/ckpt", 2)

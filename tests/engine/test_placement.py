@@ -26,14 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from blobstate.engine.executor_identity import ExecutorIdentity, current_executor
-from blobstate.engine.placement import (
-    HELPER_CLASS,
-    PlacementHelper,
-    build_jar,
-    location_string,
-    wait_for_hosts,
-)
+from blobstate.batch.executor import ExecutorIdentity, current_executor, location_string, wait_for_hosts
+from blobstate.engine.placement import HELPER_CLASS, PlacementHelper, build_jar
 
 CLUSTER_RUNS = 5
 CLUSTER_PARTITIONS = 4

@@ -7,13 +7,26 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from blobstate.processor import RunStats, run_partition
+from blobstate.processor import RunInputs, RunSpec, RunStats, run_partition
+
+
+def run_batches(processor: Any, store: Any, data: Any, **kwargs: Any) -> list[pa.RecordBatch]:
+    """:func:`run_partition` with its options as keywords: the ``RunSpec`` fields, ``initial_state``,
+    ``adjuncts``, ``stats``, and ``max_event_time`` (a one-item list that receives the input's largest
+    event time)."""
+    max_event_time = kwargs.pop("max_event_time", None)
+    stats = kwargs.pop("stats", None) or RunStats()
+    inputs = RunInputs(kwargs.pop("initial_state", None), kwargs.pop("adjuncts", None) or {})
+    batches = list(run_partition(processor, store, data, RunSpec(**kwargs), inputs, stats))
+    if max_event_time is not None:
+        max_event_time[0] = stats.max_event_time_ms
+    return batches
 
 
 def run(processor: Any, store: Any, data: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """Run one batch (keyword defaults: key ``key``) and return the output rows as dicts, in order."""
     kwargs.setdefault("key_columns", ["key"])
-    batches = list(run_partition(processor, store, data, **kwargs))
+    batches = run_batches(processor, store, data, **kwargs)
     if not batches:
         return []
     return pa.Table.from_batches(batches).to_pylist()

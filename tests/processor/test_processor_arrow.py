@@ -15,7 +15,13 @@ from processor_helpers import run
 from pyspark.sql import Row
 
 from blobstate.demo.running_count import ArrowRunningCount, RowRunningCount, RunningCount
-from blobstate.processor import ArrowStatefulProcessor, StatefulProcessor, StateVariableError, run_partition
+from blobstate.processor import (
+    ArrowStatefulProcessor,
+    RunSpec,
+    StatefulProcessor,
+    StateVariableError,
+    run_partition,
+)
 from blobstate.processor.errors import ImplicitKeyError, OutputSchemaError
 from blobstate.state.store import RocksStateStore
 
@@ -302,11 +308,15 @@ def test_a_vectorized_processor_run_with_another_api_is_refused_and_vice_versa(
 ) -> None:
     table = pa.table({"key": ["a"], "value": [1]})
     with pytest.raises(TypeError, match="api='arrow'"):
-        list(run_partition(ArrowRunningCount(), store, table, key_columns=["key"], output_schema=OUTPUT))
+        list(
+            run_partition(
+                ArrowRunningCount(), store, table, RunSpec(key_columns=["key"], output_schema=OUTPUT)
+            )
+        )
     with pytest.raises(TypeError, match="ArrowStatefulProcessor"):
         list(
             run_partition(
-                RunningCount(), store, table, key_columns=["key"], output_schema=OUTPUT, api="arrow"
+                RunningCount(), store, table, RunSpec(key_columns=["key"], output_schema=OUTPUT, api="arrow")
             )
         )
 

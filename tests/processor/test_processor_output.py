@@ -11,7 +11,13 @@ import pyarrow as pa
 import pytest
 from processor_helpers import run, shows_no_cause, table
 
-from blobstate.processor import OutputSchemaError, StatefulProcessor, StatefulProcessorError, run_partition
+from blobstate.processor import (
+    OutputSchemaError,
+    RunSpec,
+    StatefulProcessor,
+    StatefulProcessorError,
+    run_partition,
+)
 
 
 class Emits(StatefulProcessor):
@@ -277,8 +283,7 @@ def test_output_follows_the_declared_arrow_schema(store: Any) -> None:
             Emits(lambda k: iter([pd.DataFrame({"key": [k[0]], "n": [1]})])),
             store,
             DATA,
-            key_columns=["key"],
-            output_schema=schema,
+            RunSpec(key_columns=["key"], output_schema=schema),
         )
     )
     assert [b.schema for b in batches] == [schema]
@@ -300,9 +305,7 @@ def test_many_frames_are_emitted_in_order_in_bounded_batches(store: Any) -> None
             Emits(make),
             store,
             data,
-            key_columns=["key"],
-            output_schema="key STRING, n BIGINT",
-            flush_rows=1000,
+            RunSpec(key_columns=["key"], output_schema="key STRING, n BIGINT", flush_rows=1000),
         )
     )
     assert all(b.num_rows <= 1000 + 2 for b in batches) and len(batches) > 3

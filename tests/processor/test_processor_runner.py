@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from processor_helpers import KEYED_ROWS, keyed_table, run, run_with_stats, table
 
-from blobstate.processor import StatefulProcessor, grouping, run_partition
+from blobstate.processor import RunSpec, StatefulProcessor, grouping, run_partition
 from blobstate.state.store import RocksStateStore
 
 
@@ -207,10 +207,10 @@ def test_state_persists_across_batches_and_reopens(store_path: Any) -> None:
 
 def test_run_partition_checks_arguments_before_iterating(store: Any) -> None:
     with pytest.raises(ValueError, match="at least one grouping column"):
-        run_partition(Recorder(), store, None, key_columns=[], output_schema="k STRING")
+        run_partition(Recorder(), store, None, RunSpec(key_columns=[], output_schema="k STRING"))
     # nothing ran: no init
     recorder = Recorder()
-    gen = run_partition(recorder, store, None, key_columns=["key"], output_schema="k STRING")
+    gen = run_partition(recorder, store, None, RunSpec(key_columns=["key"], output_schema="k STRING"))
     assert recorder.calls == []
     list(gen)
     assert [c[0] for c in recorder.calls] == ["init", "close"]

@@ -14,7 +14,7 @@ from reader_jobs import OUTPUT, EveryState, reference
 
 from blobstate.blobstore import open_blob_store
 from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
-from blobstate.processor.runner import run_partition
+from blobstate.processor import RunSpec, run_partition
 from blobstate.state.partition import open_partition
 from blobstate.state.retention import after_commit, retained_from
 
@@ -68,10 +68,13 @@ def write_checkpoint(
                 with open_partition(
                     store, local, QUERY_ID, "0", p, committed, snapshot_every=2, lock_timeout=5.0
                 ) as state:
-                    for _ in run_partition(
-                        processor(), state.store, table, key_columns=["key"], output_schema=output_schema,
-                        time_mode="ProcessingTime", batch_timestamp_ms=T0_MS + i * 1000,
-                    ):  # fmt: skip
+                    run = RunSpec(
+                        key_columns=("key",),
+                        output_schema=output_schema,
+                        time_mode="ProcessingTime",
+                        batch_timestamp_ms=T0_MS + i * 1000,
+                    )
+                    for _ in run_partition(processor(), state.store, table, run):
                         pass
                     results[p] = state.commit()
             commit = Commit(

@@ -28,7 +28,7 @@ from blobstate.engine.query import _ensure_metadata
 from blobstate.ids import CheckpointId
 from blobstate.layout import delta_name
 from blobstate.lineage.commitlog import Commit, CommitLog, content_digest
-from blobstate.processor.runner import run_partition
+from blobstate.processor import RunSpec, run_partition
 from blobstate.reader import read_state
 from blobstate.reader.plan import plan_read
 from blobstate.reader.rows import partition_rows
@@ -214,10 +214,13 @@ def restart_partition(url: str, local: Path, partition: int) -> None:
             table = pa.table(
                 {"key": ["u1"], "value": [1]}, schema=pa.schema([("key", pa.string()), ("value", pa.int64())])
             )
-            for _ in run_partition(
-                EveryState(), state.store, table, key_columns=["key"], output_schema=OUTPUT,
-                time_mode="ProcessingTime", batch_timestamp_ms=1_800_000_000_000,
-            ):  # fmt: skip
+            run = RunSpec(
+                key_columns=("key",),
+                output_schema=OUTPUT,
+                time_mode="ProcessingTime",
+                batch_timestamp_ms=1_800_000_000_000,
+            )
+            for _ in run_partition(EveryState(), state.store, table, run):
                 pass
 
 

@@ -34,11 +34,11 @@ class SlowDeltas:
 
 def slow_sync_task(spec: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``run_sync_task`` with slow delta reads (a Python worker runs one task at a time)."""
-    import blobstate.engine.task as task_module
+    import blobstate.batch.executor as task_module
     from blobstate.standby.sync_task import run_sync_task
 
     real = task_module.blob_store_for
-    task_module.blob_store_for = lambda url, options: SlowDeltas(real(url, options))  # type: ignore[assignment]
+    task_module.blob_store_for = lambda url: SlowDeltas(real(url))  # type: ignore[assignment]
     try:
         yield from run_sync_task(spec, batches)
     finally:

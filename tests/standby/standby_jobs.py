@@ -44,7 +44,7 @@ class SlowKeyTotals(TotalsProcessor):
         """As the parent; sleeps once on ``SLOW_KEY`` (the test kills this task's host meanwhile)."""
         from pyspark import TaskContext
 
-        from blobstate.engine.executor_identity import current_executor
+        from blobstate.batch.executor import current_executor
 
         if key[0] == SLOW_KEY and not os.path.exists(self.marker):
             e = current_executor()
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     import blobstate
     from blobstate.engine.driver import BatchReport
     from blobstate.engine.placement import PlacementHelper
+    from blobstate.standby.step import StandbyStep
 
     conf = dict(item.split("=", 1) for item in args.conf)
     spark = build_spark(conf)
@@ -124,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     state: dict[str, Any] = {}
 
     def on_batch(report: BatchReport) -> None:
-        driver = state["query"].blobstate_driver
+        standby = state["query"].blobstate_driver.step(StandbyStep)
         slow = args.slow_sync_from is not None and report.batch_id >= args.slow_sync_from
-        if driver.syncer is not None and not slow:
-            driver.syncer.wait(120)  # the replicas of this commit are in place before anything else
+        if standby.syncer is not None and not slow:
+            standby.syncer.wait(120)  # the replicas of this commit are in place before anything else
         if args.slow_sync_from is not None and report.batch_id + 1 == args.slow_sync_from:
             from standby_faults import slow_sync_task
 
@@ -135,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
 
             syncer_module.run_sync_task = slow_sync_task  # type: ignore[assignment]
         line = asdict(report)
-        line["assignment"] = {str(p): a.to_json() for p, a in sorted(driver.assignment.items())}
+        line["assignment"] = {str(p): a.to_json() for p, a in sorted(standby.assignment.items())}
         line["replica_versions"] = (
-            [[p, host, v] for (p, host), v in sorted(driver.syncer.replica_versions().items())]
-            if driver.syncer is not None
+            [[p, host, v] for (p, host), v in sorted(standby.syncer.replica_versions().items())]
+            if standby.syncer is not None
             else []
         )
         line["alive"] = [[e.executor_id, e.host] for e in helper.executors()]

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blobstate.engine.executor_identity import ExecutorIdentity
+from blobstate.batch.executor import ExecutorIdentity
 from blobstate.standby.assignment import (
     PartitionAssignment,
     assignment_json,

@@ -254,4 +254,5 @@ def open_p(
 ) -> PartitionState:
     """``open_partition`` with the test query id and operator."""
     options.setdefault("lock_timeout", 5.0)
+    options.setdefault("snapshot_upload", "inline")  # the histories modelled here upload inside the commit
     return open_partition(store, local, QUERY_ID, OP, partition, committed, **options)

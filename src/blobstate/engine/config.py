@@ -7,35 +7,24 @@ Options of an S3 checkpoint's blob store are the keyword ``blob_store_options={.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from blobstate import defaults
 from blobstate.blobstore.azure_options import AZURE_CONF_PREFIX, azure_options_from_spark_conf
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options
 from blobstate.blobstore.schemes import location_without_options, scheme_of
 from blobstate.errors import ConfigurationError
-from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from blobstate.engine.watermark import InputWatermark
 
 SPARK_CONF_PREFIX = "spark.blobstate."
 S3_CONF_PREFIX = SPARK_CONF_PREFIX + "s3."
-
-
-def default_local_dir() -> str:
-    """Where executors keep working stores, local checkpoints and standby replicas by default: the
-    executor's own temporary directory (evaluated in the task, on the executor, never on the driver)."""
-    return os.path.join(tempfile.gettempdir(), f"blobstate-{os.getuid()}")
-
-
-def resolve_local_dir(configured: str) -> str:
-    """The local directory a task uses: ``configured``, or the executor's default when empty."""
-    return configured or default_local_dir()
 
 
 class QueryConfigError(ConfigurationError, ValueError):
@@ -74,19 +63,19 @@ class QueryConfig:
     local_dir: str = ""
     """Executor-local directory for working stores, checkpoints and replicas; empty (the default) means
     each executor's own ``<tmp>/blobstate-<uid>``, resolved on the executor."""
-    local_dir_grace_seconds: float = DEFAULT_LOCAL_DIR_GRACE_SECONDS
+    local_dir_grace_seconds: float = defaults.LOCAL_DIR_GRACE_SECONDS
     """A partition's local directory (working store, local checkpoints, standby replica, broadcast copy)
     that no task, sync or reader has used for this long is removed by the executors' tasks, never
     while in use; the next use rebuilds it from the checkpoint."""
-    snapshot_every: int = 10
+    snapshot_every: int = defaults.SNAPSHOT_EVERY
     """Upload a snapshot every this many versions of a partition."""
-    snapshot_delta_bytes: int = 64 * 1024 * 1024
+    snapshot_delta_bytes: int = defaults.SNAPSHOT_DELTA_BYTES
     """Also upload a snapshot once the deltas since the last one exceed this many bytes."""
-    snapshot_upload: str = "background"
+    snapshot_upload: str = defaults.SNAPSHOT_UPLOAD
     """``background``: a due snapshot's files are uploaded by a thread of the Python worker while the next
     batches run, and a later commit names it once complete; ``inline``: inside the batch's commit (the
     batch that takes it waits for the upload)."""
-    min_versions_to_retain: int = 20
+    min_versions_to_retain: int = defaults.MIN_VERSIONS_TO_RETAIN
     """Committed versions kept restorable; older objects are deleted after each commit."""
     standby_replicas: int = 0
     """Standby replicas per partition, kept warm on other executors (other hosts where there are), so
@@ -194,14 +183,14 @@ class QueryConfig:
 
     def validate(self) -> None:
         """Reject inconsistent settings with an error naming the option."""
-        if self.api not in ("pandas", "row", "arrow"):
+        if self.api not in defaults.APIS:
             raise QueryConfigError(
                 f"api must be 'pandas' (transformWithStateInPandas), 'row' (transformWithState) or 'arrow'"
                 f" (vectorized, ArrowStatefulProcessor), not {self.api!r}"
             )
-        if self.output_mode not in ("Append", "Update"):
+        if self.output_mode not in defaults.OUTPUT_MODES:
             raise QueryConfigError(f"output_mode must be 'Append' or 'Update', not {self.output_mode!r}")
-        if self.time_mode not in ("None", "ProcessingTime", "EventTime"):
+        if self.time_mode not in defaults.TIME_MODES:
             raise QueryConfigError(
                 f"time_mode must be 'None', 'ProcessingTime' or 'EventTime', not {self.time_mode!r}"
             )
@@ -213,7 +202,7 @@ class QueryConfig:
         for name in ("snapshot_every", "min_versions_to_retain"):
             if getattr(self, name) < 1:
                 raise QueryConfigError(f"{name} must be at least 1")
-        if self.snapshot_upload not in ("inline", "background"):
+        if self.snapshot_upload not in defaults.SNAPSHOT_UPLOADS:
             raise QueryConfigError(
                 f"snapshot_upload must be 'inline' or 'background', not {self.snapshot_upload!r}"
             )
@@ -319,8 +308,8 @@ def checkpoint_location(store_url: str) -> str:
 
 
 MODES: dict[str, dict[str, str]] = {
-    "output_mode": {m.lower(): m for m in ("Append", "Update")},
-    "time_mode": {m.lower(): m for m in ("None", "ProcessingTime", "EventTime")},
+    "output_mode": {m.lower(): m for m in defaults.OUTPUT_MODES},
+    "time_mode": {m.lower(): m for m in defaults.TIME_MODES},
 }
 """Each mode option's accepted values, by their lowercase spelling."""
 
@@ -365,7 +354,7 @@ def parse_duration_ms(text: str, option: str = "duration") -> int:
     return total
 
 
-def spark_blobstate_conf(spark: Any) -> dict[str, str]:
+def spark_blobstate_conf(spark: SparkSession) -> dict[str, str]:
     """The ``spark.blobstate.*`` settings of a session: the SparkContext's conf, overridden by the
     session's runtime conf (``spark.conf.set`` before the query starts), as Spark's own options are."""
     conf = {k: v for k, v in spark.sparkContext.getConf().getAll() if k.startswith(SPARK_CONF_PREFIX)}

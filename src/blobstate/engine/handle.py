@@ -79,13 +79,7 @@ class BlobstateStreamingQuery(StreamingQuery):
         """As Spark's; also stops standby syncs (waiting for a running round) and forgets the query's
         ticks channel in the driver JVM."""
         super().stop()
-        syncer = getattr(self.blobstate_driver, "syncer", None)
-        if syncer is not None:
-            syncer.stop()
-            syncer.wait(60)
-        ticks = getattr(self.blobstate_driver, "ticks", None)
-        if ticks is not None:
-            ticks.release()
+        self.blobstate_driver.stop()
 
     def _surfaced(self, error: StreamingQueryException) -> StreamingQueryException:
         failure = getattr(self.blobstate_driver, "failure", None)

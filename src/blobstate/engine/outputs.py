@@ -21,6 +21,7 @@ the driver runs the stage again (``BatchDriver``).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from blobstate.batch.contracts import JsonObject, JsonValue, TaskResult
 from blobstate.engine.inline import OUTPUTS_COLUMN, read_payloads
 from blobstate.engine.task import MARKER_COLUMNS, META_COLUMN, UID_COLUMN
 from blobstate.errors import BlobstateError, QueryError
@@ -62,7 +64,7 @@ def is_attempt_mismatch(error: BaseException) -> bool:
 class StageResult:
     """One run of the processing stage: per-partition metadata and the sink's view of the outputs."""
 
-    metas: dict[int, dict[str, Any]]
+    results: dict[int, TaskResult]
     frame: DataFrame
     persisted: DataFrame | None = None
     inlined: int = 0
@@ -77,7 +79,7 @@ class StageResult:
     @property
     def output_rows(self) -> int:
         """Output rows of the batch, as the tasks counted them."""
-        return sum(int(m.get("output_rows") or 0) for m in self.metas.values())
+        return sum(r.output_rows for r in self.results.values())
 
     def release(self) -> None:
         """Drop the persisted outputs (after the commit, or before running the stage again)."""
@@ -109,8 +111,7 @@ def run_stage(
             raise StageFailedError(
                 f"{what}: a task of the processing stage failed: {worker_error(str(error))}"
             ) from None
-        result.metas = parse_metas([r[0] for r in rows], what)
-        raise_failed(result.metas, what)
+        result.results = parse_metas([r[0] for r in rows], what)
         payloads = {json.loads(r[0])["partition"]: bytes(r[1]) for r in rows if r[1] is not None}
         result.inlined = len(payloads)
         schema = StructType([f for f in (schema or stage.schema).fields if f.name not in MARKER_COLUMNS])
@@ -119,7 +120,7 @@ def run_stage(
             result.release()  # every output is on the driver: nothing for the sink to read from the stage
             result.frame = local  # type: ignore[assignment]
             return result
-        uids = [result.metas[p]["uid"] if p in result.metas else "" for p in range(num_partitions)]
+        uids = [result.results[p].uid if p in result.results else "" for p in range(num_partitions)]
         view = helper.committed_only(stage, UID_COLUMN, META_COLUMN, uids, what)
         result.frame = view.drop(*MARKER_COLUMNS)
         if local is not None:
@@ -156,13 +157,14 @@ def local_frame(spark: Any, payloads: list[bytes], schema: StructType) -> DataFr
     return frame
 
 
-def raise_failed(metas: dict[int, dict[str, Any]], what: str) -> None:
+def raise_failed(metas: Mapping[int, Mapping[str, JsonValue]], what: str) -> None:
     """Raise :class:`StageFailedError` with the first partition's exception if any task reported that the
     processor raised (its outputs, persisted or inlined, are never used: the caller drops the stage)."""
     failed = sorted(p for p, m in metas.items() if m.get("failed"))
     if not failed:
         return
     first = metas[failed[0]]["failed"]
+    assert isinstance(first, dict)
     others = f" ({len(failed) - 1} more partition(s) failed too)" if len(failed) > 1 else ""
     raise StageFailedError(
         f"{what}: a task of the processing stage failed: {first['error']}{others}",
@@ -170,9 +172,10 @@ def raise_failed(metas: dict[int, dict[str, Any]], what: str) -> None:
     )
 
 
-def parse_metas(texts: list[str], what: str) -> dict[int, dict[str, Any]]:
-    """The metadata rows of one execution of the stage, by partition."""
-    metas: dict[int, dict[str, Any]] = {}
+def parse_metas(texts: list[str], what: str) -> dict[int, TaskResult]:
+    """The tasks' results of one execution of the stage, by partition; raises :class:`StageFailedError`
+    when a task reported that the processor raised (``raise_failed``)."""
+    metas: dict[int, JsonObject] = {}
     for text in texts:
         meta = json.loads(text)
         if meta["partition"] in metas:
@@ -180,4 +183,5 @@ def parse_metas(texts: list[str], what: str) -> dict[int, dict[str, Any]]:
                 f"{what}: two metadata rows for partition {meta['partition']} in one execution"
             )
         metas[meta["partition"]] = meta
-    return metas
+    raise_failed(metas, what)
+    return {p: TaskResult.from_json(m) for p, m in metas.items()}

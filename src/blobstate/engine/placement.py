@@ -8,7 +8,7 @@ version, cached under ``~/.cache/blobstate``). The helper wraps a DataFrame's RD
 whose partition ``i`` prefers a given executor (``executor_<host>_<id>``, Spark's
 ``ExecutorCacheTaskLocation``, the mechanism of Spark's own state stores); operators applied on top of
 the result, such as ``mapInArrow``, run in the same stage and inherit the preference. Each task of that
-stage also learns its executor (``executor_identity.current_executor()``).
+stage also learns its executor (``blobstate.batch.executor.current_executor()``).
 
 Without a fitting shipped jar and a JDK, or when compilation or loading fails, ``PlacementHelper.get``
 returns None after logging one warning (the query then refuses to start, naming why); a Spark Connect
@@ -26,13 +26,12 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import weakref
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blobstate.engine.executor_identity import ExecutorIdentity
+from blobstate.batch.executor import ExecutorIdentity
 from blobstate.engine.helper_jar import (
     JAVA_DIR,
     SOURCES_ATTRIBUTE,
@@ -72,14 +71,6 @@ SPARK_CONNECT_MESSAGE = (
     " JVM in its process; run the query with a classic SparkSession (SparkSession.builder.master(...),"
     " without spark.remote or SPARK_REMOTE)"
 )
-
-
-def location_string(identity: ExecutorIdentity) -> str:
-    """Spark's preferred-location string for an executor: ``executor_<host>_<executor id>``."""
-    if "_" in identity.host:
-        # Spark's TaskLocation parser splits host and executor id at the first "_".
-        raise ValueError(f"executor host {identity.host!r} contains '_' and cannot be a preferred location")
-    return f"executor_{identity.host}_{identity.executor_id}"
 
 
 def find_javac() -> str | None:
@@ -327,29 +318,6 @@ class PlacementHelper:
         if not isinstance(found, JavaClass):
             raise PlacementUnavailableError(f"{HELPER_CLASS} is not visible after loading {self._jar}")
         return found
-
-
-def wait_for_hosts(
-    hosts: Collection[str],
-    executors: Callable[[], list[ExecutorIdentity]],
-    timeout_seconds: float,
-    *,
-    poll_seconds: float = 0.25,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> list[ExecutorIdentity]:
-    """The executors alive once one runs on each of ``hosts``, or when ``timeout_seconds`` have passed.
-
-    A restarted driver's executors register some seconds after the application starts; planning before
-    those on the hosts the last commit placed its partitions would move the partitions away from their
-    working stores for nothing. ``executors`` lists the executors alive now.
-    """
-    alive = executors()
-    deadline = clock() + timeout_seconds
-    while not set(hosts) <= {e.host for e in alive} and clock() < deadline:
-        sleep(poll_seconds)
-        alive = executors()
-    return alive
 
 
 def _is_classic(spark: SparkSession) -> bool:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from blobstate.blobstore import open_blob_store
+from blobstate.adjunct.spec import Adjunct, AdjunctSpec
+from blobstate.adjunct.step import AdjunctStep
+from blobstate.batch.contracts import JsonObject, PartitionSpec
+from blobstate.batch.steps import BatchStep
+from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.blobstore.schemes import NoHadoopLocationError, hadoop_location, normalize_location
 from blobstate.engine.config import (
     QueryConfig,
@@ -22,11 +26,16 @@ from blobstate.engine.config import (
     checkpoint_store_url,
     spark_blobstate_conf,
 )
-from blobstate.engine.driver import BatchDriver, BatchReport, Sink
+from blobstate.engine.driver import BatchDriver, BatchReport, PostCommit, QueryTasks, Sink
 from blobstate.engine.handle import BlobstateStreamingQuery
+from blobstate.engine.spark_checkpoint import SparkCheckpoint
+from blobstate.engine.stage import Stage
 from blobstate.engine.ticks import Ticks
 from blobstate.engine.watermark import input_watermark
 from blobstate.errors import ArgumentTypeError, QueryError
+from blobstate.lineage.commitlog import CommitLog, QueryMetadata
+from blobstate.standby.step import StandbySettings, StandbyStep
+from blobstate.standby.syncer import StandbySyncer
 
 log = logging.getLogger("blobstate")
 
@@ -65,10 +74,10 @@ def transform_with_state(
     checkpoint: str,
     sink: Sink,
     num_partitions: int | None = None,
-    on_batch: Any = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
     initial_state: Any = None,
     initial_state_key: str | Sequence[str] | None = None,
-    adjuncts: Sequence[Any] = (),
+    adjuncts: Sequence[Adjunct] = (),
     **options: Any,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``processor`` per key with state kept by blobstate.
@@ -150,47 +159,96 @@ def transform_with_state(
         )
     ticks = Ticks(placement_helper.ticks_source(), enabled=_no_data_batches_enabled(spark))
     initial_frame, initial_keys = _initial_state(initial_state, key_columns, initial_state_key)
-    from blobstate.lineage.commitlog import CommitLog
     from blobstate.state.retention import cleanup_latest
 
     # One listing of commits/ at start: holes in the retained window refuse the start, and the cleanup
     # prunes whatever a crash left below the horizon.
     scan = CommitLog(store).scan()
     started_cleanup = cleanup_latest(store, scan)
-    driver = BatchDriver(
-        spark=spark,
-        config=config,
-        store=store,
+    location = spark_checkpoint_location(checkpoint_url, config)
+    spark_files = SparkCheckpoint(spark, location)
+    partition = PartitionSpec(
         checkpoint_url=store_url,
         query_id=metadata.query_id,
+        operator=config.operator,
         num_partitions=num_partitions,
-        key_columns=key_columns,
-        processor=processor,
-        output_schema=arrow_schema,
-        sink=sink,
-        writer_id=uuid.uuid4().hex,
-        placement_helper=placement_helper,
-        use_preferred_locations=config.placement,
-        ticks=ticks,
-        initial_state=initial_frame,
-        initial_state_key_columns=initial_keys,
-        on_batch=on_batch,
-        spark_checkpoint=spark_checkpoint_location(checkpoint_url, config),
-        adjuncts=adjunct_specs,
-        adjunct_sources=_adjunct_sources(df, list(adjuncts)),
-        main_types={f.name: f.dataType for f in df.schema.fields},
+        local_dir=config.local_dir,
+        local_dir_grace_seconds=config.local_dir_grace_seconds,
+        snapshot_every=config.snapshot_every,
+        snapshot_delta_bytes=config.snapshot_delta_bytes,
+        snapshot_upload=config.snapshot_upload,
     )
     latest = scan.newest
-    if started_cleanup is not None:
-        driver.needed_from = started_cleanup.needed_from
+    steps: list[BatchStep] = []
     if adjunct_specs:
-        _decide_adjuncts(driver, list(adjuncts), latest)
+        adjunct_step = AdjunctStep(
+            spark,
+            store,
+            partition,
+            adjunct_specs,
+            _adjunct_sources(df, list(adjuncts)),
+            {f.name: f.dataType for f in df.schema.fields},
+            key_columns,
+            spark_files,
+        )
+        adjunct_step.decide_at_start(list(adjuncts), latest)
+        steps.append(adjunct_step)
+    syncer = StandbySyncer(
+        spark,
+        placement_helper,
+        checkpoint_url=store_url,
+        query_id=metadata.query_id,
+        operator=config.operator,
+        local_dir=config.local_dir,
+        budget_seconds=config.standby_sync_seconds,
+    )
+    settings = StandbySettings(
+        num_partitions=num_partitions,
+        operator=config.operator,
+        standby_replicas=config.standby_replicas,
+        max_warmup_replicas=config.max_warmup_replicas,
+        acceptable_recovery_lag=config.acceptable_recovery_lag,
+        restart_executor_wait_seconds=config.restart_executor_wait_seconds,
+    )
+    steps.append(StandbyStep(settings, placement_helper, syncer))
+    driver = BatchDriver(
+        config=config,
+        tasks=QueryTasks(
+            partition,
+            processor,
+            arrow_schema,
+            key_columns,
+            initial_keys if initial_frame is not None else None,
+            tuple(adjunct_specs),
+        ),
+        stage=Stage(
+            spark,
+            sink,
+            key_columns,
+            num_partitions,
+            helper=placement_helper,
+            initial_state=initial_frame,
+            initial_state_key_columns=initial_keys,
+            preferred_locations=config.placement,
+            writes_through=Stage.write_through_for(sink, config.write_through, placement_helper),
+        ),
+        post_commit=PostCommit(
+            CommitLog(store),
+            config.async_cleanup,
+            started_cleanup.needed_from if started_cleanup is not None else 0,
+        ),
+        writer_id=uuid.uuid4().hex,
+        steps=steps,
+        spark_checkpoint=spark_files,
+        ticks=ticks,
+        on_batch=on_batch,
+    )
     if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
-        driver._request_tick(latest)
+        driver.request_tick(latest)
     writer = (
         ticks.with_ticks(spark, combined)
         .writeStream.foreachBatch(driver)
-        .option("checkpointLocation", driver.spark_checkpoint)
+        .option("checkpointLocation", location)
     )
     if config.trigger_interval:
         writer = writer.trigger(processingTime=config.trigger_interval)
@@ -232,7 +290,7 @@ def _initial_state(
     return frame, tuple(names)
 
 
-def _no_data_batches_enabled(spark: Any) -> bool:
+def _no_data_batches_enabled(spark: SparkSession) -> bool:
     """Spark's ``spark.sql.streaming.noDataMicroBatches.enabled`` (default true), which blobstate follows."""
     value = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     return str(value).strip().lower() != "false"
@@ -247,7 +305,7 @@ def batch_reports(query: StreamingQuery) -> list[BatchReport]:
     return list(query.blobstate_driver.reports)  # type: ignore[attr-defined]
 
 
-def _struct_type(spark: Any, schema: StructType | str) -> StructType:
+def _struct_type(spark: SparkSession, schema: StructType | str) -> StructType:
     if isinstance(schema, StructType):
         return schema
     parsed = StructType.fromDDL(schema) if hasattr(StructType, "fromDDL") else None
@@ -260,12 +318,12 @@ def _struct_type(spark: Any, schema: StructType | str) -> StructType:
     return parsed
 
 
-def _session_time_zone(spark: Any) -> str:
+def _session_time_zone(spark: SparkSession) -> str:
     """``spark.sql.session.timeZone``: Spark hands processors timestamps as naive times of this zone."""
     return spark.conf.get("spark.sql.session.timeZone") or "UTC"
 
 
-def _validate_processor(processor: Any, config: QueryConfig) -> None:
+def _validate_processor(processor: object, config: QueryConfig) -> None:
     from blobstate.processor import StatefulProcessor
     from blobstate.processor.arrow_api import check_api
 
@@ -283,11 +341,10 @@ def _validate_processor(processor: Any, config: QueryConfig) -> None:
             )
 
 
-def default_num_partitions(store: Any, spark: Any) -> int:
+def default_num_partitions(store: BlobStore, spark: SparkSession) -> int:
     """The partition count of a query that names none, as Spark's stateful operators choose it: the
     count an existing checkpoint recorded, else the session's ``spark.sql.shuffle.partitions``."""
     from blobstate.blobstore import BlobNotFoundError
-    from blobstate.lineage.commitlog import CommitLog
 
     try:
         return CommitLog(store).read_metadata().num_partitions
@@ -297,19 +354,18 @@ def default_num_partitions(store: Any, spark: Any) -> int:
 
 
 def _ensure_metadata(
-    store: Any,
+    store: BlobStore,
     num_partitions: int,
     config: QueryConfig,
     key_columns: tuple[str, ...],
-    adjuncts: Any = (),
-    key_schema: Any = None,
-) -> Any:
+    adjuncts: Sequence[AdjunctSpec] = (),
+    key_schema: JsonObject | None = None,
+) -> QueryMetadata:
     """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
     stores: a broadcast store is an operator of its own with one partition)."""
-    from blobstate.lineage.commitlog import CommitLog, QueryMetadata
     from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
-    main: dict[str, Any] = {"key_columns": list(key_columns)}
+    main: JsonObject = {"key_columns": list(key_columns)}
     if key_schema is not None:  # the key's Spark types, for the state reader (not part of the identity)
         try:  # recorded only if it reads back (else the reader types the key from its stored values)
             parse_stored_schema(key_schema, where="key schema of the query")
@@ -332,36 +388,7 @@ def _ensure_metadata(
     return metadata
 
 
-def _decide_adjuncts(driver: BatchDriver, adjuncts: list[Any], latest: Any) -> None:
-    """The recovery decision table for each adjunct store at this start (``adjunct.decision``)."""
-    import time
-
-    from blobstate.adjunct.decision import decide
-    from blobstate.adjunct.history import file_source_of, is_rate_limited
-
-    recorded = ((latest.metrics or {}).get("adjuncts") or {}) if latest is not None else {}
-    now_ms = int(time.time() * 1000)
-    for adjunct, spec in zip(adjuncts, driver.adjuncts, strict=True):
-        mine = recorded.get(spec.name) if latest is not None else None
-        # The files up to the recorded offset, listed once: those the source lost make a persistent
-        # store invalid, and a reload reads those it still has.
-        files = driver.side_files(spec.name, latest) if mine is not None else []
-        present = (
-            [f for f in files if driver.spark_path_exists(f)] if spec.persistent or spec.bootstrap else []
-        )
-        kept = set(present)
-        lost = [f for f in files if f not in kept] if spec.persistent else []
-        decision = decide(spec, mine, now_ms, rate_limited=is_rate_limited(adjunct.df), lost=lost)
-        log.info("adjunct %s: store %s: %s", spec.name, decision.found, decision.reason)
-        driver.start_decisions[spec.name] = decision
-        if decision.reload:
-            driver.reload_sources[spec.name] = file_source_of(spec.name, adjunct.df)
-            driver.reload_files[spec.name] = present
-        if decision.wait_for_backlog or (mine or {}).get("waiting_for_backlog"):
-            driver.waiting.add(spec.name)
-
-
-def _adjunct_sources(main: DataFrame, adjuncts: list[Any]) -> dict[str, tuple[int, int]]:
+def _adjunct_sources(main: DataFrame, adjuncts: list[Adjunct]) -> dict[str, tuple[int, int]]:
     """Where each side stream's sources sit in Spark's offset log: after the main stream's, in order."""
     from blobstate.adjunct.union import count_sources
 

@@ -23,16 +23,18 @@ import contextlib
 import json
 import time
 import traceback
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import pyarrow as pa
 
+from blobstate.adjunct.spec import AdjunctSpec
+from blobstate.adjunct.view import AdjunctView
+from blobstate.batch.contracts import BatchPlan, JsonObject, PartitionSpec, TaskResult, as_int
 from blobstate.engine.inline import OUTPUTS_COLUMN, InlineOutputs
-from blobstate.state.sweep import DEFAULT_LOCAL_DIR_GRACE_SECONDS
+from blobstate.state.store import RocksStateStore
 
 META_COLUMN = "__blobstate_meta"
 UID_COLUMN = "__blobstate_uid"
@@ -49,88 +51,31 @@ next version once asked; a far-behind sync restoring a snapshot may take longer.
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A batch's plan: everything a task needs, built once by the driver and shipped to executors
-    inside the stage's closure (one object, so no option is threaded through signatures)."""
+    """Everything a task of the processing stage needs, built once per batch by the driver and shipped
+    inside the stage's closure: where the state lives (:class:`PartitionSpec`), what the driver decided
+    for the batch (:class:`BatchPlan`), the processor and the query's adjunct stores."""
 
-    checkpoint_url: str
-    query_id: str
-    operator: str
-    num_partitions: int
-    version: int
-    uids: dict[int, str]
-    key_columns: tuple[str, ...]
-    processor: Any
-    output_schema: pa.Schema
-    output_mode: str
-    time_mode: str
-    batch_timestamp_ms: int
-    watermark_ms: int | None
-    late_watermark_ms: int | None
-    event_time_column: str | None
-    local_dir: str
-    snapshot_every: int
-    snapshot_delta_bytes: int
-    snapshot_upload: str = "background"
-    """``inline`` or ``background`` (QueryConfig.snapshot_upload)."""
-    pandas_object_strings: bool = True
-    api: str = "pandas"
-    """``pandas``, ``row`` or ``arrow``: what the processor's handlers receive and yield (QueryConfig.api)."""
-    timezone: str = "UTC"
-    """The session time zone: naive pandas timestamps in and out are wall-clock times of this zone."""
-    blob_store_options: dict[str, Any] = field(default_factory=dict)
-    initial_state_key_columns: tuple[str, ...] | None = None
-    """Set in the first batch of a query started with ``initial_state``: the initial state's key columns
-    (its rows reach the task beside the input, marked by ``INITIAL_COLUMN``)."""
-    adjuncts: tuple[Any, ...] = ()
-    """The query's adjunct stores (:class:`blobstate.adjunct.spec.AdjunctSpec`): partitioned ones' rows
-    arrive in the input, tagged; broadcast ones are read from the executor's copy."""
-    adjunct_recreate: tuple[str, ...] = ()
-    """Partitioned adjunct stores emptied before this batch's side rows (the start's decision)."""
-    defer_main: bool = False
-    """Hold the main rows in the partition's state: a bootstrap adjunct is still loading its backlog."""
-    broadcast: dict[str, Any] = field(default_factory=dict)
-    """Each broadcast adjunct's version for this batch (``adjunct.broadcast.PendingVersion``)."""
-    side_files: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """A partitioned adjunct's files of this batch in its file source's order, when it read more than
-    one: its rows are applied file by file (``adjunct.order``)."""
-    inline_output_bytes: int = 0
-    """A partition's outputs up to this many bytes go to the driver in its metadata row (``inline.py``);
-    0: always emitted as rows."""
-    local_dir_grace_seconds: float = DEFAULT_LOCAL_DIR_GRACE_SECONDS
-    """Partition directories under the local directory unused for this long are removed
-    (``blobstate.state.sweep``)."""
-    report_failures: bool = True
-    """A processor's exception ends the task with a ``failed`` metadata row instead of failing it (see
-    the module docstring); off for a write-through sink."""
+    partition: PartitionSpec
+    plan: BatchPlan
+    processor: object
+    """The user's StatefulProcessor (or a factory of one)."""
+    adjuncts: tuple[AdjunctSpec, ...] = ()
+    """The query's adjunct stores: partitioned ones' rows arrive in the input, tagged; broadcast ones
+    are read from the executor's copy."""
 
     @property
     def stage_schema(self) -> pa.Schema:
         """The processing stage's Arrow schema: the output columns (all nullable), the uid, the metadata
         and the inlined outputs."""
-        fields = [f.with_nullable(True) for f in self.output_schema]
+        output_schema = self.plan.run.output_schema
+        assert isinstance(output_schema, pa.Schema)
+        fields = [f.with_nullable(True) for f in output_schema]
         markers = [
             pa.field(UID_COLUMN, pa.string()),
             pa.field(META_COLUMN, pa.string()),
             pa.field(OUTPUTS_COLUMN, pa.binary()),
         ]
         return pa.schema([*fields, *markers])
-
-
-_STORES: dict[str, Any] = {}
-
-
-def blob_store_for(url: str, options: dict[str, Any]) -> Any:
-    """One blob store client per Python worker process and checkpoint URL (workers are reused)."""
-    from blobstate.blobstore import open_blob_store
-
-    store = _STORES.get(url)
-    if store is None:
-        store = _STORES[url] = open_blob_store(url, **options)
-    return store
-
-
-def _blob_store(spec: TaskSpec) -> Any:
-    return blob_store_for(spec.checkpoint_url, spec.blob_store_options)
 
 
 def _use_object_strings() -> None:
@@ -146,7 +91,7 @@ def _use_object_strings() -> None:
 
 
 def _checked_input(
-    batches: Iterator[pa.RecordBatch], partition: int, stats: dict[str, Any]
+    batches: Iterator[pa.RecordBatch], partition: int, stats: _TaskStats
 ) -> Iterator[pa.RecordBatch]:
     """Drop the partition column after checking every row was hashed to this task's partition."""
     import pyarrow.compute as pc
@@ -160,12 +105,12 @@ def _checked_input(
                 f"rows of another partition reached task of partition {partition}: the shuffle did not"
                 " keep Spark's hash partitioning (is adaptive execution coalescing partitions?)"
             )
-        stats["input_rows"] += batch.num_rows
+        stats.input_rows += batch.num_rows
         yield batch.drop_columns([PARTITION_COLUMN])
 
 
 def _split_initial_state(
-    batches: Iterator[pa.RecordBatch],
+    batches: Iterable[pa.RecordBatch],
 ) -> tuple[list[pa.RecordBatch], pa.Table | None]:
     """The input rows and the initial state's rows (its own column names) of a first batch."""
     import pyarrow.compute as pc
@@ -189,148 +134,152 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     """The ``mapInArrow`` body of the processing stage."""
     from pyspark import TaskContext
 
-    from blobstate.engine.config import resolve_local_dir
-    from blobstate.engine.executor_identity import current_executor
+    from blobstate.batch.executor import blob_store_for, current_executor, resolve_local_dir
     from blobstate.ids import CheckpointId, new_uid
     from blobstate.layout import LocalPartitionLayout
-    from blobstate.processor.runner import run_partition
+    from blobstate.processor.runner import RunInputs, RunStats, run_partition
     from blobstate.standby.replica import clear_stop, request_stop
     from blobstate.state.partition import open_partition
     from blobstate.state.sweep import sweep_idle
 
-    if spec.pandas_object_strings:
+    where, plan = spec.partition, spec.plan
+    if plan.pandas_object_strings:
         _use_object_strings()
     context = TaskContext.get()
+    assert context is not None, "run_task runs in a Spark task"
     partition = context.partitionId()
     executor = current_executor()
     started = time.monotonic()
     started_at = time.time()
-    committed = CheckpointId(spec.version, spec.uids[partition]) if spec.version > 0 else None
-    stats: dict[str, Any] = {"input_rows": 0, "output_rows": 0}
+    committed = CheckpointId(plan.version, plan.uids[partition]) if plan.version > 0 else None
+    stats = _TaskStats()
     stage_schema = spec.stage_schema
     uid = new_uid()
     yield _marker_batch(stage_schema, UID_COLUMN, uid)
-    local_dir = resolve_local_dir(spec.local_dir)
+    local_dir = resolve_local_dir(where.local_dir)
     # Invariant 2: a standby sync of this partition on this host stops before the state is opened.
-    layout = LocalPartitionLayout(Path(local_dir), spec.query_id, spec.operator, partition)
+    layout = LocalPartitionLayout(Path(local_dir), where.query_id, where.operator, partition)
     request_stop(layout)
     try:
         state = open_partition(
-            _blob_store(spec),
+            blob_store_for(where.checkpoint_url),
             local_dir,
-            spec.query_id,
-            spec.operator,
+            where.query_id,
+            where.operator,
             partition,
             committed,
-            snapshot_every=spec.snapshot_every,
-            snapshot_delta_bytes=spec.snapshot_delta_bytes,
-            snapshot_upload=spec.snapshot_upload,
+            snapshot_every=where.snapshot_every,
+            snapshot_delta_bytes=where.snapshot_delta_bytes,
+            snapshot_upload=where.snapshot_upload,
             lock_timeout=PROCESSING_LOCK_TIMEOUT_SECONDS,
         )
     finally:
         clear_stop(layout)
     opened_at = time.time()
-    sweep_idle(local_dir, spec.local_dir_grace_seconds, keep=(layout.root,))
+    sweep_idle(local_dir, where.local_dir_grace_seconds, keep=(layout.root,))
     adjunct_scope = contextlib.ExitStack()
     failed = False
-    failure: dict[str, Any] = {}
+    failure: dict[str, str] = {}
+    where_noted = f"(partition {partition} of operator {where.operator}, batch {plan.version})"
+    run_stats = RunStats()
     try:
         load_seconds = time.monotonic() - started
-        max_event_time: list[int | None] = [None]
-        data: Any = _checked_input(batches, partition, stats)
+        data: Iterator[pa.RecordBatch] | list[pa.RecordBatch] = _checked_input(batches, partition, stats)
         initial_state = None
-        if spec.initial_state_key_columns is not None:
+        if plan.run.initial_state_key_columns is not None:
             data, initial_state = _split_initial_state(data)
-        views: dict[str, Any] = {}
+        views: dict[str, AdjunctView] = {}
         if spec.adjuncts:  # side rows are applied before any main row (which may be held back)
-            data, views, stats["adjuncts"] = _open_adjuncts(spec, data, state.store, adjunct_scope)
-            side = [a for n, a in stats["adjuncts"].items() if not n.startswith("$")]
-            stats["input_rows"] -= sum(a.get("rows", 0) for a in side)
+            data, views, stats.adjuncts = _open_adjuncts(spec, data, state.store, adjunct_scope)
+            side = [a for n, a in stats.adjuncts.items() if not n.startswith("$") and isinstance(a, Mapping)]
+            stats.input_rows -= sum(as_int(a.get("rows", 0)) for a in side)
         try:
             outputs = run_partition(
-                spec.processor,
-                state.store,
-                data,
-                key_columns=list(spec.key_columns),
-                output_schema=spec.output_schema,
-                time_mode=spec.time_mode,
-                output_mode=spec.output_mode,
-                batch_timestamp_ms=spec.batch_timestamp_ms,
-                watermark_ms=spec.watermark_ms,
-                late_watermark_ms=spec.late_watermark_ms,
-                event_time_column=spec.event_time_column,
-                max_event_time=max_event_time,
-                timezone=spec.timezone,
-                api=spec.api,
-                initial_state=initial_state,
-                initial_state_key_columns=spec.initial_state_key_columns,
-                adjuncts=views,
+                spec.processor, state.store, data, plan.run, RunInputs(initial_state, views), run_stats
             )
             inline = InlineOutputs(
-                spec.inline_output_bytes, pa.schema([f for f in stage_schema if f.name not in MARKER_COLUMNS])
+                plan.inline_output_bytes, pa.schema([f for f in stage_schema if f.name not in MARKER_COLUMNS])
             )
             for out in outputs:
-                stats["output_rows"] += out.num_rows
+                stats.output_rows += out.num_rows
                 for batch in inline.add(out):
                     yield _with_null_meta(batch, stage_schema)
         except Exception as error:
             if isinstance(error, MemoryError):
                 raise
-            error.add_note(f"(partition {partition} of operator {spec.operator}, batch {spec.version})")
-            if not spec.report_failures:
+            error.add_note(where_noted)
+            if not plan.report_failures:
                 raise error.with_traceback(processor_frames(error.__traceback__))  # noqa: B904
             state.abort()
             failure = failure_record(error)
             failed = True
         if not failed:
             commit_started = time.monotonic()
-            stats["state_keys"] = state.store.estimated_keys()
+            stats.state_keys = state.store.estimated_keys()
             result = state.commit(uid)
-            stats["commit_seconds"] = round(time.monotonic() - commit_started, 4)
-            stats["process_seconds"] = round(commit_started - started - load_seconds, 4)
+            stats.commit_seconds = round(time.monotonic() - commit_started, 4)
+            stats.process_seconds = round(commit_started - started - load_seconds, 4)
     except BaseException as error:
         state.abort()
         if isinstance(error, Exception) and not _noted(error):
-            error.add_note(f"(partition {partition} of operator {spec.operator}, batch {spec.version})")
+            error.add_note(where_noted)
         raise
     finally:
         adjunct_scope.close()
         state.close()
     if failed:
-        failure.update(partition=partition, uid=uid, attempt=context.attemptNumber())
+        failed_meta = {**failure, "partition": partition, "uid": uid, "attempt": context.attemptNumber()}
         yield _marker_batch(
-            stage_schema, META_COLUMN, json.dumps({"partition": partition, "failed": failure})
+            stage_schema, META_COLUMN, json.dumps({"partition": partition, "failed": failed_meta})
         )
         return
-    meta = {
-        "partition": partition,
-        "version": result.checkpoint_id.version,
-        "uid": result.checkpoint_id.uid,
-        "executor_id": executor.executor_id,
-        "host": executor.host,
-        "attempt": context.attemptNumber(),
-        "stage_id": context.stageId(),
-        "objects_written": list(result.objects_written),
-        "objects": result.objects.to_json(),
-        "snapshot_repairs": list(state.load_report.snapshot_repairs),
-        "bytes_uploaded": result.bytes_uploaded,
-        "changelog_bytes": result.changelog_bytes,
-        "snapshot": result.snapshot_name is not None,
-        "snapshot_upload": result.snapshot_upload,
-        "load_seconds": round(load_seconds, 4),
-        "started_at": started_at,
-        "opened_at": opened_at,
-        "restore_bytes": state.load_report.bytes_downloaded,
-        "snapshot_restore_bytes": state.load_report.bytes_downloaded - state.load_report.delta_bytes,
-        "load_rule": state.load_report.rule,
-        "task_seconds": round(time.monotonic() - started, 4),
-        "max_event_time_ms": max_event_time[0],
-        **stats,
-    }
-    yield _marker_batch(stage_schema, META_COLUMN, json.dumps(meta), inline.payload())
+    report = state.load_report
+    task_result = TaskResult(
+        partition=partition,
+        version=result.checkpoint_id.version,
+        uid=result.checkpoint_id.uid,
+        executor_id=executor.executor_id,
+        host=executor.host,
+        attempt=context.attemptNumber(),
+        stage_id=context.stageId(),
+        objects_written=tuple(result.objects_written),
+        objects=result.objects.to_json(),
+        snapshot_repairs=tuple(report.snapshot_repairs),
+        bytes_uploaded=result.bytes_uploaded,
+        changelog_bytes=result.changelog_bytes,
+        snapshot=result.snapshot_name is not None,
+        snapshot_upload=result.snapshot_upload,
+        load_seconds=round(load_seconds, 4),
+        started_at=started_at,
+        opened_at=opened_at,
+        restore_bytes=report.bytes_downloaded,
+        snapshot_restore_bytes=report.bytes_downloaded - report.delta_bytes,
+        load_rule=report.rule,
+        task_seconds=round(time.monotonic() - started, 4),
+        max_event_time_ms=run_stats.max_event_time_ms,
+        input_rows=stats.input_rows,
+        output_rows=stats.output_rows,
+        state_keys=stats.state_keys,
+        commit_seconds=stats.commit_seconds,
+        process_seconds=stats.process_seconds,
+        adjuncts=stats.adjuncts,
+    )
+    yield _marker_batch(stage_schema, META_COLUMN, json.dumps(task_result.to_json()), inline.payload())
 
 
-def failure_record(error: BaseException) -> dict[str, Any]:
+@dataclass
+class _TaskStats:
+    """What a task counts beside the processor's run (its :class:`TaskResult` entries)."""
+
+    input_rows: int = 0
+    output_rows: int = 0
+    state_keys: int = 0
+    commit_seconds: float = 0.0
+    process_seconds: float = 0.0
+    adjuncts: JsonObject | None = None
+
+
+def failure_record(error: BaseException) -> dict[str, str]:
     """What a ``failed`` metadata row carries: the exception as one line (``module.Type: message`` and
     its notes, as a Python traceback ends) and the traceback of the processor's own frames."""
     lines = [line.strip() for part in traceback.format_exception_only(error) for line in part.splitlines()]
@@ -354,8 +303,11 @@ def _noted(error: BaseException) -> bool:
 
 
 def _open_adjuncts(
-    spec: TaskSpec, data: Any, store: Any, scope: contextlib.ExitStack
-) -> tuple[list[pa.RecordBatch], dict[str, Any], dict[str, Any]]:
+    spec: TaskSpec,
+    data: Iterator[pa.RecordBatch] | list[pa.RecordBatch],
+    store: RocksStateStore,
+    scope: contextlib.ExitStack,
+) -> tuple[list[pa.RecordBatch], dict[str, AdjunctView], JsonObject]:
     """Apply the batch's partitioned side rows to the partition's store (before any main row) and open
     the executor's broadcast copies at the batch's version; returns the main rows, the views by name
     and what was applied."""
@@ -363,32 +315,35 @@ def _open_adjuncts(
     from blobstate.adjunct.deferred import DEFERRED_CF, defer, take_deferred
     from blobstate.adjunct.records import apply_side_rows, split_side_rows
     from blobstate.adjunct.spec import PARTITIONED, TAG_COLUMN
-    from blobstate.adjunct.view import AdjunctView
-    from blobstate.engine.config import resolve_local_dir
+    from blobstate.adjunct.step import pending_from_json
+    from blobstate.batch.executor import blob_store_for, resolve_local_dir
 
+    where, plan = spec.partition, spec.plan.adjuncts
     partitioned = [a for a in spec.adjuncts if a.mode == PARTITIONED]
-    main, sides = split_side_rows(data, TAG_COLUMN, [a.name for a in partitioned], spec.side_files)
-    views: dict[str, Any] = {}
-    applied: dict[str, Any] = {}
+    main, sides = split_side_rows(data, TAG_COLUMN, [a.name for a in partitioned], plan.side_files)
+    views: dict[str, AdjunctView] = {}
+    applied: JsonObject = {}
     for adjunct in spec.adjuncts:
         if adjunct.mode == PARTITIONED:
-            if adjunct.name in spec.adjunct_recreate and adjunct.column_family in store.column_families():
+            if adjunct.name in plan.recreate and adjunct.column_family in store.column_families():
                 store.clear(adjunct.column_family)
             applied[adjunct.name] = apply_side_rows(store, adjunct, sides.get(adjunct.name)).to_json()
             source = store
         else:
-            pending = spec.broadcast[adjunct.name]
-            local_dir = resolve_local_dir(spec.local_dir)
+            pending = pending_from_json(plan.broadcast[adjunct.name])
+            local_dir = resolve_local_dir(where.local_dir)
             replica, seconds = scope.enter_context(
-                open_replica(_blob_store(spec), local_dir, spec.query_id, adjunct, pending)
+                open_replica(
+                    blob_store_for(where.checkpoint_url), local_dir, where.query_id, adjunct, pending
+                )
             )
             applied[adjunct.name] = {"version": pending.version, "catch_up_seconds": round(seconds, 4)}
             source = replica
         views[adjunct.name] = AdjunctView(
             adjunct.name, source, adjunct.column_family, adjunct.schema, len(adjunct.key_in_union)
         )
-    if spec.defer_main:
-        applied["$deferred"] = defer(store, spec.version + 1, main)
+    if plan.defer_main:
+        applied["$deferred"] = defer(store, spec.plan.committing, main)
         main = []
     elif DEFERRED_CF in store.column_families():
         held = take_deferred(store, main[0].schema if main else None)

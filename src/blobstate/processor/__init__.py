@@ -1,5 +1,6 @@
 """PySpark ``transformWithStateInPandas``-compatible processor API and its engine-independent runner."""
 
+from blobstate.batch.contracts import RunSpec
 from blobstate.processor.api import (
     ExpiredTimerInfo,
     ListState,
@@ -18,7 +19,7 @@ from blobstate.processor.errors import (
     StatefulProcessorError,
     StateVariableError,
 )
-from blobstate.processor.runner import RunStats, run_partition
+from blobstate.processor.runner import RunInputs, RunStats, run_partition
 
 __all__ = [
     "ArrowHandle",
@@ -32,6 +33,8 @@ __all__ = [
     "ListState",
     "MapState",
     "OutputSchemaError",
+    "RunInputs",
+    "RunSpec",
     "RunStats",
     "StateVariableError",
     "StatefulProcessor",

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _Spark
 from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorHandleState
 from pyspark.sql.types import Row, StructType
 
+from blobstate import defaults
 from blobstate.encoding import codec, layout
 from blobstate.encoding.codec import Key
 from blobstate.encoding.values import EXPIRED, StateCodec, StateRow, storage_signature
@@ -48,7 +49,7 @@ __all__ = [
     "ValueState",
 ]
 
-TIME_MODES = {"none": "None", "processingtime": "ProcessingTime", "eventtime": "EventTime"}
+TIME_MODES = {m.lower(): m for m in defaults.TIME_MODES}
 
 log = logging.getLogger(__name__)
 

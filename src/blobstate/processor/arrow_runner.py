@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from blobstate import defaults
 from blobstate.encoding import codec, layout
 from blobstate.processor.api import PartitionSession, TimerValues, delete_timer
 from blobstate.processor.arrow_api import ArrowStatefulProcessor, ExpiredTimers, KeyedBatch
@@ -23,7 +24,7 @@ from blobstate.processor.grouping import key_runs
 if TYPE_CHECKING:
     from blobstate.processor.runner import RunStats
 
-DEFAULT_FLUSH_ROWS = 65_536
+DEFAULT_FLUSH_ROWS = defaults.FLUSH_ROWS
 
 
 class ArrowOutputCollector:

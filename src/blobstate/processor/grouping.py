@@ -18,12 +18,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from blobstate import defaults
 from blobstate.encoding import codec
 from blobstate.encoding.codec import Key
 
 # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch: a key's rows arrive in DataFrames of
 # at most this many rows.
-DEFAULT_MAX_ROWS_PER_FRAME = 10_000
+DEFAULT_MAX_ROWS_PER_FRAME = defaults.MAX_ROWS_PER_FRAME
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
+from blobstate import defaults
 from blobstate.processor.errors import OutputSchemaError
 from blobstate.processor.grouping import quiet_pyspark_conversion
 from blobstate.processor.output_errors import (
@@ -31,7 +32,7 @@ from blobstate.processor.output_errors import (
     yielded_by,
 )
 
-DEFAULT_FLUSH_ROWS = 65_536
+DEFAULT_FLUSH_ROWS = defaults.FLUSH_ROWS
 
 
 class OutputCollector:

@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql import Row
 from pyspark.sql.types import StructType
 
+from blobstate import defaults
 from blobstate.encoding import codec
 from blobstate.encoding.codec import Key
 from blobstate.processor.errors import OutputSchemaError
@@ -41,7 +42,7 @@ from blobstate.processor.output_errors import (
 )
 from blobstate.processor.schema import to_struct_type
 
-DEFAULT_FLUSH_ROWS = 65_536
+DEFAULT_FLUSH_ROWS = defaults.FLUSH_ROWS
 
 
 @dataclass

@@ -12,14 +12,15 @@ late-events watermark are dropped first, as Spark drops late data.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
-from pyspark.sql.types import StructType
 
+from blobstate import defaults
+from blobstate.batch.contracts import RunSpec
 from blobstate.encoding import codec, layout
 from blobstate.processor import arrow_runner, grouping
 from blobstate.processor import rows as row_api
@@ -37,18 +38,15 @@ from blobstate.processor.arrow_api import (
     check_api,
 )
 from blobstate.processor.errors import InvalidTimeModeError, OutputSchemaError, StatefulProcessorError
-from blobstate.processor.output import DEFAULT_FLUSH_ROWS, OutputCollector
+from blobstate.processor.output import OutputCollector
 from blobstate.processor.schema import to_arrow, to_struct_type
 from blobstate.state.interface import KeyValueStore
 
 InputData: TypeAlias = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None
 
-OUTPUT_MODES = {"append": "Append", "update": "Update"}
+OUTPUT_MODES = {m.lower(): m for m in defaults.OUTPUT_MODES}
 
-APIS = ("pandas", "row", "arrow")
-"""``pandas``: handlers see and yield pandas DataFrames (Spark's ``transformWithStateInPandas``);
-``row``: they see and yield ``pyspark.sql.Row`` objects (Spark's row-based ``transformWithState``);
-``arrow``: one call per partition and batch with every key, bulk state (:mod:`.arrow_api`)."""
+APIS = defaults.APIS
 
 
 @dataclass
@@ -103,74 +101,66 @@ def _check_mode_unchanged(store: KeyValueStore, key: bytes, value: str, what: st
         )
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What a :func:`run_partition` call reads besides the batch's rows: ``initial_state`` (first batch
+    only) holds rows for ``handleInitialState``, keyed by ``RunSpec.initial_state_key_columns``;
+    ``adjuncts`` are the read-only adjunct stores by name (``handle.getAdjunct``), already at this
+    batch's version."""
+
+    initial_state: InputData = None
+    adjuncts: Mapping[str, Any] = field(default_factory=dict)
+
+
 def run_partition(
     processor: Any,
     store: KeyValueStore,
     data: InputData,
-    *,
-    key_columns: Sequence[str],
-    output_schema: StructType | str | pa.Schema,
-    time_mode: str = "None",
-    output_mode: str = "Update",
-    batch_timestamp_ms: int | None = None,
-    watermark_ms: int | None = None,
-    late_watermark_ms: int | None = None,
-    event_time_column: str | None = None,
-    initial_state: InputData = None,
-    initial_state_key_columns: Sequence[str] | None = None,
-    max_event_time: list[int | None] | None = None,
+    run: RunSpec,
+    inputs: RunInputs | None = None,
     stats: RunStats | None = None,
-    timezone: str = "UTC",
-    max_rows_per_frame: int = grouping.DEFAULT_MAX_ROWS_PER_FRAME,
-    flush_rows: int = DEFAULT_FLUSH_ROWS,
-    api: str = "pandas",
-    adjuncts: dict[str, Any] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Run ``processor`` over one partition's rows for one micro-batch; yield its output batches.
 
     ``processor`` is a StatefulProcessor instance (or a zero-argument factory of one); ``store``
     the partition's open :class:`~blobstate.state.store.RocksStateStore`; ``data`` this batch's
     rows of the partition (a Table, a RecordBatch or an iterable of RecordBatches, all rows of a
-    key together in this call). ``key_columns`` are the grouping columns; ``output_schema`` the
-    schema of the rows the processor yields (StructType, DDL string or Arrow schema);
-    ``time_mode`` ``None``/``ProcessingTime``/``EventTime`` and ``output_mode`` ``Append``/
-    ``Update`` as in Spark. ``batch_timestamp_ms`` is the batch's processing time (needed for
-    ProcessingTime and TTL), ``watermark_ms`` the event-time watermark for timers and state
-    eviction, ``late_watermark_ms`` the one for dropping late rows (Spark uses the previous
-    batch's watermark; default: ``watermark_ms``), ``event_time_column`` the input's event-time
-    column. ``initial_state`` (first batch only) holds rows for ``handleInitialState``, keyed by
-    ``initial_state_key_columns`` (default: ``key_columns``). ``max_event_time[0]`` receives the
-    input's largest event time in ms and ``stats`` the run's counters. ``api`` is ``pandas``
-    (handlers get and yield pandas DataFrames, as ``transformWithStateInPandas``) or ``row``
+    key together in this call). ``run`` says how (:class:`~blobstate.batch.contracts.RunSpec`: key
+    columns, output schema, time and output modes as in Spark, ``api``, the batch's timestamp and
+    watermarks); ``inputs`` the initial state and the adjunct stores (:class:`RunInputs`); ``stats``
+    receives the run's counters (among them the input's largest event time). ``api`` is ``pandas``
+    (handlers get and yield pandas DataFrames, as ``transformWithStateInPandas``), ``row``
     (``pyspark.sql.Row`` objects, as the row-based ``transformWithState``; see
-    :mod:`blobstate.processor.rows`). ``adjuncts`` are the read-only adjunct stores by name
-    (``handle.getAdjunct``), already at this batch's version.
+    :mod:`blobstate.processor.rows`) or ``arrow`` (:mod:`blobstate.processor.arrow_api`).
 
     Arguments are checked at once; the work happens while the returned iterator is consumed, and
     the store holds this batch's complete state changes only once it is exhausted.
     """
+    api = run.api
     if api not in APIS:
         raise ValueError(
             f"api must be one of {APIS} (pandas: transformWithStateInPandas; row:"
             f" transformWithState; arrow: vectorized), not {api!r}"
         )
     proc = _processor_instance(processor, api)
-    mode = normalize_time_mode(time_mode)
-    out_mode = _normalize_output_mode(output_mode)
-    keys = [key_columns] if isinstance(key_columns, str) else list(key_columns)
+    mode = normalize_time_mode(run.time_mode)
+    out_mode = _normalize_output_mode(run.output_mode)
+    keys = run.key_columns
     if not keys:
         raise ValueError("key_columns must name at least one grouping column")
-    init_keys = keys if initial_state_key_columns is None else list(initial_state_key_columns)
+    init_keys = keys if run.initial_state_key_columns is None else run.initial_state_key_columns
     if len(init_keys) != len(keys):
         raise ValueError(
-            f"initial_state_key_columns {init_keys} must have as many columns as key_columns {keys}"
+            f"initial_state_key_columns {list(init_keys)} must have as many columns as key_columns"
+            f" {list(keys)}"
         )
-    if mode == "ProcessingTime" and batch_timestamp_ms is None:
+    if mode == "ProcessingTime" and run.batch_timestamp_ms is None:
         raise InvalidTimeModeError("time mode ProcessingTime needs batch_timestamp_ms")
-    if mode == "EventTime" and watermark_ms is None:
+    if mode == "EventTime" and run.watermark_ms is None:
         raise InvalidTimeModeError(
             "time mode EventTime needs watermark_ms (the query must define a watermark; Spark starts at 0)"
         )
+    output_schema, timezone, flush_rows = run.output_schema, run.timezone, run.flush_rows
     schema = to_struct_type(output_schema, what="output_schema")
     arrow_schema = output_schema if isinstance(output_schema, pa.Schema) else to_arrow(schema, timezone)
     collector: OutputCollector | row_api.RowOutputCollector | arrow_runner.ArrowOutputCollector
@@ -181,27 +171,22 @@ def run_partition(
         collector = row_api.RowOutputCollector(arrow_schema, schema=schema, flush_rows=flush_rows)
     else:
         collector = OutputCollector(schema, arrow_schema, timezone=timezone, flush_rows=flush_rows)
-    return _run(
-        proc,
-        store,
-        data,
-        keys=keys,
-        init_keys=init_keys,
-        collector=collector,
+    checked = replace(
+        run,
         time_mode=mode,
         output_mode=out_mode,
-        batch_timestamp_ms=batch_timestamp_ms,
-        watermark_ms=watermark_ms,
-        late_watermark_ms=watermark_ms if late_watermark_ms is None else late_watermark_ms,
-        event_time_column=event_time_column,
-        initial_state=initial_state,
-        max_event_time=max_event_time,
-        stats=stats if stats is not None else RunStats(),
-        timezone=timezone,
-        max_rows=max_rows_per_frame,
-        api=api,
-        adjuncts=adjuncts or {},
+        initial_state_key_columns=init_keys,
+        late_watermark_ms=run.watermark_ms if run.late_watermark_ms is None else run.late_watermark_ms,
     )
+    return _run(proc, store, data, checked, inputs or RunInputs(), _Sinks(collector, stats or RunStats()))
+
+
+@dataclass(frozen=True)
+class _Sinks:
+    """Where a run's outputs and counters go."""
+
+    collector: Any
+    stats: RunStats
 
 
 def _collect(result: Any, collector: Any, source: str, key: Any = None) -> None:
@@ -239,27 +224,13 @@ def _call(method: Callable[..., Any], name: str, key: Any, *args: Any) -> Any:
 
 
 def _run(
-    proc: Any,
-    store: KeyValueStore,
-    data: InputData,
-    *,
-    keys: list[str],
-    init_keys: list[str],
-    collector: Any,
-    time_mode: str,
-    output_mode: str,
-    batch_timestamp_ms: int | None,
-    watermark_ms: int | None,
-    late_watermark_ms: int | None,
-    event_time_column: str | None,
-    initial_state: InputData,
-    max_event_time: list[int | None] | None,
-    stats: RunStats,
-    timezone: str,
-    max_rows: int,
-    api: str,
-    adjuncts: dict[str, Any],
+    proc: Any, store: KeyValueStore, data: InputData, run: RunSpec, inputs: RunInputs, sinks: _Sinks
 ) -> Iterator[pa.RecordBatch]:
+    keys, init_keys = list(run.key_columns), list(run.initial_state_key_columns or run.key_columns)
+    time_mode, output_mode, api, timezone = run.time_mode, run.output_mode, run.api, run.timezone
+    batch_timestamp_ms, watermark_ms = run.batch_timestamp_ms, run.watermark_ms
+    late_watermark_ms, event_time_column = run.late_watermark_ms, run.event_time_column
+    max_rows, collector, stats = run.max_rows_per_frame, sinks.collector, sinks.stats
     started = time.perf_counter()
     table = grouping.to_table(data)
     if table is not None:
@@ -271,11 +242,9 @@ def _run(
             stats.max_event_time_ms = grouping.max_event_time_ms(micros)
             if time_mode == "EventTime" and late_watermark_ms is not None:
                 table, stats.late_rows_dropped = grouping.drop_late_rows(table, micros, late_watermark_ms)
-    if max_event_time is not None:
-        max_event_time[0] = stats.max_event_time_ms
 
     session = PartitionSession(store, time_mode, batch_timestamp_ms, watermark_ms)
-    session.adjuncts = adjuncts
+    session.adjuncts = dict(inputs.adjuncts)
     _check_mode_unchanged(store, layout.TIME_MODE_KEY, time_mode, "time mode")
     _check_mode_unchanged(store, b"outputMode", output_mode, "output mode")
     handle = ArrowHandle(session) if api == "arrow" else StatefulProcessorHandle(session)
@@ -283,7 +252,7 @@ def _run(
     session.phase = StatefulProcessorHandleState.INITIALIZED
     timer_values = session.timer_values()
 
-    init_table = grouping.to_table(initial_state)
+    init_table = grouping.to_table(inputs.initial_state)
     if init_table is not None:
         grouping.check_columns(init_table, init_keys, "initial state key")
     if init_table is not None and api == "arrow":

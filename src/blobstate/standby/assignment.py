@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from blobstate.engine.executor_identity import ExecutorIdentity
+from blobstate.batch.contracts import TaskResult
+from blobstate.batch.executor import ExecutorIdentity
 
 
 @dataclass(frozen=True)
@@ -342,13 +343,13 @@ def parse_assignment(raw: Mapping[str, Any] | None) -> dict[int, PartitionAssign
 
 
 def committed_assignment(
-    planned: Mapping[int, PartitionAssignment], metas: Mapping[int, Mapping[str, Any]]
+    planned: Mapping[int, PartitionAssignment], results: Mapping[int, TaskResult]
 ) -> dict[int, PartitionAssignment]:
     """The assignment a batch leaves behind: each partition on the executor that really ran it (Spark may
     have run it on a replica when the planned executor was lost during the batch), with its replicas."""
     out: dict[int, PartitionAssignment] = {}
-    for p, meta in sorted(metas.items()):
-        actual = ExecutorIdentity(str(meta["executor_id"]), str(meta["host"]))
+    for p, result in sorted(results.items()):
+        actual = ExecutorIdentity(result.executor_id, result.host)
         plan = planned.get(p)
         if plan is None:
             out[p] = PartitionAssignment(actual)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -42,16 +41,13 @@ class SyncSpec:
     local_dir: str
     budget_seconds: float
     tasks: tuple[SyncTask, ...]
-    blob_store_options: dict[str, Any] = field(default_factory=dict)
 
 
 def run_sync_task(spec: SyncSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of a sync job: sync one replica, yield one JSON report row."""
     from pyspark import TaskContext
 
-    from blobstate.engine.config import resolve_local_dir
-    from blobstate.engine.executor_identity import current_executor
-    from blobstate.engine.task import blob_store_for
+    from blobstate.batch.executor import blob_store_for, current_executor, resolve_local_dir
     from blobstate.ids import CheckpointId
     from blobstate.layout import LocalPartitionLayout
     from blobstate.standby.replica import SyncReport, sync_replica
@@ -66,7 +62,7 @@ def run_sync_task(spec: SyncSpec, batches: Iterator[pa.RecordBatch]) -> Iterator
         layout = LocalPartitionLayout(
             Path(resolve_local_dir(spec.local_dir)), spec.query_id, spec.operator, task.partition
         )
-        store = blob_store_for(spec.checkpoint_url, spec.blob_store_options)
+        store = blob_store_for(spec.checkpoint_url)
         history = partition_history(store, spec.operator, task.partition)
         started = time.monotonic()
         try:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from blobstate.batch.executor import ExecutorIdentity, location_string
 from blobstate.errors import first_line
 from blobstate.standby.assignment import PartitionAssignment
 from blobstate.standby.sync_task import SYNC_SCHEMA, SyncSpec, SyncTask, run_sync_task
@@ -173,8 +174,6 @@ class StandbySyncer:
     def _round(
         self, version: int, uids: Mapping[int, str], assignment: Mapping[int, PartitionAssignment]
     ) -> SyncRound:
-        from blobstate.engine.placement import location_string
-
         tasks = tuple(
             SyncTask(p, r.executor_id, r.host, version, uids[p])
             for p, a in sorted(assignment.items())
@@ -212,7 +211,5 @@ class StandbySyncer:
         return SyncRound(version, round(time.monotonic() - started, 3), reports, error)
 
 
-def _identity(task: SyncTask) -> Any:
-    from blobstate.engine.executor_identity import ExecutorIdentity
-
+def _identity(task: SyncTask) -> ExecutorIdentity:
     return ExecutorIdentity(task.executor_id, task.host)

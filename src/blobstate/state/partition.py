@@ -53,6 +53,7 @@ from blobstate.state.policy import (
     DEFAULT_MIN_VERSIONS_TO_RETAIN,
     DEFAULT_SNAPSHOT_DELTA_BYTES,
     DEFAULT_SNAPSHOT_EVERY,
+    DEFAULT_SNAPSHOT_UPLOAD,
     SnapshotPolicy,
     validate_retention,
 )
@@ -521,7 +522,7 @@ def open_partition(
     pending_ttl: float = DEFAULT_PENDING_TTL_SECONDS,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
     history: PartitionHistory | None = None,
-    snapshot_upload: str = "inline",
+    snapshot_upload: str = DEFAULT_SNAPSHOT_UPLOAD,
 ) -> PartitionState:
     """Open ``(operator, partition)`` at the committed checkpoint ``committed`` (None: empty version 0).
 

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_SNAPSHOT_EVERY = 10
-"""Take a snapshot after this many deltas since the last one (the lineage's "presumed snapshot")."""
+from blobstate import defaults
 
-DEFAULT_SNAPSHOT_DELTA_BYTES = 256 * 1024 * 1024
-"""... or as soon as the deltas since the last snapshot add up to this many bytes."""
-
-DEFAULT_MIN_VERSIONS_TO_RETAIN = 10
-"""The newest this-many committed versions stay restorable; older objects are deleted."""
-
-DEFAULT_LOCAL_CHECKPOINTS_TO_KEEP = 3
-"""Local hard-link checkpoints kept per partition (the newest ones)."""
+DEFAULT_SNAPSHOT_EVERY = defaults.SNAPSHOT_EVERY
+DEFAULT_SNAPSHOT_DELTA_BYTES = defaults.SNAPSHOT_DELTA_BYTES
+DEFAULT_MIN_VERSIONS_TO_RETAIN = defaults.MIN_VERSIONS_TO_RETAIN
+DEFAULT_LOCAL_CHECKPOINTS_TO_KEEP = defaults.LOCAL_CHECKPOINTS_TO_KEEP
+DEFAULT_SNAPSHOT_UPLOAD = defaults.SNAPSHOT_UPLOAD
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from blobstate import defaults
 from blobstate.ids import InvalidIdError, validate_operator, validate_uid
 from blobstate.state.localdirs import discard_tree, sweep_trash
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOCAL_DIR_GRACE_SECONDS = 3600.0
-"""A partition's local directory unused for this long is removed (``QueryConfig.local_dir_grace_seconds``)."""
+DEFAULT_LOCAL_DIR_GRACE_SECONDS = defaults.LOCAL_DIR_GRACE_SECONDS
 
 MAX_SWEEP_INTERVAL_SECONDS = 60.0
 """A Python worker sweeps at most this often (more often when the grace period is short)."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from blobstate import defaults
 from blobstate.ids import CheckpointId, InvalidIdError
 from blobstate.lineage.refs import ObjectRef
 from blobstate.state.localdirs import materialize, remove_tree, write_atomic
@@ -36,7 +37,7 @@ from blobstate.state.locking import PartitionLock
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_UPLOAD_MODES = ("inline", "background")
+SNAPSHOT_UPLOAD_MODES = defaults.SNAPSHOT_UPLOADS
 """``inline``: a due snapshot is uploaded inside the commit; ``background``: by a thread, named later."""
 
 UPLOADING, DONE, FAILED = "uploading", "done", "failed"

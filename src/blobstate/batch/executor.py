@@ -1,4 +1,4 @@
-"""Which Spark executor the current Python task runs on.
+"""Where the current Python task runs: its Spark executor, its local directory, its blob store client.
 
 The placement helper (``placement.py`` and ``java/PreferredLocations.java``) records the executor's id
 and block-manager host in the task's local properties before the Python worker starts, so a task in
@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from blobstate.blobstore import BlobStore
 
 EXECUTOR_ID_PROPERTY = "blobstate.executor.id"
 """Task-local property set by the JVM helper: the executor id (``"driver"`` in local mode)."""
@@ -81,3 +88,59 @@ def _read_proc(pid: int, name: str) -> bytes:
         return Path(f"/proc/{pid}/{name}").read_bytes()
     except OSError:  # not Linux, or the process is gone
         return b""
+
+
+def default_local_dir() -> str:
+    """Where executors keep working stores, local checkpoints and standby replicas by default: the
+    executor's own temporary directory (evaluated in the task, on the executor, never on the driver)."""
+    return os.path.join(tempfile.gettempdir(), f"blobstate-{os.getuid()}")
+
+
+def resolve_local_dir(configured: str) -> str:
+    """The local directory a task uses: ``configured``, or the executor's default when empty."""
+    return configured or default_local_dir()
+
+
+_STORES: dict[str, BlobStore] = {}
+
+
+def blob_store_for(url: str) -> BlobStore:
+    """One blob store client per Python worker process and checkpoint URL (workers are reused); the URL
+    carries the store's options as its query (``engine.config.checkpoint_store_url``)."""
+    from blobstate.blobstore import open_blob_store
+
+    store = _STORES.get(url)
+    if store is None:
+        store = _STORES[url] = open_blob_store(url)
+    return store
+
+
+def location_string(identity: ExecutorIdentity) -> str:
+    """Spark's preferred-location string for an executor: ``executor_<host>_<executor id>``."""
+    if "_" in identity.host:
+        # Spark's TaskLocation parser splits host and executor id at the first "_".
+        raise ValueError(f"executor host {identity.host!r} contains '_' and cannot be a preferred location")
+    return f"executor_{identity.host}_{identity.executor_id}"
+
+
+def wait_for_hosts(
+    hosts: Collection[str],
+    executors: Callable[[], list[ExecutorIdentity]],
+    timeout_seconds: float,
+    *,
+    poll_seconds: float = 0.25,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[ExecutorIdentity]:
+    """The executors alive once one runs on each of ``hosts``, or when ``timeout_seconds`` have passed.
+
+    A restarted driver's executors register some seconds after the application starts; planning before
+    those on the hosts the last commit placed its partitions would move the partitions away from their
+    working stores for nothing. ``executors`` lists the executors alive now.
+    """
+    alive = executors()
+    deadline = clock() + timeout_seconds
+    while not set(hosts) <= {e.host for e in alive} and clock() < deadline:
+        sleep(poll_seconds)
+        alive = executors()
+    return alive

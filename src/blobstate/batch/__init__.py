@@ -1,0 +1,6 @@
+"""What the driver and the tasks of one micro-batch tell each other, as typed, frozen contracts.
+
+This package sits below ``engine/``, ``adjunct/`` and ``standby/`` (each may import it, it imports none
+of them): ``contracts.py`` (the specs shipped to tasks, the batch's plan, a task's result, all plain
+JSON), ``steps.py`` (the interface of a per-batch feature) and ``executor.py`` (where a task runs).
+"""

@@ -1,0 +1,141 @@
+"""The driver sequences a batch: prepare, stage and sink, commit, after-commit, report (no Spark).
+
+The stage is replaced by one that records what it was given and answers with tasks' results; the
+commit log is a real in-memory blob store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from blobstate.batch.contracts import PartitionSpec, TaskResult
+from blobstate.batch.steps import CommitPart, PreparedBatch
+from blobstate.blobstore import open_blob_store
+from blobstate.engine.config import QueryConfig
+from blobstate.engine.driver import BatchDriver, PostCommit, QueryTasks
+from blobstate.engine.outputs import StageResult
+from blobstate.engine.stage import ProcessorFailedError, StageRun
+from blobstate.engine.task import TaskSpec
+from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
+from task_results import a_result
+
+OUTPUT = pa.schema([pa.field("key", pa.string())])
+
+
+class RecordingStep:
+    """A step that records each call in the shared ``calls`` list and leaves a mark on the batch."""
+
+    def __init__(self, name: str, calls: list[str], log: CommitLog) -> None:
+        self.name, self.calls, self.log = name, calls, log
+
+    def prepare(self, batch: PreparedBatch) -> None:
+        self.calls.append(f"{self.name}.prepare")
+        batch.plan = replace(batch.plan, inline_output_bytes=batch.plan.inline_output_bytes + 1)
+
+    def contribute(self, batch: PreparedBatch, results: Mapping[int, TaskResult]) -> CommitPart:
+        self.calls.append(f"{self.name}.contribute")
+        return CommitPart(metrics={self.name: sorted(results)})
+
+    def after_commit(self, commit: Commit, results: Mapping[int, TaskResult]) -> None:
+        assert self.log.commit_exists(commit.version), "after_commit runs once the commit is written"
+        self.calls.append(f"{self.name}.after_commit")
+
+    def wants_another_batch(self) -> bool:
+        return False
+
+    def stop(self) -> None:
+        self.calls.append(f"{self.name}.stop")
+
+
+class RecordingStage:
+    """Stands for the processing stage: records the spec it ran, answers with one result per partition."""
+
+    writes_through = False
+    initial_state = None
+
+    def __init__(self, calls: list[str], fail: bool = False) -> None:
+        self.calls, self.fail = calls, fail
+        self.failure: ProcessorFailedError | None = None
+        self.specs: list[TaskSpec] = []
+
+    def run(self, frame: object, spec: TaskSpec, placement: object) -> StageRun:
+        self.calls.append("stage")
+        self.specs.append(spec)
+        if self.fail:
+            self.failure = ProcessorFailedError("batch 0: a task of the processing stage failed: boom")
+            raise self.failure
+        version = spec.plan.committing
+        results = {p: a_result(partition=p, version=version, uid=uuid.uuid4().hex) for p in (0, 1)}
+        return StageRun(StageResult(results, frame=None), 0.0, 1, 0.0)  # type: ignore[arg-type]
+
+
+def make_driver(calls: list[str], fail: bool = False) -> tuple[BatchDriver, RecordingStage]:
+    store = open_blob_store(f"memory://{uuid.uuid4().hex}")
+    log = CommitLog(store)
+    log.write_metadata(QueryMetadata.new(2, {"0": {"key_columns": ["key"]}}))
+    post = PostCommit(log, in_background=False)
+    post.steps = [("record", lambda commit: calls.append(f"post-commit {commit.version}"))]
+    stage = RecordingStage(calls, fail)
+    driver = BatchDriver(
+        config=QueryConfig(async_cleanup=False),
+        tasks=QueryTasks(PartitionSpec(store.url, "q", "0", 2), object(), OUTPUT, ("key",)),
+        stage=stage,  # type: ignore[arg-type]
+        post_commit=post,
+        writer_id="w",
+        steps=[RecordingStep("a", calls, log), RecordingStep("b", calls, log)],
+        on_batch=lambda report: calls.append(f"report {report.version}"),
+    )
+    return driver, stage
+
+
+FRAME = SimpleNamespace(sparkSession=SimpleNamespace(conf=SimpleNamespace(get=lambda key: "UTC")))
+
+
+def test_a_batch_runs_its_steps_around_the_stage_and_the_commit_in_order() -> None:
+    calls: list[str] = []
+    driver, stage = make_driver(calls)
+    driver(FRAME, 0)  # type: ignore[arg-type]
+    assert calls == [
+        "a.prepare",
+        "b.prepare",
+        "stage",
+        "a.contribute",
+        "b.contribute",
+        "a.after_commit",
+        "b.after_commit",
+        "report 1",
+        "post-commit 1",
+    ]
+    assert stage.specs[0].plan.inline_output_bytes == QueryConfig().inline_output_bytes // 2 + 2
+    commit = driver.commit_log.read_commit(1)
+    assert commit.metrics is not None and (commit.metrics["a"], commit.metrics["b"]) == ([0, 1], [0, 1])
+    calls.clear()
+    driver(FRAME, 1)  # type: ignore[arg-type]
+    assert stage.specs[1].plan.uids == commit.checkpoints["0"] and calls[-1] == "post-commit 2"
+    driver.stop()
+    assert calls[-2:] == ["a.stop", "b.stop"]
+
+
+def test_a_replayed_batch_that_is_already_committed_runs_no_step() -> None:
+    calls: list[str] = []
+    driver, _ = make_driver(calls)
+    driver(FRAME, 0)  # type: ignore[arg-type]
+    calls.clear()
+    driver(FRAME, 0)  # type: ignore[arg-type]
+    assert calls == ["report 1"] and driver.reports[-1].skipped
+
+
+def test_a_failed_stage_commits_nothing_and_keeps_the_failure_for_the_handle() -> None:
+    calls: list[str] = []
+    driver, _ = make_driver(calls, fail=True)
+    with pytest.raises(ProcessorFailedError, match="boom"):
+        driver(FRAME, 0)  # type: ignore[arg-type]
+    assert calls == ["a.prepare", "b.prepare", "stage"]
+    assert isinstance(driver.failure, ProcessorFailedError)
+    assert not driver.commit_log.commit_exists(1)
