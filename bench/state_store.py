@@ -38,7 +38,7 @@ from pathlib import Path
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from blobstate.encoding import codec
-from blobstate.processor.api import StatefulProcessorHandle, PartitionSession
+from blobstate.processor.api import PartitionSession, StatefulProcessorHandle
 from blobstate.state import store as store_module
 from blobstate.state.store import RocksStateStore
 

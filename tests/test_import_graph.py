@@ -22,20 +22,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 BELOW_THE_ENGINE = ("standby", "adjunct", "state", "processor", "blobstore")
 """Packages the engine builds on, which must never import it back."""
 
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # standby/ still reads the engine's task spec, query config and executor identity; the engine
-        # rewrite removes these imports. Empty this list when it has merged: every entry is then an error.
-        ("blobstate.standby.sync_task", "blobstate.engine.config"),
-        ("blobstate.standby.sync_task", "blobstate.engine.executor_identity"),
-        ("blobstate.standby.sync_task", "blobstate.engine.task"),
-        ("blobstate.standby.assignment", "blobstate.engine.executor_identity"),
-        # Not named by the engine rewrite's brief but of the same kind (imports inside functions).
-        ("blobstate.standby.syncer", "blobstate.engine.executor_identity"),
-        ("blobstate.standby.syncer", "blobstate.engine.placement"),
-    }
-)
-"""``(importing module, imported module)`` pairs tolerated until the engine rewrite merges."""
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
+"""``(importing module, imported module)`` pairs tolerated: none."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from blobstate.engine.driver import ProcessorFailedError, SinkFailedError
 from blobstate.errors import QueryError
@@ -40,10 +40,10 @@ class BlobstateStreamingQuery(StreamingQuery):
         super().__init__(query._jsq)
         self.blobstate_driver = driver
 
-    def awaitTermination(self, timeout: int | None = None) -> bool | None:
+    def awaitTermination(self, timeout: float | None = None) -> bool | None:
         """As Spark's, raising the processor's failure first."""
         try:
-            return super().awaitTermination(timeout)
+            return super().awaitTermination(timeout)  # type: ignore[arg-type]  # Spark takes seconds as a float too
         except StreamingQueryException as error:
             raise self._surfaced(error) from error
 

@@ -47,7 +47,7 @@ class InlineOutputs:
         with pa.ipc.new_stream(sink, self._schema) as writer:
             for batch in self._held:
                 writer.write_batch(batch)
-        return sink.getvalue().to_pybytes()
+        return bytes(sink.getvalue().to_pybytes())
 
 
 CHUNK_BYTES = 1024 * 1024
@@ -62,4 +62,4 @@ def read_payloads(payloads: list[bytes]) -> list[pa.RecordBatch]:
     if table.num_rows == 0:
         return [pa.RecordBatch.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)]
     chunks = max(1, min(len(payloads), table.nbytes // CHUNK_BYTES))
-    return table.to_batches(max_chunksize=-(-table.num_rows // chunks))
+    return list(table.to_batches(max_chunksize=-(-table.num_rows // chunks)))

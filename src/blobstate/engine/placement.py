@@ -221,7 +221,7 @@ class PlacementHelper:
         """Build (if needed) and load the helper into ``spark``; raises ``PlacementUnavailableError``."""
         if not _is_classic(spark):
             raise SparkConnectUnsupportedError(SPARK_CONNECT_MESSAGE)
-        jvm = spark._jvm
+        jvm = _jvm_of(spark)
         classpath = jvm.java.lang.System.getProperty("java.class.path")
         jar = helper_jar(spark.version, classpath, cache_dir=cache_dir, javac=javac)
         helper = cls(spark, jar)
@@ -267,7 +267,7 @@ class PlacementHelper:
 
     def _string_array(self, values: Sequence[str | None]) -> Any:
         """A Java ``String[]`` holding ``values`` (None stays null)."""
-        gateway = self._spark.sparkContext._gateway
+        gateway: Any = self._spark.sparkContext._gateway
         array = gateway.new_array(gateway.jvm.java.lang.String, len(values))
         for i, value in enumerate(values):
             if value is not None:
@@ -287,23 +287,23 @@ class PlacementHelper:
     def write_through(self) -> Any:
         """The py4j class ``WriteThrough`` (a stage's outputs to a writer, its metadata to an accumulator)."""
         self._helper_class()
-        return self._spark._jvm.org.apache.spark.sql.blobstate.WriteThrough
+        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.WriteThrough
 
     def committed_outputs(self) -> Any:
         """The py4j class ``CommittedOutputs`` (the sink's checked view of a persisted stage)."""
         self._helper_class()
-        return self._spark._jvm.org.apache.spark.sql.blobstate.CommittedOutputs
+        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.CommittedOutputs
 
     def ticks_source(self) -> Any:
         """The py4j class ``TicksSource`` (batches without input; metrics in Spark's progress)."""
         self._helper_class()
-        return self._spark._jvm.org.apache.spark.sql.blobstate.TicksSource
+        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.TicksSource
 
     def _helper_class(self) -> Any:
         """The helper's py4j class, adding the jar to this JVM thread's class loader when needed."""
         from py4j.java_gateway import JavaClass
 
-        jvm = self._spark._jvm
+        jvm = _jvm_of(self._spark)
         found = jvm.org.apache.spark.sql.blobstate.PreferredLocations
         if isinstance(found, JavaClass):
             return found
@@ -326,3 +326,11 @@ def _is_classic(spark: SparkSession) -> bool:
 
 def _int_or_zero(text: str) -> int:
     return int(text) if text.isdigit() else 0
+
+
+def _jvm_of(spark: SparkSession) -> Any:
+    """The py4j view of ``spark``'s JVM (classic Spark only; Spark Connect has none)."""
+    jvm = spark._jvm
+    if jvm is None:
+        raise SparkConnectUnsupportedError(SPARK_CONNECT_MESSAGE)
+    return jvm

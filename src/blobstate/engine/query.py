@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 from blobstate.adjunct.spec import Adjunct, AdjunctSpec
@@ -350,7 +350,7 @@ def default_num_partitions(store: BlobStore, spark: SparkSession) -> int:
         return CommitLog(store).read_metadata().num_partitions
     except BlobNotFoundError:
         pass
-    return int(spark.conf.get("spark.sql.shuffle.partitions", "200"))  # Spark checks it is positive
+    return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or "200")  # Spark checks it is positive
 
 
 def _ensure_metadata(

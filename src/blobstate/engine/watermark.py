@@ -95,7 +95,7 @@ def _event_time_column(df: Any, declared_name: str, declared: str) -> str:
     if declared_name in marked or (not marked and declared_name in df.columns):
         return declared_name
     if len(marked) == 1:
-        return marked[0]
+        return str(marked[0])
     if not marked:
         raise InputWatermarkError(
             f"the input's {declared} names event-time column {declared_name!r}, which is not among the"
