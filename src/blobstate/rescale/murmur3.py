@@ -113,9 +113,9 @@ def hash_bytes(data: bytes, seed: int) -> int:
 
 
 def _hash_value(value: Any, dtype: DataType, seed: int) -> int:
-    if value is None or (isinstance(value, float) and math.isnan(value) and not isinstance(
-        dtype, (FloatType, DoubleType)
-    )):
+    if value is None or (
+        isinstance(value, float) and math.isnan(value) and not isinstance(dtype, (FloatType, DoubleType))
+    ):
         return seed
     if isinstance(dtype, (IntegerType, ShortType, ByteType)):
         return hash_int(int(value), seed)
@@ -157,7 +157,9 @@ def _hash_value(value: Any, dtype: DataType, seed: int) -> int:
         for item in value:
             h = _hash_value(item, dtype.elementType, h)
         return h
-    raise UnsupportedKeyTypeError(f"cannot compute Spark's hash of a key column of type {dtype.simpleString()}")
+    raise UnsupportedKeyTypeError(
+        f"cannot compute Spark's hash of a key column of type {dtype.simpleString()}"
+    )
 
 
 def _micros(value: Any) -> int:
@@ -177,8 +179,22 @@ def check_key_schema(schema: StructType) -> None:
             return supported(dtype.elementType)
         return isinstance(
             dtype,
-            (IntegerType, ShortType, ByteType, LongType, BooleanType, StringType, BinaryType, DoubleType,
-             FloatType, DateType, TimestampType, TimestampNTZType, DayTimeIntervalType, DecimalType),
+            (
+                IntegerType,
+                ShortType,
+                ByteType,
+                LongType,
+                BooleanType,
+                StringType,
+                BinaryType,
+                DoubleType,
+                FloatType,
+                DateType,
+                TimestampType,
+                TimestampNTZType,
+                DayTimeIntervalType,
+                DecimalType,
+            ),
         )
 
     for f in schema.fields:
