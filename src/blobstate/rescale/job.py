@@ -46,8 +46,9 @@ from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 Fault = Callable[[str], None]
 """A hook called at each step of a rescale with the step's name (tests inject crashes with it)."""
 
-STEPS = ("planned", "split", "built", "committed", "cleaned")
-"""The driver's steps, in order, as passed to a :data:`Fault` hook; tasks call it with ``split:<op>/<p>``
+STEPS = ("planned", "built", "committed", "cleaned")
+"""The driver's steps, in order, as passed to a :data:`Fault` hook (``built``: every new partition is
+uploaded, pending, and nothing is committed); tasks call it with ``split:<op>/<p>``
 before emitting a partition's last chunk and ``build:<op>/<q>`` after uploading a new partition's snapshot
 and before its delta."""
 
@@ -298,7 +299,8 @@ def rescale_checkpoint(
 ) -> RescaleResult:
     """Rescale the checkpoint at ``url`` to ``partitions`` partitions (see the module docstring).
 
-    Runs as a Spark job on ``spark``'s executors. When the newest version already has ``partitions``
+    Runs as a Spark job on ``spark``'s executors (``spark=None``: in this process, holding every chunk in
+    memory, for tests and small checkpoints). When the newest version already has ``partitions``
     partitions only its post-commit cleanup runs (a rerun after a crash that followed the commit).
     Raises :class:`RescaleError` naming the checkpoint and what is wrong; a query must not run on the
     checkpoint meanwhile (its commit and the rescale's would conflict: the second one fails).
@@ -318,39 +320,15 @@ def rescale_checkpoint(
         return result
     _step(fault, "planned")
 
-    sc = spark.sparkContext
-    n, processors = partitions, plan.processors
-    sources = [(op, p) for op in processors for p in range(plan.old_partitions)]
-    targets = len(processors) * n
-
-    def split(items: Iterator[tuple[str, int]]) -> Iterator[tuple[int, bytes]]:
-        for op, p in items:
-            yield from split_partition(plan, op, p, fault)
-
-    def build(index: int, items: Iterator[tuple[int, bytes]]) -> Iterator[dict[str, Any]]:
-        op = processors[index // n]
-        yield build_partition(plan, op, index % n, (chunk for _, chunk in items), fault)
-
-    job = f"blobstate rescale {store.url} {plan.old_partitions} -> {n}"
-    sc.setJobDescription(job)
-    try:
-        built = (
-            sc.parallelize(sources, len(sources))
-            .mapPartitions(split)
-            .partitionBy(targets, lambda key: key)
-            .mapPartitionsWithIndex(build)
-            .collect()
-        )
-    finally:
-        sc.setJobDescription(None)
-    _step(fault, "split")
+    built = _build(spark, plan, fault, store.url)
+    targets = len(plan.processors) * partitions
     if len(built) != targets:
         raise RescaleError(f"rescale of {store.url}: {len(built)} of {targets} new partitions were built")
     _step(fault, "built")
 
     metadata = log.read_metadata()
-    checkpoints: dict[str, dict[int, str]] = {op: {} for op in processors}
-    objects: dict[str, dict[int, PartitionObjects]] = {op: {} for op in processors}
+    checkpoints: dict[str, dict[int, str]] = {op: {} for op in plan.processors}
+    objects: dict[str, dict[int, PartitionObjects]] = {op: {} for op in plan.processors}
     for row in built:
         op, q = row["op"], int(row["partition"])
         checkpoints[op][q] = row["uid"]
@@ -360,7 +338,7 @@ def rescale_checkpoint(
         result.records += int(row["records"])
         result.bytes_uploaded += int(row["bytes_uploaded"])
         result.partitions.setdefault(op, {})[q] = {"uid": row["uid"], "records": row["records"]}
-    for op in sorted(set(metadata.operators) - set(processors)):
+    for op in sorted(set(metadata.operators) - set(plan.processors)):
         uid, refs = carry_broadcast(store, log, newest, op, pending_ttl)
         checkpoints[op] = {0: uid}
         objects[op] = {0: refs}
@@ -376,7 +354,7 @@ def rescale_checkpoint(
         metrics={
             "rescale": {
                 "from_partitions": plan.old_partitions,
-                "to_partitions": n,
+                "to_partitions": partitions,
                 "from_version": plan.version,
                 "records": result.records,
                 "bytes_uploaded": result.bytes_uploaded,
@@ -385,7 +363,7 @@ def rescale_checkpoint(
         source=newest.source,
         batch_id=newest.batch_id,
         horizon=newest.horizon,
-        num_partitions=n,
+        num_partitions=partitions,
         layout_from=plan.new_version,
     )
     log.write_commit(commit)
@@ -395,6 +373,39 @@ def rescale_checkpoint(
     _step(fault, "cleaned")
     result.seconds = time.monotonic() - started
     return result
+
+
+def _build(spark: Any, plan: RescalePlan, fault: Fault | None, url: str) -> list[dict[str, Any]]:
+    """Both stages: with ``spark``, one Spark job (old partitions -> shuffle by new partition -> new
+    partitions); without, in this process, every chunk held in memory (tests and small checkpoints)."""
+    n, processors = plan.new_partitions, plan.processors
+    sources = [(op, p) for op in processors for p in range(plan.old_partitions)]
+    targets = len(processors) * n
+
+    def split(items: Iterable[tuple[str, int]]) -> Iterator[tuple[int, bytes]]:
+        for op, p in items:
+            yield from split_partition(plan, op, p, fault)
+
+    def build(index: int, items: Iterable[tuple[int, bytes]]) -> Iterator[dict[str, Any]]:
+        yield build_partition(plan, processors[index // n], index % n, (chunk for _, chunk in items), fault)
+
+    if spark is None:
+        chunks: dict[int, list[tuple[int, bytes]]] = {}
+        for key, chunk in split(sources):
+            chunks.setdefault(key, []).append((key, chunk))
+        return [row for t in range(targets) for row in build(t, chunks.get(t, []))]
+    sc = spark.sparkContext
+    sc.setJobDescription(f"blobstate rescale {url} {plan.old_partitions} -> {n}")
+    try:
+        return (
+            sc.parallelize(sources, len(sources))
+            .mapPartitions(split)
+            .partitionBy(targets, lambda key: key)
+            .mapPartitionsWithIndex(build)
+            .collect()
+        )
+    finally:
+        sc.setJobDescription(None)
 
 
 def _step(fault: Fault | None, name: str) -> None:
