@@ -105,7 +105,14 @@ class KeyRouter:
                 key, end = decode_key(kb, self.arity)
                 if end != len(kb):
                     raise RescaleError(f"{self.where}: a stored grouping key has {len(kb) - end} extra bytes")
-                h = memo[kb] = spark_hash(key, self.schema)
+                try:
+                    h = memo[kb] = spark_hash(key, self.schema)
+                except (TypeError, ValueError, AttributeError, ArithmeticError) as error:
+                    raise RescaleError(
+                        f"{self.where}: the grouping key {key!r} does not fit the key schema "
+                        f"{self.schema.simpleString()} ({error}): the key schema recorded in metadata.json "
+                        "does not match the stored keys; nothing was committed"
+                    ) from None
             out[i] = h
         return out
 
