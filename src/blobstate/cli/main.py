@@ -1,4 +1,4 @@
-"""The ``blobstate`` command line: demo, backup, restore, inspect, lineage, verify, gc, report.
+"""The ``blobstate`` command line: demo, backup, restore, inspect, lineage, verify, gc, rescale, report.
 
 Errors are one ``error: ...`` line on stderr (exit status 1) that names the object at fault; the
 traceback is shown only with ``--debug`` (anywhere on the command line).
@@ -66,10 +66,11 @@ def _root(
 
 
 def _register() -> None:
-    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds, report_cmd
+    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds, report_cmd, rescale_cmd
 
     backup_cmds.register(app)
     gc_cmd.register(app)
+    rescale_cmd.register(app)
     lineage_cmds.register(app)
     report_cmd.register(app)
     demo_cmd.register(app)

@@ -55,7 +55,6 @@ def inspect_checkpoint(
     info = inspect_partition(
         url, _need_partition(url, partition), version=version, operator=operator, sample=sample
     )
-    info["batch_id"] = info["version"] - 1
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -89,7 +88,6 @@ def restore_checkpoint(
     info = restore_partition(
         url, directory, _need_partition(url, partition), version=version, operator=operator
     )
-    info["batch_id"] = info["version"] - 1
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
-from blobstate.blobstore import BlobStore
+from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.errors import CorruptionError, StateError
 from blobstate.ids import (
     CheckpointId,
@@ -42,13 +42,19 @@ COMMIT_FORMAT_VERSION = 3
 """The ``commits/<v>.json`` format version this build writes (3: with ``horizon``, the log may be pruned
 below it)."""
 
-COMMIT_FORMATS_READ = (2, 3)
+RESCALED_COMMIT_FORMAT = 4
+"""The format of commits from a rescale on (4: with ``num_partitions`` and ``layout_from``; ``batch_id`` may
+be below ``version - 1``). Commits of a checkpoint never rescaled stay format 3, so older builds read them;
+older builds refuse format 4 as written by a newer blobstate."""
+
+COMMIT_FORMATS_READ = (2, 3, 4)
 """The ``commits/<v>.json`` format versions this build reads (2: with object references, never pruned)."""
 
 T = TypeVar("T")
 
 _COMMIT_NAME_RE = re.compile(re.escape(COMMITS_PREFIX) + r"(0|[1-9][0-9]{0,18})\.json")
 _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
+_PROCESSOR = "\x00processor"  # not an operator id: the processor operators' count
 
 
 def now_ms() -> int:
@@ -179,9 +185,33 @@ class Commit:
     format_version: int = COMMIT_FORMAT_VERSION
     batch_id: int = None  # type: ignore[assignment]  # derived: version - 1
     horizon: int = 1
+    num_partitions: int | None = None
+    """The processor operators' partition count at this version; None: ``metadata.json``'s (a checkpoint
+    never rescaled). Operators with their own count in ``metadata.json`` keep it."""
+    layout_from: int = 1
+    """The version whose commit made this version's partition layout: 1, or the version of the newest
+    rescale at or below this one. A rescale commit has ``layout_from == version``; no lineage crosses it."""
 
     def __post_init__(self) -> None:
-        if self.batch_id is None:
+        if not 1 <= self.layout_from <= self.version:
+            raise ValueError(
+                f"commit of version {self.version}: layout_from {self.layout_from} must be in "
+                f"1..{self.version}"
+            )
+        if self.layout_from > 1:
+            if self.num_partitions is None or self.num_partitions < 1:
+                raise ValueError(
+                    f"commit of version {self.version}: a rescaled layout (layout_from {self.layout_from}) "
+                    "must record num_partitions"
+                )
+            if self.format_version == COMMIT_FORMAT_VERSION:
+                object.__setattr__(self, "format_version", RESCALED_COMMIT_FORMAT)
+            if self.batch_id is None or not 0 <= self.batch_id <= self.version - 1:
+                raise ValueError(
+                    f"commit of version {self.version}: a rescaled layout needs a batch_id in "
+                    f"0..{self.version - 1}, found {self.batch_id}"
+                )
+        elif self.batch_id is None:
             object.__setattr__(self, "batch_id", self.version - 1)
         elif self.batch_id != self.version - 1:
             raise ValueError(f"commit of version {self.version} must have batch_id {self.version - 1}")
@@ -194,6 +224,19 @@ class Commit:
             raise ValueError(
                 f"commit of version {self.version}: horizon {self.horizon} must be in 1..{self.retained_from}"
             )
+
+    @property
+    def rescaled(self) -> bool:
+        """Whether this commit is a rescale: the first version of a new partition layout."""
+        return self.layout_from == self.version > 1
+
+    def partitions_of(self, operator: str, metadata: QueryMetadata) -> int:
+        """How many partitions ``operator`` has at this version (its own count in ``metadata``, else this
+        commit's ``num_partitions``, else ``metadata``'s)."""
+        own = metadata.operators.get(operator, {}).get("partitions")
+        if isinstance(own, int) and not isinstance(own, bool) and own >= 1:
+            return own
+        return self.num_partitions if self.num_partitions is not None else metadata.num_partitions
 
     def checkpoint_id(self, operator: str, partition: int) -> CheckpointId:
         """The committed ``(v, uid)`` of one (operator, partition)."""
@@ -228,6 +271,11 @@ class Commit:
             "source": self.source,
             "writer": self.writer,
             "created_time_ms": self.created_time_ms,
+            **(
+                {"num_partitions": self.num_partitions, "layout_from": self.layout_from}
+                if self.format_version >= RESCALED_COMMIT_FORMAT
+                else {}
+            ),
         }
 
     def same_content(self, other: Commit) -> bool:
@@ -345,9 +393,24 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     if stored_version != version:
         f.fail("version", f"{stored_version} does not match the object name (version {version})")
     batch_id = f.integer("batch_id")
-    if batch_id != version - 1:
+    rescaled_format = format_version >= RESCALED_COMMIT_FORMAT
+    layout_from = 1
+    num_partitions: int | None = None
+    if rescaled_format:
+        num_partitions = f.integer("num_partitions", minimum=1)
+        layout_from = f.integer("layout_from", minimum=2)
+        assert layout_from is not None
+        if layout_from > version:
+            f.fail("layout_from", f"{layout_from} is above the commit's version {version}")
+        if batch_id is None or not 0 <= batch_id <= version - 1:
+            f.fail("batch_id", f"{batch_id} is not a batch of version {version} (0..{version - 1})")
+    elif batch_id != version - 1:
         f.fail("batch_id", f"{batch_id} but version {version} is the state after batch {version - 1}")
-    n = metadata.num_partitions
+    n = num_partitions if num_partitions is not None else metadata.num_partitions
+
+    def partitions_of(op: str) -> int:
+        own = metadata.operators.get(op, {}).get("partitions")
+        return own if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else n
 
     raw_checkpoints = f.mapping("checkpoints")
     assert raw_checkpoints is not None
@@ -360,11 +423,11 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
             f.fail(where, str(error))
         if op not in metadata.operators:
             f.fail(where, f"operator {op!r} is not declared in {METADATA}")
-        checkpoints[op] = _every_partition(f, where, parts, metadata.partitions_of(op), "uid", validate_uid)
+        checkpoints[op] = _every_partition(f, where, parts, partitions_of(op), "uid", validate_uid)
     absent = sorted(set(metadata.operators) - set(checkpoints))
     if absent:
         f.fail("checkpoints", f"operators missing: {', '.join(absent)}")
-    objects = _objects(f, checkpoints, metadata, version)
+    objects = _objects(f, checkpoints, partitions_of, version)
     retained_from = f.integer("retained_from", minimum=1)
     assert retained_from is not None
     if retained_from > version:
@@ -408,7 +471,10 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
         source=source,
         created_time_ms=created,
         format_version=format_version,
+        batch_id=batch_id,
         horizon=1 if horizon is None else horizon,
+        num_partitions=num_partitions,
+        layout_from=layout_from,
     )
 
 
@@ -435,7 +501,7 @@ def _every_partition(
 
 
 def _objects(
-    f: JsonFields, checkpoints: dict[str, dict[int, str]], metadata: QueryMetadata, version: int
+    f: JsonFields, checkpoints: dict[str, dict[int, str]], partitions_of: Callable[[str], int], version: int
 ) -> dict[str, dict[int, PartitionObjects]]:
     """The ``objects`` field: a reference for exactly the (operator, partition)s of ``checkpoints``;
     a ``late_snapshot`` must be of an earlier version than the commit's."""
@@ -446,7 +512,7 @@ def _objects(
         where = f"objects[{op!r}]"
         if op not in checkpoints:
             f.fail(where, f"operator {op!r} has no checkpoints in this commit")
-        n = metadata.partitions_of(op)
+        n = partitions_of(op)
         out[op] = _every_partition(f, where, parts, n, "references", PartitionObjects.from_json)
         for p, refs in out[op].items():
             late = refs.late_snapshot
@@ -535,6 +601,7 @@ class CommitLog:
     def __init__(self, store: BlobStore) -> None:
         self.store = store
         self._metadata: QueryMetadata | None = None
+        self._written: Commit | None = None
         self.last_scan: LogScan | None = None
         """What this object's last :meth:`scan` found."""
 
@@ -595,12 +662,10 @@ class CommitLog:
         name = commit_name(version)
         data = _dump(commit.to_json(), name)
         parse_commit(data, f"{name} (to be written)", version, self.read_metadata())
-        if version > 1 and not self.store.exists(commit_name(version - 1)):
-            raise CommitLogError(
-                f"cannot write {self._where(name)}: the previous version has no commit "
-                f"({commit_name(version - 1)} does not exist)"
-            )
+        if version > 1:
+            self._check_layout(commit, name)
         if self.store.put_if_absent(name, data):
+            self._written = commit
             return True
         existing = self.read_commit(version)
         if existing.writer != commit.writer:
@@ -620,6 +685,34 @@ class CommitLog:
                 writer=commit.writer,
             )
         return False
+
+    def _check_layout(self, commit: Commit, name: str) -> None:
+        """The previous version's commit exists and, unless ``commit`` is a rescale, has its layout."""
+        previous_name = commit_name(commit.version - 1)
+        known = self._written
+        if known is not None and known.version == commit.version - 1:
+            previous: Commit | None = known
+        else:
+            try:
+                previous = self.read_commit(commit.version - 1)
+            except BlobNotFoundError:
+                previous = None
+        if previous is None:
+            raise CommitLogError(
+                f"cannot write {self._where(name)}: the previous version has no commit "
+                f"({previous_name} does not exist)"
+            )
+        if commit.layout_from == commit.version:
+            return
+        metadata = self.read_metadata()
+        before = (previous.layout_from, previous.partitions_of(_PROCESSOR, metadata))
+        after = (commit.layout_from, commit.partitions_of(_PROCESSOR, metadata))
+        if before != after:
+            raise CommitLogError(
+                f"cannot write {self._where(name)}: it has {after[1]} partitions (layout of version "
+                f"{after[0]}) but {previous_name} has {before[1]} (layout of version {before[0]}); only a "
+                "rescale commit changes the partition layout"
+            )
 
     def read_commit(self, version: int) -> Commit:
         """Read and validate ``commits/<version>.json``.

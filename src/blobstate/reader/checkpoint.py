@@ -123,7 +123,8 @@ def choose_operator(checkpoint: CheckpointVersion, operator: str | None) -> str:
 
 def choose_partitions(checkpoint: CheckpointVersion, partition: Any) -> list[int]:
     """The partitions to read: ``partition`` (an int or a comma-separated string), or all when None."""
-    n = checkpoint.metadata.num_partitions  # a processor operator's; adjunct stores are not state variables
+    # A processor operator's count at this version (a rescale changes it); adjunct stores are not variables.
+    n = checkpoint.commit.partitions_of("\x00", checkpoint.metadata)
     if partition is None or partition == "":
         return list(range(n))
     wanted = partition if isinstance(partition, (list, tuple)) else str(partition).split(",")

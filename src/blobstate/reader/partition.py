@@ -49,6 +49,7 @@ def _where(checkpoint: CheckpointVersion, operator: str, partition: int) -> dict
         "operator": operator,
         "partition": partition,
         "version": checkpoint.version,
+        "batch_id": checkpoint.commit.batch_id,
         "uid": checkpoint.commit.checkpoints[operator][partition],
         "retained_from": checkpoint.retained_from,
         "latest": checkpoint.latest,

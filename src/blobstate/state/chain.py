@@ -30,7 +30,7 @@ from typing import Literal
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.ids import CheckpointId
-from blobstate.layout import delta_name
+from blobstate.layout import delta_name, snapshot_name
 from blobstate.lineage.delta import DeltaFormatError, read_delta_lineage
 from blobstate.lineage.refs import PartitionObjects
 from blobstate.state.errors import CorruptObjectError, LineageError, MissingObjectError
@@ -143,11 +143,13 @@ def delta_lineage(
     target: CheckpointId | None = None,
     data_out: dict[CheckpointId, bytes] | None = None,
     cached: bool = False,
+    starts_layout: bool = False,
 ) -> tuple[str, ...]:
     """The validated lineage record of ``cid``'s delta (whose bytes are checked against ``refs``).
 
     ``data_out`` receives the delta's bytes (so a loader downloads each delta once); ``cached`` uses and
-    fills the process-wide lineage cache instead (retention).
+    fills the process-wide lineage cache instead (retention). ``starts_layout``: ``cid`` is the version
+    of a rescale, whose deltas name no lineage (any other delta above version 1 must name one).
     """
     name = delta_name(operator, partition, cid)
     lineage = LINEAGE_CACHE.get(store.url, name) if cached else None
@@ -168,7 +170,9 @@ def delta_lineage(
             f"{len(lineage)} uids reach below version 1 (a delta of version {cid.version} can name "
             f"at most {cid.version - 1})",
         )
-    if not lineage and cid.version > 1:
+    if starts_layout and lineage:
+        raise LineageError(name, cid, "a rescale version's delta names a lineage: it must start a new one")
+    if not lineage and cid.version > 1 and not starts_layout:
         raise LineageError(name, cid, "empty lineage record at a version above 1: the chain has a gap")
     return lineage
 
@@ -246,7 +250,14 @@ def resolve_chain(
                 return chain(current, "snapshot")
             if usable:
                 lineage = delta_lineage(
-                    store, operator, partition, current, refs[current], target=target, data_out=data_out
+                    store,
+                    operator,
+                    partition,
+                    current,
+                    refs[current],
+                    target=target,
+                    data_out=data_out,
+                    starts_layout=history.starts_layout(current.version),
                 )
                 if not any(has_local(e) for e in lineage_entries(current, lineage)):
                     return chain(current, "snapshot")
@@ -263,11 +274,20 @@ def resolve_chain(
                 target=target,
                 data_out=data_out,
                 cached=cached,
+                starts_layout=history.starts_layout(current.version),
             )
         if current == target:
             target_lineage = lineage
         newest_first.append(current)
         entries = lineage_entries(current, lineage)
+        if not entries and current.version > 1:
+            # A rescale version: its snapshot is the only base, and it was skipped or never committed.
+            raise MissingObjectError(
+                snapshot_name(operator, partition, current),
+                current,
+                target,
+                why="the snapshot of a rescale version is unusable and no older version rebuilds it",
+            )
         if not entries:
             return chain(None, "empty")
         named_by = delta_name(operator, partition, current)

@@ -8,12 +8,18 @@ uid is refused, so a chain can never pass through an attempt that was not chosen
 
 A snapshot uploaded in the background is named by a later commit (``late_snapshot`` of its partition
 record): :meth:`PartitionHistory.late_snapshot` finds it among the commits after its version.
+
+A rescale starts a new partition layout at its version (``Commit.layout_from``): partition ``p`` before
+it and partition ``p`` from it on are different partitions that share a number. A history made with
+``layout_from`` answers only for the versions of that layout (:meth:`PartitionHistory.in_layout`); no
+lineage crosses a rescale, so loading never asks for a version of another layout.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from blobstate.blobstore import BlobNotFoundError
@@ -62,18 +68,59 @@ class CommitCache:
             self.log.store.run_parallel(self.commit, todo)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """The versions ``start .. end`` of one partition layout, and the commit of ``end`` (which names the
+    layout's partitions)."""
+
+    start: int
+    end: int
+    commit: Commit
+
+
+def layouts(commits: CommitCache, newest: Commit, *, down_to: int = 1) -> list[Layout]:
+    """The partition layouts of the commit log, newest first: the newest commit's, then each one before a
+    rescale whose last commit still exists and whose last version is at least ``down_to``."""
+    found = [Layout(getattr(newest, "layout_from", 1), newest.version, newest)]
+    while found[-1].start > 1:
+        end = found[-1].start - 1
+        if end < down_to:
+            break
+        commit = commits.commit(end)
+        if commit is None:
+            break
+        found.append(Layout(getattr(commit, "layout_from", 1), end, commit))
+    return found
+
+
 class PartitionHistory:
     """The committed uids and object references of one (operator, partition), read through ``commits``
     (one :class:`CommitCache` per commit log, shared by the partitions of one job)."""
 
-    def __init__(self, commits: CommitCache, operator: str, partition: int) -> None:
+    def __init__(
+        self, commits: CommitCache, operator: str, partition: int, *, layout_from: int | None = None
+    ) -> None:
         self.commits = commits
         self.operator = operator
         self.partition = partition
+        self.layout_from = layout_from
+        """The layout this history answers for (None: whichever layout each version has)."""
+
+    def in_layout(self, commit: Commit) -> bool:
+        """Whether ``commit`` has this partition in this history's layout."""
+        if self.layout_from is not None and getattr(commit, "layout_from", 1) != self.layout_from:
+            return False
+        return self.partition in commit.checkpoints.get(self.operator, {})
 
     def commit(self, version: int) -> Commit | None:
         """The commit of ``version``, or None when ``commits/<version>.json`` does not exist."""
         return self.commits.commit(version)
+
+    def starts_layout(self, version: int) -> bool:
+        """Whether ``version`` is a rescale: the first version of a partition layout (its partitions'
+        deltas there name no lineage; their snapshot is the only base)."""
+        commit = self.commit(version)
+        return commit is not None and version > 1 and getattr(commit, "layout_from", 1) == version
 
     def prefetch(self, versions: Iterable[int]) -> None:
         """Read the commits of ``versions`` in parallel (those not read yet)."""
@@ -82,7 +129,7 @@ class PartitionHistory:
     def uid(self, version: int) -> str | None:
         """The committed uid of this partition at ``version`` (None: no commit of that version)."""
         commit = self.commit(version)
-        if commit is None:
+        if commit is None or not self.in_layout(commit):
             return None
         return commit.checkpoints[self.operator][self.partition]
 
@@ -96,6 +143,13 @@ class PartitionHistory:
         name = commit_name(cid.version)
         if commit is None:
             raise MissingObjectError(name, cid, why="the commit log has no such version")
+        if not self.in_layout(commit):
+            raise LineageError(
+                named_by or "the lineage",
+                cid,
+                f"version {cid.version} has no partition {self.operator}/{self.partition} of this layout "
+                f"({name} has layout of version {getattr(commit, 'layout_from', 1)})",
+            )
         committed = commit.checkpoints[self.operator][self.partition]
         if committed != cid.uid:
             source = named_by or "the lineage"
@@ -120,6 +174,8 @@ class PartitionHistory:
             commit = self.commit(version)
             if commit is None:
                 continue
+            if getattr(commit, "layout_from", 1) > cid.version:
+                return None  # a rescale since: later commits name the new layout's snapshots only
             late = commit.objects_of(self.operator, self.partition).late_snapshot
             if late is None or late.version != cid.version:
                 continue
@@ -143,4 +199,4 @@ class PartitionHistory:
         return self.late_snapshot(cid, upto)
 
 
-__all__ = ["CommitCache", "PartitionHistory"]
+__all__ = ["CommitCache", "Layout", "PartitionHistory", "layouts"]

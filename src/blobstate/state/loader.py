@@ -95,7 +95,14 @@ def _remote_info(
     refs = history.objects(cid)
     if refs.snapshot is not None:
         return LineageInfo(cid, (cid.uid,), 0, 0)
-    lineage = delta_lineage(store, history.operator, history.partition, cid, refs)
+    lineage = delta_lineage(
+        store,
+        history.operator,
+        history.partition,
+        cid,
+        refs,
+        starts_layout=history.starts_layout(cid.version),
+    )
     return LineageInfo(cid, (cid.uid, *lineage), len(lineage), delta_bytes)
 
 

@@ -44,7 +44,7 @@ from blobstate.layout import METADATA, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.refs import PartitionObjects
 from blobstate.state.chain import Chain, resolve_chain
 from blobstate.state.errors import StateLoadError
-from blobstate.state.history import CommitCache, PartitionHistory
+from blobstate.state.history import CommitCache, PartitionHistory, layouts
 from blobstate.state.policy import validate_retention
 
 if TYPE_CHECKING:
@@ -95,6 +95,8 @@ class RetentionStats:
     needed_from: int = 0
     """The oldest version whose commit the retained versions still need (0: not computed)."""
     commits_pruned: list[int] = field(default_factory=list)
+    keep_objects: frozenset[str] = frozenset()
+    """One partition's cleanup: the objects it kept."""
 
     def add(self, other: RetentionStats) -> None:
         """Accumulate another partition's stats."""
@@ -126,7 +128,7 @@ class _Memo:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.permanent: set[tuple[str, str]] = set()
-        self.floor: dict[tuple[str, str, int], int] = {}
+        self.floor: dict[tuple[str, str, int, int], int] = {}
         self.pruned_below: dict[str, int] = {}
 
     def forget(self) -> None:
@@ -287,26 +289,60 @@ def cleanup_partition(
     keep = compute_keep_set(store, history, newest, lowest)
     stats.kept = len(keep.objects)
     stats.needed_from = max(1, keep.oldest_base)
+    stats.keep_objects = keep.objects
     optional = _base_deltas(keep, operator, partition, lowest)
     if dry_run:
         stats.ttl_removed, stats.ttl_pending = _preview_ttls(store, sorted(keep.objects | optional), optional)
     else:
         stats.ttl_removed = _remove_ttls(store, sorted(keep.objects | optional), optional)
-    delete = _present if dry_run else _delete_all
     keep_objects = keep.objects | optional
 
     # Versions below the oldest base are no longer needed; so is the base's own delta when the base
     # version itself is not retained.
-    key = (store.url, operator, partition)
-    with MEMO.lock:
-        floor = MEMO.floor.get(key, 0)
     doomed: list[tuple[CheckpointId, bool, bool]] = []
     base = keep.oldest_base
     if 0 < base < lowest:
         base_cid = next(c for c in keep.snapshots if c.version == base)
         if store.exists(delta_name(operator, partition, base_cid)):
             doomed.append((base_cid, True, False))
-    version = base - 1
+    _delete_versions(store, history, base - 1, doomed, keep_objects, newest.version, stats, dry_run)
+    return stats
+
+
+def drop_layout_partition(
+    store: BlobStore,
+    history: PartitionHistory,
+    last: CheckpointId,
+    *,
+    keep_objects: set[str] | frozenset[str],
+    dry_run: bool = False,
+) -> RetentionStats:
+    """Delete every object of one partition of a layout no retained version uses (a rescale replaced it
+    and retention moved past it): versions ``last.version`` down to the layout's first, oldest first, never
+    any of ``keep_objects`` (what the retained layouts reference). Idempotent, like the cleanup."""
+    stats = RetentionStats(partitions=1)
+    _delete_versions(store, history, last.version, [], keep_objects, last.version, stats, dry_run)
+    return stats
+
+
+def _delete_versions(
+    store: BlobStore,
+    history: PartitionHistory,
+    top: int,
+    doomed: list[tuple[CheckpointId, bool, bool]],
+    keep_objects: set[str] | frozenset[str],
+    newest_version: int,
+    stats: RetentionStats,
+    dry_run: bool,
+) -> None:
+    """Delete the objects of versions ``top`` and below (down to the first with nothing left, or the
+    partition's cleaned-below floor), oldest first, plus ``doomed``; never any of ``keep_objects``."""
+    operator, partition = history.operator, history.partition
+    delete = _present if dry_run else _delete_all
+    key = (store.url, operator, partition, history.layout_from or 1)
+    with MEMO.lock:
+        floor = MEMO.floor.get(key, 0)
+    version = top
     while version > floor:
         uid = history.uid(version)
         if uid is None:
@@ -323,7 +359,7 @@ def cleanup_partition(
         if has_snapshot:
             sname = snapshot_name(operator, partition, cid)
             try:
-                blobs = snapshot_objects(store, history, cid, upto=newest.version) - {sname}
+                blobs = snapshot_objects(store, history, cid, upto=newest_version) - {sname}
             except StateLoadError as error:
                 # An index that is gone or fails its check names nothing to delete; gc --full sweeps
                 # whatever blobs it leaves once no retained version references them.
@@ -341,8 +377,7 @@ def cleanup_partition(
         stats.versions_deleted += 1
     if not dry_run:
         with MEMO.lock:
-            MEMO.floor[key] = max(MEMO.floor.get(key, 0), base - 1)
-    return stats
+            MEMO.floor[key] = max(MEMO.floor.get(key, 0), top)
 
 
 def _commit_log(store: BlobStore) -> CommitLog:
@@ -380,22 +415,51 @@ def after_commit(
     cache = CommitCache(log_, {commit.version: commit})
     total = RetentionStats()
     first_error: BaseException | None = None
-    for operator, partition, uid in _partitions(commit):
-        try:
-            stats = cleanup_partition(
-                store,
-                PartitionHistory(cache, operator, partition),
-                CheckpointId(commit.version, uid),
-                lowest=commit.retained_from,
-                dry_run=dry_run,
-            )
-            total.add(stats)
-        except Exception as error:
-            log.warning(
-                "cleanup of %s/%s after version %d failed: %s", operator, partition, commit.version, error
-            )
-            if first_error is None:
-                first_error = error
+    found = layouts(cache, commit)
+    retained = [lay for lay in found if lay.end >= commit.retained_from]
+    kept: set[str] = set()
+    for lay in retained:
+        for operator, partition, uid in _partitions(lay.commit):
+            try:
+                stats = cleanup_partition(
+                    store,
+                    PartitionHistory(cache, operator, partition, layout_from=lay.start),
+                    CheckpointId(lay.end, uid),
+                    lowest=max(commit.retained_from, lay.start),
+                    dry_run=dry_run,
+                )
+                total.add(stats)
+                kept |= stats.keep_objects
+            except Exception as error:
+                log.warning(
+                    "cleanup of %s/%s after version %d failed: %s", operator, partition, commit.version, error
+                )
+                if first_error is None:
+                    first_error = error
+    # Layouts a rescale replaced and retention moved past: their partitions go entirely, before the
+    # commits that name them are pruned.
+    for lay in found[len(retained) :] if first_error is None else []:
+        for operator, partition, uid in _partitions(lay.commit):
+            try:
+                total.add(
+                    drop_layout_partition(
+                        store,
+                        PartitionHistory(cache, operator, partition, layout_from=lay.start),
+                        CheckpointId(lay.end, uid),
+                        keep_objects=kept,
+                        dry_run=dry_run,
+                    )
+                )
+            except Exception as error:
+                log.warning(
+                    "removing %s/%s of the layout before version %d failed: %s",
+                    operator,
+                    partition,
+                    lay.end + 1,
+                    error,
+                )
+                if first_error is None:
+                    first_error = error
     if first_error is not None:
         total.seconds = time.monotonic() - started
         raise first_error
@@ -486,11 +550,12 @@ def referenced_by_retained(
     log_ = commit_log or _commit_log(store)
     cache = CommitCache(log_, {commit.version: commit})
     referenced: set[str] = set()
-    lowest = commit.retained_from
-    for operator, partition, uid in _partitions(commit):
-        history = PartitionHistory(cache, operator, partition)
-        keep = compute_keep_set(store, history, CheckpointId(commit.version, uid), lowest, cached=False)
-        referenced |= keep.objects | _base_deltas(keep, operator, partition, lowest)
+    for lay in layouts(cache, commit, down_to=commit.retained_from):
+        lowest = max(commit.retained_from, lay.start)
+        for operator, partition, uid in _partitions(lay.commit):
+            history = PartitionHistory(cache, operator, partition, layout_from=lay.start)
+            keep = compute_keep_set(store, history, CheckpointId(lay.end, uid), lowest, cached=False)
+            referenced |= keep.objects | _base_deltas(keep, operator, partition, lowest)
     return referenced
 
 
@@ -677,6 +742,7 @@ __all__ = [
     "cleanup_latest",
     "cleanup_partition",
     "compute_keep_set",
+    "drop_layout_partition",
     "gc_checkpoint",
     "permanent_objects_without_commits",
     "referenced_by_retained",

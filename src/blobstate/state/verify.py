@@ -3,7 +3,9 @@
 :func:`verify` first proves the location is a checkpoint (``metadata.json`` readable) and that its commit
 log is complete (a commit for every version from the newest commit's ``horizon`` to the latest;
 commits below the horizon were pruned and are not missed). The retained versions are the newest
-commit's ``retained_from .. latest``. For each partition and each retained version it resolves the
+commit's ``retained_from .. latest``; a rescale in that window splits it into partition layouts, each
+checked with its own partitions (and every commit of a layout must name the same ones). For each
+partition and each retained version it resolves the
 lineage exactly as loading does, then checks every object the version reaches:
 
 - deltas (those the chain replays, and each retained version's own delta, which a rebuild around its
@@ -34,7 +36,7 @@ from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name, delta_name, 
 from blobstate.lineage.delta import DeltaFormatError, decode_delta
 from blobstate.state.chain import fetch_checked_delta, resolve_chain
 from blobstate.state.errors import StateLoadError
-from blobstate.state.history import CommitCache, PartitionHistory
+from blobstate.state.history import CommitCache, PartitionHistory, layouts
 
 DECLARATION_KEY = meta_key("")
 """The key prefix of a state variable's declaration in ``META_CF``."""
@@ -442,25 +444,50 @@ def verify(
     if report.problems:
         return report
     sizes = store.list_sizes("blobs/")
-    for op, parts in sorted(newest.checkpoints.items()):
-        if operator is not None and op != operator:
-            continue
-        for p in sorted(parts):
-            if partition is not None and p != partition:
+    # Each partition layout in the retained window (a rescale starts a new one) is checked with its own
+    # partitions: versions before a rescale with the old ones, from it on with the new ones.
+    for lay in layouts(cache, newest, down_to=newest.retained_from):
+        _check_layout(store, report, cache, lay, newest.retained_from)
+        for op, parts in sorted(lay.commit.checkpoints.items()):
+            if operator is not None and op != operator:
                 continue
-            report.partitions += 1
-            history = PartitionHistory(cache, op, p)
-            checker = _Checker(store, report, history, sizes, checksums, check_ttl)
-            for version in range(latest, newest.retained_from - 1, -1):
-                report.versions_checked += 1
-                uid = history.uid(version)
-                if uid is None:  # the commit was read above; only a lost one has no uid
-                    report.problems.append(
-                        Problem(commit_name(version), f"is missing: {op}/{p} has no uid", version=version)
-                    )
-                    break
-                checker.version(CheckpointId(version, uid))
+            for p in sorted(parts):
+                if partition is not None and p != partition:
+                    continue
+                report.partitions += 1
+                history = PartitionHistory(cache, op, p, layout_from=lay.start)
+                checker = _Checker(store, report, history, sizes, checksums, check_ttl)
+                for version in range(lay.end, max(lay.start, newest.retained_from) - 1, -1):
+                    report.versions_checked += 1
+                    uid = history.uid(version)
+                    if uid is None:  # the commit was read above; only a lost one has no uid
+                        report.problems.append(
+                            Problem(commit_name(version), f"is missing: {op}/{p} has no uid", version=version)
+                        )
+                        break
+                    checker.version(CheckpointId(version, uid))
     return report
+
+
+def _check_layout(store: BlobStore, report: VerifyReport, cache: CommitCache, lay: Any, lowest: int) -> None:
+    """Every retained commit of a layout names that layout (and the same partitions as its last one)."""
+    expected = {op: sorted(parts) for op, parts in lay.commit.checkpoints.items()}
+    for version in range(max(lay.start, lowest), lay.end):
+        commit = cache.commit(version)
+        if commit is None:
+            continue
+        found = {op: sorted(parts) for op, parts in commit.checkpoints.items()}
+        if getattr(commit, "layout_from", 1) != lay.start or found != expected:
+            report.problems.append(
+                Problem(
+                    commit_name(version),
+                    f"names partition layout of version {getattr(commit, 'layout_from', 1)} with "
+                    f"{sum(map(len, found.values()))} partitions, but versions {lay.start}..{lay.end} have "
+                    f"the layout of version {lay.start} with {sum(map(len, expected.values()))} "
+                    f"(in {store.url})",
+                    version=version,
+                )
+            )
 
 
 __all__ = ["Problem", "VerifyReport", "verify"]

@@ -1,0 +1,63 @@
+"""``blobstate rescale``: change the number of state partitions of a stopped query's checkpoint."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from blobstate.cli.urls import URL_FORMS
+
+
+def _spark(master: str | None) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("blobstate rescale")
+    if master:
+        builder = builder.master(master)
+    elif SparkSession.getActiveSession() is None:
+        from pyspark import SparkConf
+
+        if not SparkConf().contains("spark.master"):
+            builder = builder.master("local[*]")
+    return builder.getOrCreate()
+
+
+def rescale(
+    url: Annotated[str, typer.Argument(help=f"A query checkpoint: {URL_FORMS}.")],
+    partitions: Annotated[int, typer.Option("--partitions", help="The new number of state partitions.")],
+    master: Annotated[
+        str | None,
+        typer.Option("--master", help="Spark master to run the rescale job on (default: local[*])."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """Rescale the newest version of a query checkpoint to --partitions partitions, as one new version.
+
+    Every kind of state follows its keys. The query must be stopped. Older versions stay readable until
+    retention removes them; a crash leaves the old layout or the new one, and running the command again
+    finishes the job.
+    """
+    from blobstate.rescale import rescale_checkpoint
+
+    result = rescale_checkpoint(_spark(master), url, partitions)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    if result.already:
+        typer.echo(
+            f"checkpoint {result.url}: version {result.version} already has {partitions} partitions; "
+            "post-commit cleanup finished"
+        )
+        return
+    typer.echo(
+        f"checkpoint {result.url}: rescaled version {result.previous_version} from "
+        f"{result.old_partitions} to {result.new_partitions} partitions as version {result.version} "
+        f"({result.records} records, {result.bytes_uploaded} bytes uploaded, {result.seconds:.1f}s)"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``rescale`` to the CLI."""
+    app.command()(rescale)
