@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -206,6 +207,10 @@ class PostCommit:
             self._thread = None
 
 
+RECENT_REPORTS = 1000
+"""How many batch reports a driver keeps (``blobstate.batch_reports``): the most recent ones."""
+
+
 @dataclass
 class BatchDriver:
     """Runs each micro-batch handed over by ``foreachBatch`` and writes the commit log."""
@@ -222,7 +227,9 @@ class BatchDriver:
     ticks: Ticks | None = None
     """The query's ticks source: batches without input, and metrics in Spark's progress."""
     on_batch: Callable[[BatchReport], None] | None = None
-    reports: list[BatchReport] = field(default_factory=list)
+    reports: deque[BatchReport] = field(default_factory=lambda: deque(maxlen=RECENT_REPORTS))
+    """The most recent batches' reports (``RECENT_REPORTS`` of them: a query that runs for years keeps a
+    bounded number, as Spark keeps ``spark.sql.streaming.numRecentProgressUpdates`` progresses)."""
     failure: BlobstateError | None = None
     """Why the last batch failed, when blobstate knows (the processor or the sink raised, or a blobstate
     check refused to go on), else None: the query's handle raises it first."""

@@ -68,10 +68,10 @@ class BlobstateStreamingQuery(StreamingQuery):
         if getattr(config, "time_mode", None) != "ProcessingTime":
             self.processAllAvailable()
             return
-        reports: list[Any] = self.blobstate_driver.reports
-        seen = len(reports)
+        reports = self.blobstate_driver.reports
+        seen = max((r.batch_id for r in reports), default=-1)
         # The first batch to finish after this call may have started before it; every later one after.
-        while not any(r.input_rows == 0 and not r.skipped for r in reports[seen + 1 :]):
+        while not any(r.batch_id > seen + 1 and r.input_rows == 0 and not r.skipped for r in list(reports)):
             if self.awaitTermination(0.1):
                 return
 

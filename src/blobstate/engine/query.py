@@ -301,7 +301,8 @@ def _scala_seq(seq: Any) -> list[Any]:
 
 
 def batch_reports(query: StreamingQuery) -> list[BatchReport]:
-    """The per-batch reports of a query started by :func:`transform_with_state` in this process."""
+    """The per-batch reports of a query started by :func:`transform_with_state` in this process, oldest
+    first: the most recent 1,000 batches' (``engine.driver.RECENT_REPORTS``)."""
     return list(query.blobstate_driver.reports)  # type: ignore[attr-defined]
 
 
