@@ -77,6 +77,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
       * SparkConnectUnsupportedError [engine.placement]
     * ReportError [report.render]
     * ReportOutputError [report.output]
+    * DemoWorkdirError [demo.run; also ValueError]
     * UnsupportedKeyTypeError [rescale.murmur3; also TypeError]
   * QueryError [errors]
     * QueryAlreadyRunningError [engine.query; also RuntimeError]

@@ -12,8 +12,8 @@ def demo(
     workdir: Annotated[
         Path,
         typer.Option(
-            help="Scratch directory for the demo's input, checkpoint and output. Deleted with everything"
-            " in it first: give a new directory, never one holding other files."
+            help="Scratch directory for the demo's input, checkpoint and output. An earlier demo's files in"
+            " it are deleted first; a directory holding anything else is refused."
         ),
     ] = Path("blobstate-demo"),
     batches: Annotated[

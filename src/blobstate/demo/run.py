@@ -24,6 +24,7 @@ from blobstate.demo.clickstream import (
     write_batches,
 )
 from blobstate.demo.sessions import reference_sessions
+from blobstate.errors import ConfigurationError
 
 
 @dataclass
@@ -111,13 +112,40 @@ def _run_job(command: list[str], console: Console, attempt: str, kill_after: int
     return committed
 
 
+DEMO_ENTRIES = frozenset({"checkpoint", "input", "job.log", "local", "output", "profiles"})
+"""What the demo writes into its work directory: the only names it deletes there."""
+
+
+class DemoWorkdirError(ConfigurationError, ValueError):
+    """The demo's work directory holds something the demo did not write: it is never deleted."""
+
+
+def clear_workdir(workdir: Path) -> None:
+    """Make ``workdir`` an empty directory, deleting only an earlier demo's files: a directory holding
+    anything else (a user's own files, a link) is refused, naming the first foreign entry."""
+    if workdir.is_symlink() or (workdir.exists() and not workdir.is_dir()):
+        raise DemoWorkdirError(f"demo work directory {workdir} is not a directory: give a new directory")
+    if workdir.exists():
+        foreign = sorted(e.name for e in workdir.iterdir() if e.name not in DEMO_ENTRIES or e.is_symlink())
+        if foreign:
+            raise DemoWorkdirError(
+                f"demo work directory {workdir} holds {foreign[0]!r}, which the demo did not write: give a"
+                " new directory (the demo deletes what an earlier demo left there, nothing else)"
+            )
+        for entry in workdir.iterdir():
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    workdir.mkdir(parents=True, exist_ok=True)
+
+
 def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after: int = 6) -> DemoResult:
-    """Run the whole demo in ``workdir`` (wiped first) and return what it found."""
+    """Run the whole demo in ``workdir`` (an earlier demo's files there deleted first, anything else
+    refused) and return what it found."""
     console = Console()
     started = time.monotonic()
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
+    clear_workdir(workdir)
     batches = generate_batches(shape)
     profiles = generate_profiles(shape, len(batches))
     write_batches(batches, workdir / "input")
