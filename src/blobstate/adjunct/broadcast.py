@@ -104,6 +104,7 @@ def write_version(
         committed,
         snapshot_every=snapshot_every,
         snapshot_delta_bytes=snapshot_delta_bytes,
+        snapshot_upload="inline",  # the driver's writer: a snapshot is in the version it names
     )
     try:
         if recreate and spec.column_family in state.store.column_families():
