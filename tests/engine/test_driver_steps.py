@@ -64,6 +64,9 @@ class RecordingStage:
         self.failure: ProcessorFailedError | None = None
         self.specs: list[TaskSpec] = []
 
+    def recovery_seconds(self, result: StageResult) -> float:
+        return 0.0
+
     def run(self, frame: object, spec: TaskSpec, placement: object) -> StageRun:
         self.calls.append("stage")
         self.specs.append(spec)
@@ -72,7 +75,7 @@ class RecordingStage:
             raise self.failure
         version = spec.plan.committing
         results = {p: a_result(partition=p, version=version, uid=uuid.uuid4().hex) for p in (0, 1)}
-        return StageRun(StageResult(results, frame=None), 0.0, 1, 0.0)  # type: ignore[arg-type]
+        return StageRun(StageResult(results, frame=None), 0.0, 1)  # type: ignore[arg-type]
 
 
 def make_driver(calls: list[str], fail: bool = False) -> tuple[BatchDriver, RecordingStage]:

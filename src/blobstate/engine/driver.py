@@ -382,6 +382,7 @@ class BatchDriver:
         """Build the batch's commit (``commit.py``) from the steps' parts and write it."""
         results = run.results
         max_task = max((r.task_seconds for r in results.values()), default=0.0)
+        recovery = self.stage.recovery_seconds(run.result)
         parts = [step.contribute(batch, results) for step in self.steps]
         context = CommitContext(
             operator=self.config.operator,
@@ -393,7 +394,7 @@ class BatchDriver:
             seconds=time.monotonic() - started,
             source=None if source is None else source.to_json(),
             metrics={
-                "spark_recovery_seconds": run.recovery_seconds,
+                "spark_recovery_seconds": recovery,
                 "spark_overhead_seconds": round(max(0.0, run.sink_started - stage_started - max_task), 3),
                 "stage_seconds": round(run.sink_started - stage_started, 3),
                 "sink_seconds": round(commit_started - run.sink_started, 3),
@@ -439,7 +440,7 @@ class BatchDriver:
             shuffle_seconds=round(run.result.shuffle_seconds, 3),
             inlined_partitions=run.result.inlined,
             partitions=_partition_metrics(results),
-            spark_recovery_seconds=run.recovery_seconds,
+            spark_recovery_seconds=metrics["spark_recovery_seconds"],
             spark_overhead_seconds=metrics["spark_overhead_seconds"],
             standby=metrics.get("standby") or {},
         )

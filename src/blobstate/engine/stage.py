@@ -80,8 +80,6 @@ class StageRun:
     sink_started: float
     """Monotonic time the sink got the outputs (for a write-through sink: when the job ended)."""
     attempts: int
-    recovery_seconds: float
-    """Time the committed run spent on Spark's retries (``recovery.py``)."""
 
     @property
     def results(self) -> dict[int, TaskResult]:
@@ -120,7 +118,7 @@ class Stage:
         """Run the stage and hand its outputs to the sink; run both again if the outputs were lost."""
         if self.writes_through:
             result = self._write_through(frame, spec, placement)
-            return StageRun(result, time.monotonic(), 1, self._recovery_seconds(result))
+            return StageRun(result, time.monotonic(), 1)
         first_submitted: float | None = None
         version = spec.plan.version
         for attempt in range(1, self.max_attempts + 1):
@@ -132,7 +130,7 @@ class Stage:
             sink_started = time.monotonic()
             try:
                 self._hand_to_sink(result.frame, version)
-                return StageRun(result, sink_started, attempt, self._recovery_seconds(result))
+                return StageRun(result, sink_started, attempt)
             except BaseException as error:
                 result.release()
                 if not is_attempt_mismatch(error):
@@ -194,8 +192,9 @@ class Stage:
         result.submitted_at = submitted_at
         return result
 
-    def _recovery_seconds(self, stage: StageResult) -> float:
-        """The committed run's ``spark_recovery_seconds`` (``recovery.py``)."""
+    def recovery_seconds(self, stage: StageResult) -> float:
+        """Time the committed run spent on Spark's retries (``spark_recovery_seconds``, ``recovery.py``;
+        asks Spark's status tracker, so the driver calls it once the sink's time is taken)."""
         stage_ids = {r.stage_id for r in stage.results.values()}
         stage_id = stage_ids.pop() if len(stage_ids) == 1 else None
         return spark_recovery_seconds(
