@@ -21,6 +21,7 @@ from reader_jobs import OUTPUT, EveryState, batches, reference
 from blobstate.blobstore import open_blob_store
 from blobstate.encoding.codec import encode_key
 from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
+from blobstate.processor import RunSpec
 from blobstate.processor.runner import run_partition
 from blobstate.rescale.murmur3 import spark_partition
 from blobstate.state.partition import open_partition
@@ -72,10 +73,11 @@ def run_batches(url: str, batches: list[list[tuple[str, int]]], local: Path, num
                 ) as state:
                     for k in sorted({k for k, _ in mine}):
                         state.store.put(ADJUNCT_CF, encode_key((k,)), price_of(k, batch))
-                    for _ in run_partition(
-                        EveryState(), state.store, table, key_columns=["key"], output_schema=OUTPUT,
-                        time_mode="ProcessingTime", batch_timestamp_ms=T0_MS + batch * 1000,
-                    ):  # fmt: skip
+                    run = RunSpec(
+                        key_columns=("key",), output_schema=OUTPUT, time_mode="ProcessingTime",
+                        batch_timestamp_ms=T0_MS + batch * 1000,
+                    )  # fmt: skip
+                    for _ in run_partition(EveryState(), state.store, table, run):
                         pass
                     results[p] = state.commit()
             layout: dict[str, Any] = {}

@@ -39,8 +39,12 @@ def rescale(
     retention removes them; a crash leaves the old layout or the new one, and running the command again
     finishes the job.
     """
+    from blobstate.blobstore import open_blob_store
     from blobstate.rescale import rescale_checkpoint
+    from blobstate.rescale.job import plan_rescale
 
+    with open_blob_store(url) as store:
+        plan_rescale(store, partitions)  # a checkpoint that cannot be rescaled is refused before Spark starts
     result = rescale_checkpoint(_spark(master), url, partitions)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
