@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from blobstate.lineage.commitlog import (
-    COMMIT_FORMAT_VERSION,
+    COMMIT_FORMATS_READ,
     METADATA_FORMAT_VERSION,
     content_digest,
     parse_commit,
@@ -52,11 +52,12 @@ def test_a_newer_metadata_is_refused_naming_both_versions() -> None:
 
 def test_a_newer_commit_is_refused_naming_both_versions() -> None:
     metadata = parse_metadata((FIXTURE / "metadata.json").read_bytes())
-    newer = COMMIT_FORMAT_VERSION + 1
+    newest = max(COMMIT_FORMATS_READ)  # a rescaled checkpoint's commits are this build's newest format
+    newer = newest + 1
     data = _resealed(FIXTURE / "commits" / "5.json", format_version=newer)
     with pytest.raises(ValueError) as error:
         parse_commit(data, "commits/5.json", 5, metadata)
-    _one_line(error.value, "commits/5.json", newer, COMMIT_FORMAT_VERSION)
+    _one_line(error.value, "commits/5.json", newer, newest)
 
 
 def test_the_commits_of_the_previous_format_still_read() -> None:
