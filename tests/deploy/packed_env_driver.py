@@ -94,8 +94,15 @@ def main() -> int:
         tracker = spark.sparkContext.statusTracker()
         while len(tracker.getExecutorInfos()) < 3 and time.monotonic() - started < 120:  # + the driver
             time.sleep(0.2)
-        probe = spark.sparkContext.parallelize(range(8), 8).mapPartitions(where_imports).collect()
-        report["executors"] = sorted(set(probe))
+        # An executor whose first Python worker is still unpacking the archive may see its share of a
+        # wave taken by the other: probe again (up to a minute) until every executor has answered.
+        found: set[str] = set()
+        while True:
+            found |= set(spark.sparkContext.parallelize(range(8), 8).mapPartitions(where_imports).collect())
+            if len({json.loads(e)["cwd"] for e in found}) >= 2 or time.monotonic() - started > 180:
+                break
+            time.sleep(1)
+        report["executors"] = sorted(found)
         seconds["probe"] = round(time.monotonic() - started, 1)
 
         started = time.monotonic()
