@@ -69,7 +69,7 @@ class BlobstateStreamingQuery(StreamingQuery):
             self.processAllAvailable()
             return
         reports = self.blobstate_driver.reports
-        seen = max((r.batch_id for r in reports), default=-1)
+        seen = max((r.batch_id for r in list(reports)), default=-1)
         # The first batch to finish after this call may have started before it; every later one after.
         while not any(r.batch_id > seen + 1 and r.input_rows == 0 and not r.skipped for r in list(reports)):
             if self.awaitTermination(0.1):
