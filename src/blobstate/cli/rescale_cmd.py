@@ -63,5 +63,6 @@ def rescale(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``rescale`` to the CLI."""
-    app.command()(rescale)
+    """Add ``rescale`` to the CLI, hidden from the help: a query does not yet continue on a rescaled
+    checkpoint (it refuses the changed partition count), so the command is for trying the rescale only."""
+    app.command(hidden=True)(rescale)
