@@ -36,7 +36,7 @@ from typing import Any
 from blobstate.blobstore import DEFAULT_PENDING_TTL_SECONDS, BlobStore, open_blob_store
 from blobstate.encoding.layout import META_CF
 from blobstate.ids import CheckpointId, new_uid
-from blobstate.layout import blob_prefix, delta_name, snapshot_name
+from blobstate.layout import delta_name
 from blobstate.lineage.commitlog import Commit, CommitLog, IncompleteCommitLogError, QueryMetadata
 from blobstate.lineage.delta import encode_delta
 from blobstate.lineage.refs import ObjectRef, PartitionObjects
@@ -198,8 +198,8 @@ def build_partition(
 ) -> dict[str, Any]:
     """Stage 2, one new partition: write its records into a fresh store and upload it, pending, as the
     snapshot of version R (with an empty delta that names no lineage). Returns its uid and references."""
-    from blobstate.snapshot import backup_directory
     from blobstate.state.localdirs import LineageInfo, write_info
+    from blobstate.state.partition import upload_snapshot
     from blobstate.state.store import RocksStateStore
 
     store = open_blob_store(plan.url)
@@ -229,25 +229,7 @@ def build_partition(
         finally:
             rocks.close()
         write_info(scratch / "snapshot", LineageInfo(cid, (cid.uid,), 0, 0))
-        name = snapshot_name(op, partition, cid)
-        result = backup_directory(
-            store,
-            scratch / "snapshot",
-            index_name=name,
-            blob_prefix=blob_prefix(op, partition),
-            previous=None,
-            previous_name=None,
-            checkpoint_id=cid.name,
-            metadata={
-                "operator": op,
-                "partition": str(partition),
-                "version": str(cid.version),
-                "uid": cid.uid,
-                "lineage": "",
-            },
-            lineage=[],
-            ttl=plan.pending_ttl,
-        )
+        result = upload_snapshot(store, scratch / "snapshot", op, partition, cid, (), ttl=plan.pending_ttl)
         if fault is not None:
             fault(f"build:{op}/{partition}")
         delta = encode_delta([], ())

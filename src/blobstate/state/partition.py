@@ -41,6 +41,8 @@ from blobstate.ids import CheckpointId, new_uid, validate_uid
 from blobstate.layout import LocalPartitionLayout, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.delta import encode_delta
 from blobstate.lineage.refs import LateSnapshot, ObjectRef, PartitionObjects
+from blobstate.snapshot.backup import BackupResult
+from blobstate.snapshot.index import SnapshotIndex
 from blobstate.state.chain import resolve_chain
 from blobstate.state.errors import PartitionClosedError, StateLoadError
 from blobstate.state.history import PartitionHistory
@@ -350,26 +352,17 @@ class PartitionState:
         previous: Any,
         store: BlobStore | None = None,
     ) -> tuple[str, list[str], int, ObjectRef]:
-        from blobstate.snapshot import backup_directory
-
         op, p, bs = self.operator, self.partition, store or self.blob_store
         name = snapshot_name(op, p, new)
-        result = backup_directory(
+        result = upload_snapshot(
             bs,
             source,
-            index_name=name,
-            blob_prefix=blob_prefix(op, p),
-            previous=previous,
+            op,
+            p,
+            new,
+            lineage,
             previous_name=previous_name,
-            checkpoint_id=new.name,
-            metadata={
-                "operator": op,
-                "partition": str(p),
-                "version": str(new.version),
-                "uid": new.uid,
-                "lineage": ",".join(lineage),
-            },
-            lineage=list(lineage),
+            previous=previous,
             ttl=self.pending_ttl,
         )
         SNAPSHOT_INDEX_CACHE.put(bs.url, name, result.index)
@@ -505,6 +498,43 @@ class PartitionState:
 
     def __repr__(self) -> str:
         return f"PartitionState({self.operator}/{self.partition} at {self.checkpoint_id}, {self._state})"
+
+
+def upload_snapshot(
+    store: BlobStore,
+    source: Path,
+    operator: str,
+    partition: int,
+    checkpoint_id: CheckpointId,
+    lineage: tuple[str, ...],
+    *,
+    previous_name: str | None = None,
+    previous: SnapshotIndex | None = None,
+    ttl: float,
+) -> BackupResult:
+    """Upload the store checkpoint in ``source`` as ``checkpoint_id``'s snapshot of one partition: its
+    index named and described (operator, partition, version, uid, lineage) as every partition snapshot
+    is, its blobs pending for ``ttl`` seconds; incremental against ``previous`` when given."""
+    from blobstate.snapshot import backup_directory
+
+    return backup_directory(
+        store,
+        source,
+        index_name=snapshot_name(operator, partition, checkpoint_id),
+        blob_prefix=blob_prefix(operator, partition),
+        previous=previous,
+        previous_name=previous_name,
+        checkpoint_id=checkpoint_id.name,
+        metadata={
+            "operator": operator,
+            "partition": str(partition),
+            "version": str(checkpoint_id.version),
+            "uid": checkpoint_id.uid,
+            "lineage": ",".join(lineage),
+        },
+        lineage=list(lineage),
+        ttl=ttl,
+    )
 
 
 def open_partition(
