@@ -204,12 +204,13 @@ def test_host_losses_between_and_during_batches_fail_over_to_standbys_with_exact
     assert six["standby"]["failovers"] >= 1, six["standby"]
     # The move names where the partition was planned and where Spark ran it again; that retry is
     # recovery time, which a batch without a failure does not have.
-    move = next(m for m in six["standby"]["moves"] if m["partition"] == slow["partition"])
-    assert (move["reason"], move["from_host"], move["to_host"]) == (
-        "during-batch",
-        slow["host"],
-        moved["host"],
-    )
+    # The plan of batch 6 may first have moved the partition onto the slow host (a rebalance onto the
+    # replacement executor); the move Spark made after the kill is the one that must be reported.
+    moves = [m for m in six["standby"]["moves"] if m["partition"] == slow["partition"]]
+    assert [(m["reason"], m["from_host"], m["to_host"]) for m in moves if m["reason"] == "during-batch"] == [
+        ("during-batch", slow["host"], moved["host"])
+    ], moves
+    assert all(m["to_host"] == slow["host"] for m in moves if m["reason"] == "rebalance"), moves
     assert six["spark_recovery_seconds"] > 0 and batches[2]["spark_recovery_seconds"] == 0, (six, batches[2])
     for batch_id, line in batches.items():
         check_invariant_1(line, lost_host=slow["host"] if batch_id == 6 else None)
