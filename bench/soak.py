@@ -30,10 +30,19 @@ times and their ratio (end over early), batches per second, and the load average
 Progress lines go to stderr. A file ``FINISH`` created in the work directory ends the run at its next
 sample, with the end restarts measured as usual.
 
+The restarts of one run are minutes or hours apart, so the machine's load differs between them.
+``--compare-restarts EARLY END`` measures cold restarts of two kept checkpoints side by side instead:
+``--restart-repeat`` rounds, each restarting a fresh copy of both (their order alternating), and
+gives each one's median, the ratio of the medians and the median of the per-round ratios. A kept
+checkpoint is ``WORKDIR/checkpoint`` of a run with ``--workdir``; ``--keep-early`` also keeps a copy
+of the checkpoint as it was at the early restart (``WORKDIR/checkpoint-early``).
+
     PYTHONPATH=src .venv/bin/python bench/soak.py [--batches 10000] [--sample-every 200]
         [--rows 2000] [--keys 10000] [--partitions 2] [--trigger "100 milliseconds"]
         [--restart-at 100] [--restart-repeat 3] [--warmup 500] [--store local|s3] [--out FILE] [--png FILE]
-        [--workdir DIR (kept)]
+        [--workdir DIR (kept)] [--keep-early]
+    PYTHONPATH=src .venv/bin/python bench/soak.py --compare-restarts EARLY_CHECKPOINT END_CHECKPOINT
+        [--restart-repeat 5] [--partitions 2] [--rows 2000] [--keys 10000]
 """
 
 from __future__ import annotations
@@ -316,6 +325,52 @@ def cold_restart(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def compare_restarts(early: Path, end: Path, spec: dict[str, Any], repeat: int) -> dict[str, Any]:
+    """Cold restarts of fresh copies of two kept checkpoints, alternating, ``repeat`` rounds."""
+    workdir = Path(tempfile.mkdtemp(prefix="blobstate-soak-compare-"))
+    runs: dict[str, list[dict[str, Any]]] = {"early": [], "end": []}
+    ratios: list[float] = []
+    try:
+        for round_ in range(repeat):
+            order = [("early", early), ("end", end)]
+            if round_ % 2:
+                order.reverse()
+            seconds: dict[str, float] = {}
+            for label, source in order:
+                copy = workdir / f"{label}-{round_}"
+                shutil.copytree(source, copy)
+                probe_result = cold_restart(
+                    {**spec, "checkpoint": str(copy), "workdir": str(workdir)}, workdir
+                )
+                shutil.rmtree(copy, ignore_errors=True)
+                probe_result["loadavg_1min"] = round(os.getloadavg()[0], 2)
+                runs[label].append(probe_result)
+                log(f"compare round {round_ + 1}/{repeat} {label}: {json.dumps(probe_result)}")
+                if "seconds_to_first_batch" in probe_result:
+                    seconds[label] = probe_result["seconds_to_first_batch"]
+            if len(seconds) == 2:
+                ratios.append(seconds["end"] / seconds["early"])
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def median(label: str) -> float | None:
+        times = [r["seconds_to_first_batch"] for r in runs[label] if "seconds_to_first_batch" in r]
+        return round(statistics.median(times), 3) if times else None
+
+    early_median, end_median = median("early"), median("end")
+    return {
+        "early": {
+            "checkpoint": str(early),
+            "median_seconds_to_first_batch": early_median,
+            "runs": runs["early"],
+        },
+        "end": {"checkpoint": str(end), "median_seconds_to_first_batch": end_median, "runs": runs["end"]},
+        "ratio_of_medians": round(end_median / early_median, 3) if early_median and end_median else None,
+        "median_of_paired_ratios": round(statistics.median(ratios), 3) if ratios else None,
+        "paired_ratios": [round(r, 3) for r in ratios],
+    }
+
+
 # ---------------------------------------------------------------------------------------- the run
 def start_s3() -> tuple[str, subprocess.Popen[bytes]]:
     """A moto S3 server on 127.0.0.1 in its own process and a fresh bucket: (checkpoint URL, server)."""
@@ -382,9 +437,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="kept after the run")
     parser.add_argument("--replot", type=Path, default=None, help="only draw --png from this JSON")
     parser.add_argument("--probe", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--keep-early", action="store_true", help="keep a copy of the checkpoint at the early restart"
+    )
+    parser.add_argument(
+        "--compare-restarts",
+        nargs=2,
+        type=Path,
+        metavar=("EARLY", "END"),
+        default=None,
+        help="only compare cold restarts of two kept checkpoints, side by side",
+    )
     args = parser.parse_args(argv)
     if args.probe is not None:
         return probe(args.probe)
+    if args.compare_restarts is not None:
+        spec = {"source": args.source, "rows": args.rows, "keys": args.keys, "partitions": args.partitions,
+                "trigger": args.trigger}  # fmt: skip
+        comparison = compare_restarts(*args.compare_restarts, spec, args.restart_repeat)
+        text = json.dumps(comparison, indent=1)
+        if args.out is not None:
+            args.out.write_text(text + "\n")
+        print(text)
+        return 0
     if args.replot is not None:
         plot(json.loads(args.replot.read_text()), args.png or args.replot.with_suffix(".png"))
         return 0
@@ -435,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def restart(query: Any, label: str) -> Any:
         query.stop()
+        if label == "early" and args.keep_early and args.store == "local":
+            shutil.copytree(checkpoint, workdir / "checkpoint-early", dirs_exist_ok=True)
         log(f"restart ({label}, after {len(batches)} batches): cold, {args.restart_repeat} new processes")
         probes = [cold_restart(spec, workdir) for _ in range(args.restart_repeat)]
         times = [p["seconds_to_first_batch"] for p in probes if "seconds_to_first_batch" in p]
