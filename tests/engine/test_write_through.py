@@ -19,7 +19,7 @@ from engine_helpers import (
 )
 
 import blobstate
-from blobstate.engine.handle import ProcessorQueryError
+from blobstate.engine.handle import BlobstateQueryError, ProcessorQueryError
 
 pytestmark = pytest.mark.spark
 
@@ -77,6 +77,38 @@ def test_a_failed_write_commits_nothing_and_the_restart_writes_each_batch_exactl
     # The failed job wrote nothing (Spark's commit protocol); the restart wrote batches 1 and 2 once.
     expected = Counter(tuple(r) for rows in reference_running_count(BATCHES).values() for r in rows)
     assert written(spark, tmp_path) == expected
+
+
+class FailsOnSecondWrite(blobstate.WriterSink):
+    """A parquet WriterSink whose second write (batch 1) fails as a full disk would."""
+
+    calls = 0
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        FailsOnSecondWrite.calls += 1
+        if FailsOnSecondWrite.calls == 2:
+            raise OSError("no space left on device")
+        super().__call__(frame, batch_id)
+
+
+def test_a_failed_sink_write_names_its_batch_and_commits_nothing(spark: Any, tmp_path: Path) -> None:
+    write_batch_files(tmp_path / "in", [kv_table(b) for b in BATCHES[:1] + BATCHES[2:]])
+    query = blobstate.transform_with_state(
+        file_stream(spark, tmp_path / "in", "key STRING, value BIGINT"),
+        key="key",
+        processor=ArrowRunningCount(),
+        output_schema=RUNNING_COUNT_OUTPUT,
+        checkpoint=str(tmp_path / "ckpt"),
+        sink=FailsOnSecondWrite("parquet", str(tmp_path / "out")),
+        num_partitions=2,
+        local_dir=str(tmp_path / "local"),
+        api="arrow",
+    )
+    with pytest.raises(BlobstateQueryError, match=r"batch 1: the sink raised OSError: no space left"):
+        run_to_end(query)
+    assert [r.batch_id for r in blobstate.batch_reports(query) if not r.skipped] == [0]
+    assert (tmp_path / "ckpt" / "commits" / "1.json").exists()
+    assert not (tmp_path / "ckpt" / "commits" / "2.json").exists()
 
 
 def test_a_writer_sink_is_also_a_plain_sink_function(spark: Any, tmp_path: Path) -> None:

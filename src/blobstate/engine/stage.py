@@ -155,20 +155,20 @@ class Stage:
         """The stage inside the sink's write (``write_through.py``): no persisted outputs, one job."""
         assert self.helper is not None
         stage, _ = self._stage_frame(frame, spec, placement)
-        version = spec.plan.version
+        batch_id = spec.plan.version  # the version the tasks start from is the batch's id
         submitted_at = time.time()
         try:
             result = write_through(
                 stage,
                 self.helper,
-                lambda out: self._hand_to_sink(out, version - 1),
-                f"batch {version}",
+                lambda out: self._hand_to_sink(out, batch_id),
+                f"batch {batch_id}",
                 worker_error,
             )
         except StageFailedError as error:
             self.failure = ProcessorFailedError(str(error))
             raise self.failure from None
-        self._check_results(result.results, version)
+        self._check_results(result.results, batch_id)
         result.submitted_at = submitted_at
         return result
 
