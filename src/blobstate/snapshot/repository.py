@@ -815,7 +815,11 @@ def _verify(store: BlobStore, checksums: bool) -> RepositoryVerifyResult:
 
         def check(item: tuple[str, FileBlob, int]) -> RepositoryProblem | None:
             path, blob, _ = item
-            actual = crc32(store.get(blob.blob_id))
+            try:
+                actual = crc32(store.get(blob.blob_id))
+            except BlobNotFoundError:  # deleted since the listing (a newer backup's cleanup, or damage)
+                missing = f"missing (file {path!r} of {head.index})"
+                return RepositoryProblem(blob.blob_id, missing, head.version)
             if actual == blob.checksum:
                 return None
             message = f"checksum {actual}, the index records {blob.checksum} (file {path!r})"
