@@ -90,6 +90,8 @@ class Counters:
         """Restores, verifies and gc runs that backups committed in the middle of, by what they ran into."""
         self.restores_raced = 0
         """Interleaved restores that failed naming the race (a newer backup's cleanup deleted a blob)."""
+        self.races_lost_to_pruned = 0
+        """Lost races whose head re-created a version committed and pruned meanwhile."""
 
 
 COUNTS = {"memory/local": Counters(), "s3": Counters(), "azure": Counters()}
@@ -171,15 +173,18 @@ class History:
         self.change_source(self.source)
         wanted = read_dir(self.source)
         if self.rng.random() < 0.2:
-            # Another backup of another directory commits the same version first.
+            # Backups of another directory commit the same version first; after three, that version's
+            # head is pruned again before this backup's head lands (it re-creates it: still a lost race).
             rival = self.root / f"rival-{self.rng.random()}"
             shutil.copytree(self.source, rival)
-            self.change_source(rival)
-            rival_content = read_dir(rival)
+            rivals = self.rng.randint(1, 3)
 
             def race() -> None:
-                self.counts.heads_pruned += len(backup_to_repository(self.inner, rival).heads_pruned)
-                self.model = rival_content
+                for _ in range(rivals):
+                    self.change_source(rival)
+                    done = backup_to_repository(self.inner, rival)
+                    self.counts.heads_pruned += len(done.heads_pruned)
+                    self.model = read_dir(rival)
                 self.cleanup_owed = False
                 self.pruned_clean = True
 
@@ -187,6 +192,7 @@ class History:
             with pytest.raises(BackupConflictError):
                 backup_to_repository(self.store, self.source)
             self.counts.races_lost += 1
+            self.counts.races_lost_to_pruned += rivals == 3
             return
         self.arm(0.5)
         try:
@@ -356,6 +362,7 @@ def test_the_repository_histories_exercised_every_fault() -> None:
     assert counts.restores_checked > SEEDS
     if SEEDS >= 50:  # a few histories may draw none of these
         assert counts.crash_steps.get("head pruning", 0) > 0 and counts.heads_pruned > SEEDS
+        assert counts.races_lost_to_pruned > 0
         assert {key.split(" at ")[0] for key in counts.interleaved} == {"restore", "verify", "gc"}
 
 

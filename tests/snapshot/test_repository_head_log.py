@@ -219,9 +219,11 @@ def test_a_backup_whose_head_lands_after_its_version_was_committed_and_pruned_co
                 (src / "CURRENT").write_bytes(b"%d" % n)
                 others.append(backup(mem_store, src))
 
-    with pytest.raises(BackupConflictError, match=r"version 2's head was pruned before this one's landed"):
+    pruned = r"version 2's head was pruned before this one's landed"
+    with pytest.raises(BackupConflictError, match=pruned) as lost:
         backup(HookedStore(mem_store, three_backups_first), slow)
     assert [o.version for o in others] == [2, 3, 4]
+    assert (lost.value.version, lost.value.winner) == (2, others[-1].result.index_name)
     assert mem_store.list("heads/") == [head_name(3), head_name(4)]  # its head was removed again
     assert verify_repository(mem_store, checksums=True).problems == []
     assert restored(mem_store, tmp_path) == read_tree(src)

@@ -450,17 +450,18 @@ def backup_to_repository(
             version=version,
             winner=standing.index,
         )
-    if _landed_below_the_horizon(store, log, head):
+    landed = _where_it_landed(store, log, head)
+    if landed.stale:
         store.delete_if_exists(head_name(version))  # below the horizon: ignored by readers, as if pruned
         raise BackupConflictError(
-            f"backups up to version {log.latest()} of {store.url} committed while this backup of "
-            f"{os.fspath(source_dir)!r} ran, and version {version}'s head was pruned before this one's "
+            f"backups up to version {landed.newest.version} of {store.url} committed while this backup "
+            f"of {os.fspath(source_dir)!r} ran, and version {version}'s head was pruned before this one's "
             "landed: this backup was not committed and its uploaded objects stay pending until they "
             "expire; run it again to back up on top of the newest snapshot",
             version=version,
-            winner=head_name(version),
+            winner=landed.newest.index,
         )
-    if log.scan().horizon > version:
+    if landed.superseded:
         # Committed, then superseded: newer backups finished its cleanup and pruned its head meanwhile.
         return RepositoryBackup(version, head, result, None)
     # Committed: from here on nothing may report the backup as failed.
@@ -493,21 +494,34 @@ def _committed_with_warning(
     return RepositoryBackup(version, head, result, cleanup, warning)
 
 
-def _landed_below_the_horizon(store: BlobStore, log: HeadLog, head: HeadRecord) -> bool:
-    """Whether ``head``, just created, re-created a version that another backup committed and newer
-    backups pruned before it landed (a backup that stalled while three or more others committed).
+@dataclass(frozen=True)
+class _Landing:
+    newest: HeadRecord
+    """The newest head once ``head`` was created."""
+    superseded: bool
+    """Below the newest head's horizon: newer backups committed (and pruned) after it."""
+    stale: bool
+    """It re-created a version committed and pruned before it landed: it did not commit."""
 
-    Such a head lies below the newest head's horizon, and its index is still pending: no backup ever
-    took it for the newest, so none ran its cleanup. A head that landed first and was pruned since lies
-    below the horizon too, but the backup after it finished its cleanup before committing, so its index
-    is permanent or already deleted. A head at or above the horizon was never pruned: committed.
+
+def _where_it_landed(store: BlobStore, log: HeadLog, head: HeadRecord) -> _Landing:
+    """Whether ``head``, just created, committed, and whether newer backups superseded it since.
+
+    A head at or above the newest head's horizon was never pruned: it committed. Below the horizon it
+    either landed first and newer backups pruned it since (the backup after it finished its cleanup
+    before committing, so its index is permanent or already deleted), or it re-created a version another
+    backup committed and newer ones pruned before it landed (a backup that stalled while three or more
+    others committed): then its index is still pending, since no backup ever took it for the newest.
     """
-    if log.scan().horizon <= head.version:
-        return False
+    newest = log.scan().newest
+    assert newest is not None, "a head was just created"
+    if newest.horizon <= head.version:
+        return _Landing(newest, superseded=False, stale=False)
     try:
-        return store.has_ttl(head.index)
+        stale = store.has_ttl(head.index)
     except BlobNotFoundError:
-        return False  # deleted by the cleanup of the backup after the next: committed and superseded
+        stale = False  # deleted by the cleanup of the backup after the next: committed and superseded
+    return _Landing(newest, superseded=True, stale=stale)
 
 
 def _first_line(error: BaseException) -> str:
