@@ -44,14 +44,27 @@ def test_gc_full_on_a_backup_repository_keeps_the_newest_snapshot_restorable(tmp
     source = tmp_path / "source"
     source.mkdir()
     repo = str(tmp_path / "repo")
-    for round_ in range(2):
+    first_head = tmp_path / "repo" / "heads" / "1.json"
+    kept = b""
+    for round_ in range(3):
         for i in range(3):
             (source / f"file-{i}").write_bytes(os.urandom(2000 + round_))
         assert runner.invoke(app, ["backup", str(source), repo]).exit_code == 0
+        if round_ == 0:
+            kept = first_head.read_bytes()
+    # The third backup pruned heads/1.json (below its horizon); put it back as a crash part-way through
+    # the pruning would have left it.
+    assert not first_head.exists()
+    first_head.write_bytes(kept)
+    dry = runner.invoke(app, ["gc", repo, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "would prune 1 head below the horizon (heads/1.json)" in dry.output
     result = runner.invoke(app, ["gc", repo, "--full", "--json"])
     assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["heads_pruned"] == [1] and not first_head.exists()
     verified = runner.invoke(app, ["verify", repo, "--checksums"])
     assert verified.exit_code == 0 and "ok" in verified.output, verified.output
+    assert "read 2 head records (from the horizon 2: older heads are pruned)" in verified.output
     target = tmp_path / "restored"
     restored = runner.invoke(app, ["restore", repo, str(target)])
     assert restored.exit_code == 0, restored.output

@@ -82,14 +82,19 @@ def test_each_backup_commits_one_head_naming_its_index_size_and_checksum(
     blob_store: BlobStore, tmp_path: Path
 ) -> None:
     src, done = generations(blob_store, tmp_path)
-    heads = HeadLog(blob_store).read_all()
+    heads = [d.head for d in done]
     assert [h.version for h in heads] == [1, 2, 3] == [d.version for d in done]
     for head, d in zip(heads, done, strict=True):
         assert head.index == d.result.index_name
         assert head.index_size == d.result.index_size
+        assert head.format_version == 2 and head.horizon == max(1, d.version - 1)
     newest = blob_store.get(heads[-1].index)
     assert (len(newest), heads[-1].index_checksum) == (heads[-1].index_size, done[-1].result.index_checksum)
     assert [h.previous for h in heads] == [None, heads[0].index, heads[1].index]
+    # The third backup pruned the first head: below its horizon, the backup it was made against.
+    assert [d.heads_pruned for d in done] == [[], [], [1]]
+    assert HeadLog(blob_store).read_all() == heads[1:]
+    assert blob_store.list("heads/") == [head_name(2), head_name(3)]
     assert root_indexes(blob_store) == [heads[-1].index]  # cleanup deleted the older ones
     assert not blob_store.has_ttl(heads[-1].index)
     assert read_snapshot(blob_store).name == heads[-1].index
@@ -221,8 +226,8 @@ def test_free_running_concurrent_backups_never_break_the_repository(shared_url: 
                 assert isinstance(result, BackupConflictError), repr(result)
         assert any(isinstance(r, RepositoryBackup) for r in results)
         with open_blob_store(shared_url) as store:
-            versions = HeadLog(store).versions()
-            assert versions == list(range(1, len(versions) + 1)) == sorted(expected)
+            versions = HeadLog(store).versions()  # the retained ones: the newest and the one before it
+            assert versions == sorted(expected)[-2:]
             assert restored(store, tmp_path) == expected[versions[-1]]
     with open_blob_store(shared_url) as store:
         gc_repository(store, full=True, now=LATER)
@@ -315,16 +320,16 @@ def test_gc_refuses_a_head_log_with_a_hole_and_deletes_nothing(blob_store: BlobS
 def test_gc_full_refuses_a_head_log_it_cannot_read_completely(
     blob_store: BlobStore, tmp_path: Path, damage: str
 ) -> None:
-    generations(blob_store, tmp_path)
-    head = json.loads(blob_store.get(head_name(1)))
+    generations(blob_store, tmp_path)  # heads 2 and 3 retained
+    head = json.loads(blob_store.get(head_name(2)))
     if damage == "malformed":
-        blob_store.put(head_name(1), b'{"format_version": 1, "version": 1')
+        blob_store.put(head_name(2), b'{"format_version": 2, "version": 2')
     else:
-        head["index"] = "1_" + "f" * 32 + ".snapshot"
+        head["index"] = "2_" + "f" * 32 + ".snapshot"
         head["writer"] = "f" * 32
-        blob_store.put(head_name(1), json.dumps(head).encode())
+        blob_store.put(head_name(2), json.dumps(head).encode())
     blob_store.put("blobs/orphan", b"x")
-    with pytest.raises(HeadLogError, match=r"heads/[12]\.json"):
+    with pytest.raises(HeadLogError, match=r"heads/[23]\.json"):
         gc_repository(blob_store, full=True)
     assert blob_store.exists("blobs/orphan")
     gc_repository(blob_store, full=False)  # plain gc needs only the newest head

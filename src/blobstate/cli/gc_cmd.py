@@ -106,6 +106,16 @@ def _commits(versions: list[int]) -> str:
     return f"{len(versions)} commit{'s' if len(versions) > 1 else ''} below the horizon ({names})"
 
 
+def _heads(versions: list[int], verb: str) -> str:
+    """``; pruned 2 heads below the horizon (heads/1.json, heads/2.json)``, or nothing."""
+    if not versions:
+        return ""
+    from blobstate.snapshot.heads import head_name
+
+    names = ", ".join(head_name(v) for v in versions[:3]) + (", ..." if len(versions) > 3 else "")
+    return f"; {verb} {len(versions)} head{'s' if len(versions) > 1 else ''} below the horizon ({names})"
+
+
 def _report_repository(
     url: str, stats: Any, full: bool, dry_run: bool, as_json: bool, expiry_problem: str | None
 ) -> None:
@@ -115,14 +125,16 @@ def _report_repository(
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
         verb = "would delete" if dry_run else "deleted"
+        heads = _heads(stats.heads_pruned, "would prune" if dry_run else "pruned")
         if dry_run:
             typer.echo(
                 f"dry run, nothing changed: backup repository {url}: newest snapshot {stats.newest or '-'}"
+                f"{heads}"
             )
         else:
             typer.echo(
                 f"backup repository {url}: newest snapshot {stats.newest or '-'}; "
-                f"expired {len(stats.expired)} pending objects past their TTL"
+                f"expired {len(stats.expired)} pending objects past their TTL{heads}"
             )
         if full:
             typer.echo(

@@ -401,6 +401,7 @@ def _verify_repository(store: Any, url: str, checksums: bool, as_json: bool) -> 
                     "problems": [{**p.__dict__, "text": str(p)} for p in result.problems],
                     "snapshot": result.snapshot,
                     "heads": result.heads,
+                    "horizon": result.horizon,
                     "blobs": result.blobs,
                     "checksums": result.checksums,
                 },
@@ -417,8 +418,9 @@ def _verify_repository(store: Any, url: str, checksums: bool, as_json: bool) -> 
             if result.checksums
             else ("checked presence and size without reading them (--checksums reads them)")
         )
+        pruned = f" (from the horizon {result.horizon}: older heads are pruned)" if result.horizon > 1 else ""
         typer.echo(
-            f"backup repository: read {result.heads} head records and the newest index "
+            f"backup repository: read {result.heads} head records{pruned} and the newest index "
             f"{result.snapshot}; {result.blobs} blobs: {how}"
         )
         typer.echo("ok: the newest snapshot is restorable")

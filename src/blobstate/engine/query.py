@@ -201,6 +201,7 @@ def transform_with_state(
         operator=config.operator,
         local_dir=config.local_dir,
         budget_seconds=config.standby_sync_seconds,
+        local_dir_grace_seconds=config.local_dir_grace_seconds,
     )
     settings = StandbySettings(
         num_partitions=num_partitions,

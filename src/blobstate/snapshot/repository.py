@@ -3,7 +3,8 @@
 A repository (made by ``blobstate backup``) holds, at its root::
 
     blobstate-repository.json   the repository marker, written before anything else
-    heads/<n>.json              the head log: backup n committed this index (create-only, kept forever)
+    heads/<n>.json              the head log: backup n committed this index (create-only; pruned below
+                                the newest head's horizon)
     <n>_<uid>.snapshot          snapshot indexes (blobstate.snapshot.index)
     blobs/<hex>                 file contents the indexes reference
 
@@ -13,6 +14,10 @@ fails with :class:`BackupConflictError` and its objects expire. Only the winner 
 cleanup, which makes its snapshot permanent and deletes what the previous one had and it does not. The
 newest snapshot is always the one the highest head names, and its index is checked against the size and
 CRC-32 the head records before it is parsed; the index in turn records every blob's CRC-32 and length.
+Each head declares a horizon, the backup it was made against: once its cleanup is done (that older
+snapshot's index is deleted by then), the heads below the horizon are pruned, so a repository holds two
+heads in the steady state however many backups it received. A crash part-way through pruning leaves the
+oldest heads, which the next backup or gc prunes.
 
 Repositories written before the head log existed (indexes, but neither ``heads/`` nor the marker) are
 read by restore and inspect when their newest index is unambiguous and permanent, unverified; backup and
@@ -40,6 +45,7 @@ from blobstate.snapshot.heads import (
     HeadLog,
     HeadLogError,
     HeadRecord,
+    HeadScan,
     head_name,
     index_name,
     parse_index_name,
@@ -118,11 +124,11 @@ def _while_the_log_moves(store: BlobStore, log: HeadLog, read: Callable[[], T]) 
     head log has moved on: the read is repeated from the new newest head.
     """
     for _ in range(_RACE_RETRIES):
-        before = log.versions()
+        before = log.latest()
         try:
             return read()
         except SnapshotBlobMissingError:
-            if log.versions() == before:
+            if log.latest() == before:
                 raise  # nothing committed meanwhile: the object really is missing
     raise RepositoryError(f"backups kept committing to {store.url} while it was read; try again")
 
@@ -276,57 +282,91 @@ def read_snapshot(store: BlobStore, name: str | None = None) -> CommittedSnapsho
     newest index is unambiguous and permanent (see the module docstring).
     """
     log = HeadLog(store)
-    versions = log.versions()
-    if not versions:
+    scan = log.scan()
+    if scan.newest is None:
         legacy = _legacy_indexes(store)
         if legacy:
             return _read_legacy(store, name, legacy)
-        versions = log.versions()  # a first backup may have committed meanwhile
-        if not versions:
+        scan = log.scan()  # a first backup may have committed meanwhile
+        if scan.newest is None:
             attempts = len(root_indexes(store))
             raise NoSnapshotError(
                 f"no snapshot in {store.url}"
                 + (f": {attempts} backup(s) never committed (their objects expire)" if attempts else "")
             )
     if name is None:
-        return _while_the_log_moves(store, log, lambda: _read_committed(store, log.read(log.versions()[-1])))
+        return _while_the_log_moves(store, log, lambda: _read_newest(store, log))
     cid = parse_index_name(name)
-    if cid is None or cid.version not in versions:
+    if cid is None or cid.version > scan.latest:
         raise NoSnapshotError(
-            f"{name!r} is not a committed snapshot of {store.url} (committed: versions 1 to "
-            f"{versions[-1]}, named by {HEADS_PREFIX}<n>.json)"
+            f"{name!r} is not a committed snapshot of {store.url} (the newest is {scan.newest.index!r}, "
+            f"backup {scan.latest}, named by {head_name(scan.latest)})"
         )
-    head = log.read(cid.version)
+    if cid.version < scan.horizon:
+        raise _superseded(store, name, scan.newest, f"the heads below {head_name(scan.horizon)} were pruned")
+    try:
+        head = log.read(cid.version)
+    except BlobNotFoundError:  # pruned since the scan: backups committed meanwhile
+        raise _superseded(store, name, scan.newest, f"{head_name(cid.version)} was pruned") from None
     if head.index != name:
         raise NoSnapshotError(
             f"{name!r} is not a committed snapshot of {store.url}: version {cid.version} committed "
             f"{head.index!r} ({head_name(cid.version)}); {name!r} lost the race or never finished"
         )
-    return _read_committed(store, head)
+    try:
+        return _read_committed(store, head)
+    except SnapshotBlobMissingError as error:
+        if error.blob_id != head.index or cid.version == log.latest():
+            raise
+        raise _superseded(store, name, scan.newest, "a newer backup's cleanup deleted its index") from None
 
 
-def _newest_for_writing(store: BlobStore, log: HeadLog, action: str) -> CommittedSnapshot | None:
-    versions = log.versions()
-    if not versions:
+def _superseded(store: BlobStore, name: str, newest: HeadRecord, why: str) -> NoSnapshotError:
+    return NoSnapshotError(
+        f"{name!r} is no longer kept in {store.url}: a repository keeps its newest snapshot and newer "
+        f"backups superseded this one ({why}); the newest is {newest.index!r} (backup {newest.version})"
+    )
+
+
+def _read_newest(store: BlobStore, log: HeadLog) -> CommittedSnapshot:
+    newest = log.scan().newest
+    if newest is None:  # pragma: no cover - the newest head is never pruned
+        raise NoSnapshotError(f"no snapshot in {store.url}")
+    return _read_committed(store, newest)
+
+
+def _newest_for_writing(
+    store: BlobStore, log: HeadLog, action: str
+) -> tuple[CommittedSnapshot | None, HeadScan]:
+    """The newest committed snapshot (None: nothing committed) and the scan of the head log it came from."""
+    scan = log.scan()
+    if scan.newest is None:
         legacy = _legacy_indexes(store)
         if legacy:
             raise _legacy_error(store, legacy, action)
-        versions = log.versions()  # a first backup may have committed meanwhile
-        if not versions:
-            return None  # nothing committed; indexes of attempts that never committed expire
-    return _read_committed(store, log.read(versions[-1]))
+        scan = log.scan()  # a first backup may have committed meanwhile
+        if scan.newest is None:
+            return None, scan  # nothing committed; indexes of attempts that never committed expire
+    return _read_committed(store, scan.newest), scan
 
 
-def _finish_cleanup(
-    store: BlobStore, log: HeadLog, action: str
-) -> tuple[CommittedSnapshot | None, CleanupStats | None]:
-    """Finish the post-commit cleanup of the newest committed backup; returns it and what was done."""
+@dataclass(frozen=True)
+class _Finished:
+    newest: CommittedSnapshot | None
+    cleanup: CleanupStats | None
+    heads_pruned: list[int]
 
-    def finish() -> tuple[CommittedSnapshot | None, CleanupStats | None]:
-        newest = _newest_for_writing(store, log, action)
+
+def _finish_cleanup(store: BlobStore, log: HeadLog, action: str) -> _Finished:
+    """Finish the post-commit cleanup of the newest committed backup, then prune the heads below its
+    horizon; returns it and what was done."""
+
+    def finish() -> _Finished:
+        newest, scan = _newest_for_writing(store, log, action)
         if newest is None:
-            return None, None
-        return newest, post_commit_cleanup(store, newest.name, newest.index)
+            return _Finished(None, None, [])
+        cleanup = post_commit_cleanup(store, newest.name, newest.index)
+        return _Finished(newest, cleanup, log.prune(scan.horizon, scan.versions))
 
     return _while_the_log_moves(store, log, finish)
 
@@ -343,6 +383,9 @@ class RepositoryBackup:
     """The post-commit cleanup; None when it failed (see :attr:`warning`)."""
     warning: str | None = None
     """Why the committed backup's cleanup did not finish (the next backup or ``gc`` finishes it)."""
+    heads_pruned: list[int] = field(default_factory=list)
+    """Versions whose heads this backup pruned: those a pruning cut short left below the previous head's
+    horizon, then those below its own once its cleanup was done."""
 
 
 def backup_to_repository(
@@ -358,17 +401,19 @@ def backup_to_repository(
     """Back up ``source_dir`` as the next version of the repository, fenced by the head log.
 
     Finishes the newest backup's cleanup, uploads what changed against it (pending), writes the index
-    (pending), then creates ``heads/<n+1>.json``. If another backup created it first this raises
-    :class:`BackupConflictError` naming the version: nothing of this backup was committed, its objects
-    expire, and the winner's snapshot is untouched. Otherwise the post-commit cleanup runs; once the head
-    is created the backup has committed and never raises: a cleanup that fails is logged and returned as
-    :attr:`RepositoryBackup.warning` (the next backup or gc finishes it). A source that contains the
-    repository, or lies inside it, is refused.
+    (pending), then creates ``heads/<n+1>.json`` with horizon ``n`` (the backup it was made against).
+    If another backup created it first this raises :class:`BackupConflictError` naming the version:
+    nothing of this backup was committed, its objects expire, and the winner's snapshot is untouched.
+    Otherwise the post-commit cleanup runs, then the heads below the horizon are pruned; once the head is
+    created the backup has committed and never raises: a cleanup or pruning that fails is logged and
+    returned as :attr:`RepositoryBackup.warning` (the next backup or gc finishes it). A source that
+    contains the repository, or lies inside it, is refused.
     """
     _refuse_overlap(store, source_dir, "backup source")
     _refuse_query_checkpoint(store, "back up into")
     log = HeadLog(store)
-    previous, _ = _finish_cleanup(store, log, "back up into")
+    finished = _finish_cleanup(store, log, "back up into")
+    previous = finished.newest
     _ensure_marker(store)
     version = previous.version + 1 if previous is not None else 1
     cid = CheckpointId(version, new_uid())
@@ -393,6 +438,7 @@ def backup_to_repository(
         index_checksum=result.index_checksum,
         previous=previous.name if previous is not None else None,
         writer=cid.uid,
+        horizon=previous.version if previous is not None else 1,
     )
     standing = _write_head(store, log, head)
     if standing.index != head.index:
@@ -404,17 +450,78 @@ def backup_to_repository(
             version=version,
             winner=standing.index,
         )
+    landed = _where_it_landed(store, log, head)
+    if landed.stale:
+        store.delete_if_exists(head_name(version))  # below the horizon: ignored by readers, as if pruned
+        raise BackupConflictError(
+            f"backups up to version {landed.newest.version} of {store.url} committed while this backup "
+            f"of {os.fspath(source_dir)!r} ran, and version {version}'s head was pruned before this one's "
+            "landed: this backup was not committed and its uploaded objects stay pending until they "
+            "expire; run it again to back up on top of the newest snapshot",
+            version=version,
+            winner=landed.newest.index,
+        )
+    if landed.superseded:
+        # Committed, then superseded: newer backups finished its cleanup and pruned its head meanwhile.
+        return RepositoryBackup(version, head, result, None)
     # Committed: from here on nothing may report the backup as failed.
     try:
         cleanup = post_commit_cleanup(store, result.index_name, result.index)
     except Exception as error:  # any failure of the cleanup leaves the backup committed
-        warning = (
-            f"backup {version} ({result.index_name}) committed to {store.url}, but its cleanup did not"
-            f" finish ({_first_line(error)}); the next backup or `blobstate gc {store.url}` finishes it"
-        )
-        logger.warning("%s", warning)
-        return RepositoryBackup(version, head, result, None, warning)
-    return RepositoryBackup(version, head, result, cleanup)
+        return _committed_with_warning(store, version, head, result, None, "cleanup", error)
+    try:
+        # After the cleanup: the heads below the horizon name indexes already deleted.
+        pruned = log.prune(head.horizon, log.listed())
+    except Exception as error:
+        return _committed_with_warning(store, version, head, result, cleanup, "pruning of old heads", error)
+    return RepositoryBackup(version, head, result, cleanup, heads_pruned=finished.heads_pruned + pruned)
+
+
+def _committed_with_warning(
+    store: BlobStore,
+    version: int,
+    head: HeadRecord,
+    result: BackupResult,
+    cleanup: CleanupStats | None,
+    what: str,
+    error: Exception,
+) -> RepositoryBackup:
+    warning = (
+        f"backup {version} ({result.index_name}) committed to {store.url}, but its {what} did not"
+        f" finish ({_first_line(error)}); the next backup or `blobstate gc {store.url}` finishes it"
+    )
+    logger.warning("%s", warning)
+    return RepositoryBackup(version, head, result, cleanup, warning)
+
+
+@dataclass(frozen=True)
+class _Landing:
+    newest: HeadRecord
+    """The newest head once ``head`` was created."""
+    superseded: bool
+    """Below the newest head's horizon: newer backups committed (and pruned) after it."""
+    stale: bool
+    """It re-created a version committed and pruned before it landed: it did not commit."""
+
+
+def _where_it_landed(store: BlobStore, log: HeadLog, head: HeadRecord) -> _Landing:
+    """Whether ``head``, just created, committed, and whether newer backups superseded it since.
+
+    A head at or above the newest head's horizon was never pruned: it committed. Below the horizon it
+    either landed first and newer backups pruned it since (the backup after it finished its cleanup
+    before committing, so its index is permanent or already deleted), or it re-created a version another
+    backup committed and newer ones pruned before it landed (a backup that stalled while three or more
+    others committed): then its index is still pending, since no backup ever took it for the newest.
+    """
+    newest = log.scan().newest
+    assert newest is not None, "a head was just created"
+    if newest.horizon <= head.version:
+        return _Landing(newest, superseded=False, stale=False)
+    try:
+        stale = store.has_ttl(head.index)
+    except BlobNotFoundError:
+        stale = False  # deleted by the cleanup of the backup after the next: committed and superseded
+    return _Landing(newest, superseded=True, stale=stale)
 
 
 def _first_line(error: BaseException) -> str:
@@ -469,11 +576,11 @@ def restore_repository(
             index_name=chosen.name,
         )
     except SnapshotBlobMissingError as error:
-        versions = HeadLog(store).versions() if chosen.head is not None else []
-        if not versions or versions[-1] == chosen.version:
+        latest = HeadLog(store).latest() if chosen.head is not None else 0
+        if latest in (0, chosen.version):
             raise
         raise RepositoryError(
-            f"backup {versions[-1]} committed to {store.url} while {chosen.name!r} was being restored, and "
+            f"backup {latest} committed to {store.url} while {chosen.name!r} was being restored, and "
             f"its cleanup deleted {error.blob_id!r}, which the restore still needed; run the restore "
             "again to restore the new snapshot"
         ) from error
@@ -490,6 +597,8 @@ class RepositoryGcStats:
     version: int = 0
     cleanup: CleanupStats | None = None
     """The newest backup's post-commit cleanup, finished first (None with ``dry_run`` or no snapshot)."""
+    heads_pruned: list[int] = field(default_factory=list)
+    """Versions whose heads were pruned (would be, with ``dry_run``): below the newest head's horizon."""
     expired: list[str] = field(default_factory=list)
     listed: int = 0
     """Blobs and root indexes listed by the sweep (``full`` only)."""
@@ -503,9 +612,9 @@ class RepositoryGcStats:
 def _mark(store: BlobStore, log: HeadLog, present: list[str]) -> tuple[int, set[str]]:
     """The newest version and everything committed snapshots still present reference.
 
-    Reads the whole head log (every record, checked as one chain): an unreadable log is an error, never
-    an empty mark. The newest snapshot must be readable; older committed indexes still present (a
-    cleanup not finished yet) are retained too.
+    Reads the whole retained head log (every record from the newest head's horizon, checked as one
+    chain): an unreadable log is an error, never an empty mark. The newest snapshot must be readable;
+    older committed indexes still present (a cleanup not finished yet) are retained too.
     """
 
     def mark() -> tuple[int, set[str]]:
@@ -547,25 +656,29 @@ def gc_repository(
 ) -> RepositoryGcStats:
     """Garbage-collect a backup repository without ever deleting what a committed snapshot references.
 
-    1. Finish the newest committed backup's post-commit cleanup, so nothing it references stays pending.
+    1. Finish the newest committed backup's post-commit cleanup, so nothing it references stays pending,
+       then prune the heads below the newest head's horizon (what a pruning cut short left).
     2. Expire pending objects past their TTL (``store.expire(now)``): attempts that never committed.
     3. With ``full``: list ``blobs/`` and the root indexes, mark what every committed snapshot still
        present references (from a complete, chain-checked read of the head log; an incomplete or
        unreadable log, or a missing or altered newest index, raises instead), and delete the unmarked
        objects that are not pending. If a backup commits meanwhile, the mark is taken again and only
-       objects unmarked by both go. Indexes newer than the newest head (backups in flight), heads and
-       anything else in the repository are never touched.
+       objects unmarked by both go. Indexes newer than the newest head (backups in flight), retained
+       heads and anything else in the repository are never touched.
 
-    ``dry_run`` changes nothing and reports in ``deleted`` what a full sweep would delete. Refuses a
+    ``dry_run`` changes nothing and reports in ``deleted`` what a full sweep would delete and in
+    ``heads_pruned`` the heads it would prune. Refuses a
     repository without a head log that holds committed-looking snapshots, and a query checkpoint.
     """
     _refuse_query_checkpoint(store, "garbage-collect")
     stats = RepositoryGcStats(dry_run=dry_run)
     log = HeadLog(store)
     if dry_run:
-        newest = _newest_for_writing(store, log, "garbage-collect")
+        newest, scan = _newest_for_writing(store, log, "garbage-collect")
+        stats.heads_pruned = scan.prunable
     else:
-        newest, stats.cleanup = _finish_cleanup(store, log, "garbage-collect")
+        finished = _finish_cleanup(store, log, "garbage-collect")
+        newest, stats.cleanup, stats.heads_pruned = finished.newest, finished.cleanup, finished.heads_pruned
         stats.expired = sorted(store.expire(now))
     if newest is not None:
         stats.newest, stats.version = newest.name, newest.version
@@ -588,7 +701,7 @@ def gc_repository(
         kept.append(name)
     # After the pending checks: a backup that committed and made its objects permanent since the first
     # mark is in this one.
-    if (log.versions() or [0])[-1] != newest_version:
+    if log.latest() != newest_version:
         again, referenced_again = _mark(store, log, present)
         kept = _unreferenced(kept, referenced_again, again)
         referenced |= referenced_again
@@ -623,6 +736,9 @@ class RepositoryVerifyResult:
     snapshot: str | None = None
     version: int = 0
     heads: int = 0
+    """Head records read: the retained ones, from :attr:`horizon` to the newest."""
+    horizon: int = 1
+    """The newest head's horizon: heads below it were pruned (or may be), not missing."""
     blobs: int = 0
     bytes_read: int = 0
     checksums: bool = False
@@ -632,7 +748,9 @@ class RepositoryVerifyResult:
 def verify_repository(store: BlobStore, *, checksums: bool = False) -> RepositoryVerifyResult:
     """Check that the newest committed snapshot is restorable, without restoring it.
 
-    Reads every head record (complete, one chain), reads the newest index and checks its bytes against
+    Reads every retained head record (from the newest head's horizon, complete, one chain; heads
+    missing below the horizon were pruned, one missing above it is a hole), reads the newest index and
+    checks its bytes against
     its head's size and CRC-32, checks that it is permanent, and checks that every blob it references
     exists with the recorded length (one listing of ``blobs/``). With ``checksums`` every blob is also
     downloaded and its CRC-32 compared with the index's. Each problem names the object at fault. If a
@@ -643,8 +761,7 @@ def verify_repository(store: BlobStore, *, checksums: bool = False) -> Repositor
         result = _verify(store, checksums)
         if not result.problems or result.version == 0:
             return result
-        versions = HeadLog(store).versions()
-        if not versions or versions[-1] == result.version:
+        if HeadLog(store).latest() in (0, result.version):
             return result
     return result
 
@@ -658,11 +775,13 @@ def _verify(store: BlobStore, checksums: bool) -> RepositoryVerifyResult:
         problems.append(RepositoryProblem(HEADS_PREFIX, str(error)))
         return result
     result.heads = len(heads)
+    if heads:
+        result.horizon = heads[-1].horizon
     if not heads:
         legacy = _legacy_indexes(store)
         if legacy:
             problems.append(RepositoryProblem(HEADS_PREFIX, str(_legacy_error(store, legacy, "verify"))))
-        elif HeadLog(store).versions():  # a first backup committed meanwhile
+        elif HeadLog(store).latest():  # a first backup committed meanwhile
             return _verify(store, checksums)
         elif _read_marker(store):
             problems.append(RepositoryProblem(store.url, "no backup has committed here yet"))
@@ -710,7 +829,11 @@ def _verify(store: BlobStore, checksums: bool) -> RepositoryVerifyResult:
 
         def check(item: tuple[str, FileBlob, int]) -> RepositoryProblem | None:
             path, blob, _ = item
-            actual = crc32(store.get(blob.blob_id))
+            try:
+                actual = crc32(store.get(blob.blob_id))
+            except BlobNotFoundError:  # deleted since the listing (a newer backup's cleanup, or damage)
+                missing = f"missing (file {path!r} of {head.index})"
+                return RepositoryProblem(blob.blob_id, missing, head.version)
             if actual == blob.checksum:
                 return None
             message = f"checksum {actual}, the index records {blob.checksum} (file {path!r})"

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from blobstate import defaults
 from blobstate.batch.executor import ExecutorIdentity, location_string
 from blobstate.errors import first_line
 from blobstate.standby.assignment import PartitionAssignment
@@ -88,6 +89,7 @@ class StandbySyncer:
         local_dir: str,
         budget_seconds: float,
         replica_versions: Mapping[tuple[int, str], int] | None = None,
+        local_dir_grace_seconds: float = defaults.LOCAL_DIR_GRACE_SECONDS,
     ) -> None:
         self._spark = spark
         self._helper = helper
@@ -95,6 +97,7 @@ class StandbySyncer:
         self._query_id = query_id
         self._operator = operator
         self._local_dir = local_dir
+        self._grace = local_dir_grace_seconds
         self._budget = budget_seconds
         self._lock = threading.Lock()
         self._versions: dict[tuple[int, str], int] = dict(replica_versions or {})
@@ -190,6 +193,7 @@ class StandbySyncer:
             local_dir=self._local_dir,
             budget_seconds=self._budget,
             tasks=tasks,
+            local_dir_grace_seconds=self._grace,
         )
         try:
             from pyspark.sql.pandas.types import from_arrow_schema

@@ -18,8 +18,9 @@ step) and deletes it in the background. Anyone who was waiting for one of those 
 holds it, that the file it locked no longer has its name, and locks the new one
 (:class:`~blobstate.state.locking.PartitionLock`).
 
-Processing tasks call :func:`sweep_idle` at most every ``min(grace / 4, 60)`` seconds per Python worker.
-It covers every query's directories under the local directory, not only the running query's.
+Processing tasks and standby sync tasks (an executor may hold only standby replicas) call
+:func:`sweep_idle`, at most every ``min(grace / 4, 60)`` seconds per Python worker. It covers every
+query's directories under the local directory, not only the running query's.
 """
 
 from __future__ import annotations
