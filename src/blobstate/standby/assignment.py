@@ -297,7 +297,13 @@ class _Rebalancer:
             target = min(planned, key=lambda e: (planned[e], _order(e)))
             if planned[source] - planned[target] < 2:
                 return
-            movable = [p for p, a in sorted(self.actives.items()) if a == source and p not in self.warmups]
+            # A partition moves at most once per plan: moving it on again would undo the move it made.
+            moved = {m.partition for m in self.plan.moves}
+            movable = [
+                p
+                for p, a in sorted(self.actives.items())
+                if a == source and p not in self.warmups and p not in moved
+            ]
             if not movable:
                 return
             # A partition whose standby already sits on the target moves first (nothing to warm up).
