@@ -190,3 +190,12 @@ def test_inspect_and_restore_on_s3(s3_url: str, tmp_path: Path) -> None:
         rocks.close()
     assert got == mine(expected[0]["totals"], 1)
     assert fingerprint(s3_url) == before
+
+
+def test_inspect_says_how_the_partition_was_loaded_in_words(checkpoint: tuple[str, list]) -> None:
+    url, _ = checkpoint
+    uid = CommitLog(open_blob_store(url)).read_commit(2).checkpoints["0"][0]
+    result = runner.invoke(app, ["inspect", url, "--partition", "0", "--version", "3"])
+    assert result.exit_code == 0, result.output
+    (loaded,) = [line for line in result.stdout.splitlines() if line.startswith("loaded ")]
+    assert loaded.startswith(f"loaded snapshot 2_{uid} + 1 delta: ") and " bytes downloaded in " in loaded

@@ -39,10 +39,12 @@ def _header(info: dict[str, Any]) -> str:
 
 
 def _loaded(load: dict[str, Any]) -> str:
-    base = f"{load['base_kind']} {load['base']}" if load["base"] else load["base_kind"]
+    from blobstate.cli.phrases import restore_phrase
+
+    base = f"{load['base_kind']} {load['base']}" if load["base"] else None
     return (
-        f"loaded from {base} + {load['deltas_replayed']} delta(s): {load['bytes_downloaded']:,} bytes"
-        f" downloaded in {load['seconds']} s"
+        f"loaded {restore_phrase(base, load['deltas_replayed'])}:"
+        f" {load['bytes_downloaded']:,} bytes downloaded in {load['seconds']} s"
     )
 
 
