@@ -328,6 +328,7 @@ def test_restore_chains_read_as_counted_deltas_from_their_base(
         if "restore: " in line
     }
     assert restores[1] == "1 delta from empty"
+    assert restores[2] == snapshot  # named by the commit of 3, which is durable: what a reader restores
     assert restores[3] == f"{snapshot} + 1 delta"
     assert restores[4] == f"{snapshot} + 2 deltas"
     one = _run(["lineage", url, "--version", "1"], capsys)

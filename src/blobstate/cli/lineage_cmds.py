@@ -58,7 +58,9 @@ def _version_row(
         except SnapshotError as error:
             row["snapshot_error"] = str(error)
     try:
-        chain = resolve_chain(store, operator, partition, cid, history=history, cached=True)
+        chain = resolve_chain(
+            store, operator, partition, cid, history=history, cached=True, upto=latest or version
+        )
         row["restore_from"] = "empty" if chain.base is None else f"{chain.base.name}.snapshot"
         row["deltas_to_replay"] = len(chain.deltas)
     except StateLoadError as error:
