@@ -160,6 +160,24 @@ def test_json_examples_are_what_the_parsers_accept(block: Block) -> None:
     assert getattr(parsed, "version", example.get("version")) == example.get("version")
 
 
+# --- Checkpoints the examples write --------------------------------------------------------------
+
+CHECKPOINT_ARGUMENT = re.compile(r"""\bcheckpoint=["']([^"']+)["']""")
+
+
+def test_each_section_s_examples_write_a_checkpoint_of_their_own() -> None:
+    """A reader who runs the examples one after another in one directory never starts a query on a
+    checkpoint another example wrote (another processor, other state variables)."""
+    by_checkpoint: dict[str, set[str]] = {}
+    for block in ALL:
+        if block.kind == "python" and block.not_run is None:
+            for checkpoint in CHECKPOINT_ARGUMENT.findall(block.code):
+                by_checkpoint.setdefault(checkpoint, set()).add(f"{block.document} ({block.section})")
+    shared = {c: sorted(s) for c, s in by_checkpoint.items() if len(s) > 1}
+    assert not shared, f"examples of several sections write the same checkpoint: {shared}"
+    assert len(by_checkpoint) >= 6, by_checkpoint
+
+
 # --- Python and bash blocks, run --------------------------------------------------------------------
 
 

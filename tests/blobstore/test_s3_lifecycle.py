@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -14,6 +15,8 @@ import boto3
 import pytest
 
 from blobstate.blobstore import BlobNotFoundError, BlobStoreError, TransientBlobError, open_blob_store
+from blobstate.blobstore.base import ExpiryCheck
+from blobstate.blobstore.expiry import warn_unless_pending_objects_expire
 from blobstate.blobstore.s3 import ENDPOINT_ENV, S3BlobStore, parse_s3_url
 
 MiB = 1024 * 1024
@@ -367,3 +370,61 @@ def test_expiry_problem_when_the_lifecycle_configuration_may_not_be_read(s3_endp
         assert "s3:GetLifecycleConfiguration" in problem
     finally:
         server.close()
+
+
+# --------------------------------------------------------------------------- the check at a query's start
+def _records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("blobstate")]
+
+
+def test_a_query_start_warns_once_naming_the_bucket_and_the_rule_to_add(
+    store: S3BlobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="blobstate")
+    check = warn_unless_pending_objects_expire(store)
+    (record,) = _records(caplog)
+    assert record.levelno == logging.WARNING and check.problem is not None and check.unknown is None
+    message = record.getMessage()
+    assert "\n" not in message
+    assert f"bucket {store.bucket!r}" in message and store.url in message
+    assert f"add lifecycle rule {store.lifecycle_rule_id!r}" in message
+    assert "tagged blobstate-pending=true under 'root/' 30 days after creation" in message
+    assert f"blobstate gc {store.url} --install-lifecycle" in message
+
+    store.install_expiry_rule()
+    caplog.clear()
+    check = warn_unless_pending_objects_expire(store)
+    assert check.problem is None and check.unknown is None and _records(caplog) == []
+
+
+def test_a_query_start_warns_of_a_rule_that_would_delete_committed_state(
+    store: S3BlobStore, s3: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.install_expiry_rule()
+    rules = s3.get_bucket_lifecycle_configuration(Bucket=store.bucket)["Rules"]
+    wipe = {"ID": "wipe", "Filter": {"Prefix": "root/"}, "Status": "Enabled", "Expiration": {"Days": 9}}
+    _set_rules(s3, store.bucket, *rules, wipe)
+    caplog.set_level(logging.DEBUG, logger="blobstate")
+    warn_unless_pending_objects_expire(store)
+    (record,) = _records(caplog)
+    assert record.levelno == logging.WARNING and "'wipe'" in record.getMessage()
+    assert "would delete committed state" in record.getMessage()
+
+
+def test_a_query_start_only_notes_at_debug_level_what_it_cannot_check(
+    s3_endpoint: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="blobstate")
+    server = _ErrorServer(403, "AccessDenied")
+    try:
+        with open_blob_store("s3://bucket/p", endpoint_url=server.url) as denied:
+            check = warn_unless_pending_objects_expire(denied)
+    finally:
+        server.close()
+    (record,) = _records(caplog)
+    assert record.levelno == logging.DEBUG and check.problem is None
+    assert "cannot read the lifecycle configuration of bucket 'bucket'" in record.getMessage()
+    caplog.clear()
+    with open_blob_store(str(tmp_path / "local")) as local:  # blobstate gc expires its pending objects
+        assert warn_unless_pending_objects_expire(local) == ExpiryCheck()
+    assert _records(caplog) == []

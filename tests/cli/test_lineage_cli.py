@@ -309,3 +309,28 @@ def test_a_background_snapshot_shows_at_the_batch_whose_state_it_holds(
     as_json = json.loads(_run(["lineage", url, "--json", "--version", "2"], capsys))
     assert as_json["versions"][0]["checkpoint"] == "snapshot"
     assert as_json["versions"][0]["partitions"]["0"]["snapshot_named_in"] == 3
+
+
+def test_restore_chains_read_as_counted_deltas_from_their_base(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One delta is "1 delta", and a version rebuilt from nothing says so: "1 delta from empty"."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+    from report_helpers import write_background_checkpoint
+
+    url = str(tmp_path / "checkpoint")
+    commits = write_background_checkpoint(url, tmp_path / "local", versions=4, every=2)
+    snapshot = f"2_{commits[1].checkpoints['0'][0]}.snapshot"
+    listing = _run(["lineage", url, "--partition", "0"], capsys)
+    restores = {
+        int(line.split()[1]) + 1: line.split("restore: ")[1]
+        for line in listing.splitlines()
+        if "restore: " in line
+    }
+    assert restores[1] == "1 delta from empty"
+    assert restores[2] == snapshot  # named by the commit of 3, which is durable: what a reader restores
+    assert restores[3] == f"{snapshot} + 1 delta"
+    assert restores[4] == f"{snapshot} + 2 deltas"
+    one = _run(["lineage", url, "--version", "1"], capsys)
+    row = next(line for line in one.splitlines() if commits[0].checkpoints["0"][0] in line)
+    assert row.endswith("1 delta from empty") and "deltas" not in row

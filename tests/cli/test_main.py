@@ -72,17 +72,35 @@ def test_the_console_script_exits_non_zero_with_one_line(tmp_path: Path) -> None
     assert "commits/1.json" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_version_names_the_release_and_the_checkpoint_formats(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_names_the_release_and_every_stored_format(capsys: pytest.CaptureFixture[str]) -> None:
     from importlib.metadata import version
 
-    from blobstate.lineage.commitlog import COMMIT_FORMAT_VERSION, METADATA_FORMAT_VERSION
+    from blobstate.lineage.commitlog import COMMIT_FORMATS_READ, METADATA_FORMAT_VERSION
 
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith(f"blobstate {version('blobstate')} ")
-    assert f"metadata.json {METADATA_FORMAT_VERSION}, commits {COMMIT_FORMAT_VERSION}" in out[0]
+    first, *rest = capsys.readouterr().out.strip().splitlines()
+    assert first == f"blobstate {version('blobstate')}"
+    lines = [line.strip() for line in rest[1:]]
+    assert f"metadata.json: writes {METADATA_FORMAT_VERSION}; reads {METADATA_FORMAT_VERSION}" in lines
+    reads = ", ".join(str(v) for v in COMMIT_FORMATS_READ)
+    assert any(
+        line.startswith("commits/<v>.json: writes 3") and line.endswith(f"reads {reads}") for line in lines
+    )
+    for what in ("deltas", "snapshot indexes", "backup repository marker", "backup heads"):
+        assert any(line.startswith(what) for line in lines), (what, lines)
+
+
+def test_the_readme_shows_the_stored_formats_version_prints() -> None:
+    """The README's "Stored formats" table is the one ``blobstate --version`` prints from."""
+    from blobstate.formats import STORED_FORMATS, markdown_table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| object | version written | versions read |") :]
+    table = table[: table.index("\n\n") + 1]
+    assert table == markdown_table()
+    assert len(STORED_FORMATS) == table.count("\n") - 2 >= 5
 
 
 def test_a_command_s_own_version_option_is_not_the_release(

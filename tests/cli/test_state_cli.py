@@ -190,3 +190,76 @@ def test_inspect_and_restore_on_s3(s3_url: str, tmp_path: Path) -> None:
         rocks.close()
     assert got == mine(expected[0]["totals"], 1)
     assert fingerprint(s3_url) == before
+
+
+def test_inspect_says_how_the_partition_was_loaded_in_words(checkpoint: tuple[str, list]) -> None:
+    url, _ = checkpoint
+    uid = CommitLog(open_blob_store(url)).read_commit(2).checkpoints["0"][0]
+    result = runner.invoke(app, ["inspect", url, "--partition", "0", "--version", "3"])
+    assert result.exit_code == 0, result.output
+    (loaded,) = [line for line in result.stdout.splitlines() if line.startswith("loaded ")]
+    assert loaded.startswith(f"loaded snapshot 2_{uid} + 1 delta: ") and " bytes downloaded in " in loaded
+
+
+def _checkpoint_with_a_partitioned_adjunct(url: str, local: Path) -> list[str]:
+    """One partition whose store holds the side rows of a partitioned adjunct ``profiles`` (applied by the
+    code the tasks run) and no state variable; returns the users it holds, in key order."""
+    import pyarrow as pa
+
+    from blobstate.adjunct.records import apply_side_rows
+    from blobstate.adjunct.spec import AdjunctSpec, column_name
+    from blobstate.lineage.commitlog import Commit, QueryMetadata
+    from blobstate.state.partition import open_partition
+    from blobstate.state.retention import after_commit
+
+    profiles = AdjunctSpec(
+        name="profiles",
+        mode="partitioned",
+        key_in_union=("user",),
+        side_key_columns=("user",),
+        side_columns=("user", "tier"),
+        value_columns=("tier",),
+        schema_json='{"type": "struct", "fields": [{"name": "tier", "type": "string", "nullable": true}]}',
+        transform=None,
+        on_bad_record="fail",
+        bootstrap=True,
+        persistent=True,
+        max_age_seconds=None,
+    )
+    side = pa.table(
+        {
+            "user": ["u3", "u1", "u2"],
+            column_name("profiles", "user"): ["u3", "u1", "u2"],
+            column_name("profiles", "tier"): ["gold", "silver", None],
+        }
+    )
+    with open_blob_store(url) as store:
+        log = CommitLog(store)
+        operators = {"0": {"key_columns": ["user"], "adjuncts": {"profiles": "partitioned"}}}
+        metadata = log.write_metadata(QueryMetadata.new(1, operators))
+        with open_partition(store, local, metadata.query_id, "0", 0, None) as state:
+            apply_side_rows(state.store, profiles, side)
+            result = state.commit()
+        commit = Commit(
+            version=1,
+            checkpoints={"0": {0: result.checkpoint_id.uid}},
+            objects={"0": {0: result.objects}},
+            retained_from=1,
+            writer="test",
+        )
+        log.write_commit(commit)
+        after_commit(store, commit, commit_log=log)
+    return ["u1", "u3"]  # u2's null value deleted it
+
+
+def test_inspect_lists_a_partitioned_adjunct_store(tmp_path: Path) -> None:
+    url = str(tmp_path / "ckpt")
+    users = _checkpoint_with_a_partitioned_adjunct(url, tmp_path / "local")
+    info = json.loads(runner.invoke(app, ["inspect", url, "--partition", "0", "--json"]).stdout)
+    assert info["adjunct_stores"] == [
+        {"name": "profiles", "mode": "partitioned", "keys": 2, "sample_keys": [[u] for u in users]}
+    ]
+    text = runner.invoke(app, ["inspect", url, "--partition", "0"])
+    assert text.exit_code == 0, text.output
+    assert "adjunct store profiles (partitioned, column family $adjunct:profiles): 2 keys" in text.stdout
+    assert '    ["u1"]' in text.stdout and "no state variables" not in text.stdout

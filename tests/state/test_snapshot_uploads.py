@@ -301,3 +301,47 @@ def test_verify_checks_late_named_snapshots(tmp_path: Path) -> None:
     problems = verify(inner).problems
     assert [p.object for p in problems] == [name]
     assert "SHA-256" in problems[0].message and problems[0].version == 2
+
+
+def test_a_reader_of_a_version_restores_its_snapshot_once_a_later_commit_named_it(tmp_path: Path) -> None:
+    """The snapshot of version 3, uploaded in the background, is committed once the commit of 4 names
+    it: a reader of version 3 (read_state, inspect, restore) then restores it instead of replaying three
+    deltas from empty. Before that commit is durable the same complete upload is never used."""
+    from blobstate.reader.checkpoint import open_version, restore_into
+
+    inner = open_blob_store(str(tmp_path / "bucket"))
+    q = Query(inner, tmp_path / "w", every=3, retain=3)
+
+    def read(version: int, name: str) -> tuple[dict, Any]:
+        loaded = restore_into(
+            inner, open_version(inner, version), OP, 0, tmp_path / name, tmp_path / f"l{name}"
+        )
+        try:
+            return dump(loaded.store), loaded.report
+        finally:
+            loaded.store.close()
+
+    for _ in range(3):
+        q.step()
+    assert wait_for_uploads(60)
+    assert inner.exists(snapshot_name(OP, 0, q.cids[3]))  # complete, but no commit names it yet
+    state, report = read(3, "before")
+    assert state == q.models[3]
+    assert (report.base_kind, report.deltas_replayed) == ("empty", 3)
+
+    q.step()
+    assert late_names(q) == {4: q.cids[3].name}
+    gc_checkpoint(inner, full=True, now=FAR_FUTURE)  # retention keeps what the reader restores
+    state, report = read(3, "after")
+    assert state == q.models[3]
+    assert (report.base_kind, report.base) == ("snapshot", q.cids[3].name)
+    assert report.deltas_replayed == report.delta_bytes == 0
+    assert report.bytes_downloaded == sum(blob.size for _, blob in report.snapshot_index.iter_present_files())
+    # version 2 has no snapshot of its own or below it: still its deltas from empty
+    state, report = read(2, "v2")
+    assert state == q.models[2] and (report.base_kind, report.deltas_replayed) == ("empty", 2)
+    # a restart whose newest commit is 4 restores the snapshot of 3 and one delta
+    state, report = q.restore(4, tmp_path / "restart")
+    assert state == q.models[4]
+    assert (report.base, report.deltas_replayed) == (q.cids[3].name, 1)
+    assert verify(inner).problems == []

@@ -57,6 +57,7 @@ from blobstate.blobstore.base import (
     BlobStore,
     BlobStoreError,
     BucketNotFoundError,
+    ExpiryCheck,
     TransientBlobError,
 )
 from blobstate.blobstore.names import validate_blob_name
@@ -524,6 +525,14 @@ class AzureBlobStore(BlobStore):
         """None: the lifecycle policy lives in the management plane, which a data-plane credential cannot
         read, so it is not checked here (the README and :meth:`install_expiry_rule` say how to install it)."""
         return None
+
+    def check_expiry(self) -> ExpiryCheck:
+        """Unknown: the lifecycle policy lives in the management plane, which a data-plane credential
+        cannot read."""
+        return ExpiryCheck(
+            unknown=f"Azure lifecycle management policies of the account of {self.url} cannot be read with a"
+            " data-plane credential"
+        )
 
     def close(self) -> None:
         """Shut down the I/O pool and the HTTP connections."""

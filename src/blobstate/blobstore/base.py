@@ -17,6 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,6 +56,16 @@ class TransientBlobError(BlobStoreError):
 
 class InvalidBlobNameError(BlobStoreError, ValueError):
     """A name that is empty, absolute, or could escape the store's root."""
+
+
+@dataclass(frozen=True)
+class ExpiryCheck:
+    """What a store can tell about the expiry of its pending objects (:meth:`BlobStore.check_expiry`)."""
+
+    problem: str | None = None
+    """Pending objects will not expire as they should: what is wrong, naming the bucket, and the fix."""
+    unknown: str | None = None
+    """The check could not be made: why (nothing is known either way)."""
 
 
 class _NotStarted(Exception):
@@ -255,6 +266,12 @@ class BlobStore(ABC):
         check; S3 checks that the bucket's lifecycle rule for this prefix is installed and enabled.
         """
         return None
+
+    def check_expiry(self) -> ExpiryCheck:
+        """Whether pending objects will expire, for a warning when a query starts; never raises for what
+        it cannot check (:attr:`ExpiryCheck.unknown` says why). Backends that expire pending objects in
+        :meth:`expire` (``blobstate gc``) have nothing to check."""
+        return ExpiryCheck()
 
     def install_expiry_rule(self) -> None:
         """Set up native expiry of pending objects (the S3 lifecycle rule); nothing to do elsewhere."""

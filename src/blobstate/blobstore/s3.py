@@ -40,6 +40,7 @@ from blobstate.blobstore.base import (
     BlobStore,
     BlobStoreError,
     BucketNotFoundError,
+    ExpiryCheck,
     TransientBlobError,
 )
 from blobstate.blobstore.names import validate_blob_name
@@ -516,7 +517,24 @@ class S3BlobStore(BlobStore):
                     f" {self.prefix or 'the bucket'}"
                 )
             raise
-        return lifecycle_expiry_problem(rules, self.bucket, self.prefix, self.url)
+        return lifecycle_expiry_problem(rules, self.bucket, self.prefix, self.url, DEFAULT_LIFECYCLE_DAYS)
+
+    def check_expiry(self) -> ExpiryCheck:
+        """:meth:`expiry_problem` for a query's start: a problem when the bucket's rules do not expire
+        pending objects under the prefix (or would delete committed state); unknown, never an error,
+        when the lifecycle configuration cannot be read (permissions, an endpoint without lifecycle
+        support, a failing request)."""
+        try:
+            rules = self.lifecycle_rules()
+        except BlobStoreError as error:
+            return ExpiryCheck(
+                unknown=f"cannot read the lifecycle configuration of bucket {self.bucket!r}: {error}"
+            )
+        return ExpiryCheck(
+            problem=lifecycle_expiry_problem(
+                rules, self.bucket, self.prefix, self.url, DEFAULT_LIFECYCLE_DAYS
+            )
+        )
 
     def _lifecycle_rules(self) -> list[dict[str, Any]]:
         try:

@@ -56,8 +56,11 @@ def _expires(rule: dict[str, Any]) -> bool:
     return rule.get("Status") == "Enabled" and ("Days" in expiration or "Date" in expiration)
 
 
-def expiry_problem(rules: list[dict[str, Any]], bucket: str, prefix: str, url: str) -> str | None:
-    """None when ``rules`` expire the pending objects under ``prefix``, else what is wrong and the fix."""
+def expiry_problem(
+    rules: list[dict[str, Any]], bucket: str, prefix: str, url: str, days: int = 30
+) -> str | None:
+    """None when ``rules`` expire the pending objects under ``prefix``, else what is wrong and the fix
+    (the rule to add, expiring pending objects ``days`` after creation, and the command that adds it)."""
     pending = (PENDING_TAG_KEY, PENDING_TAG_VALUE)
     where = f"prefix {prefix!r} of bucket {bucket!r}" if prefix else f"bucket {bucket!r}"
     for rule in rules:
@@ -79,7 +82,9 @@ def expiry_problem(rules: list[dict[str, Any]], bucket: str, prefix: str, url: s
         what = f"lifecycle rule {rule_id(prefix)!r} of bucket {bucket!r} is disabled"
     else:
         what = f"no enabled lifecycle rule expires pending objects (tag {PENDING_TAGGING}) under {where}"
+    scope = f"under {prefix!r}" if prefix else "in the bucket"
     return (
-        f"{what}, so objects of uncommitted versions are never deleted:"
-        f" run `blobstate gc {url} --install-lifecycle` (needs s3:PutLifecycleConfiguration)"
+        f"{what}, so objects of uncommitted versions are never deleted: add lifecycle rule"
+        f" {rule_id(prefix)!r} (expire objects tagged {PENDING_TAGGING} {scope} {days} days after"
+        f" creation) with `blobstate gc {url} --install-lifecycle` (needs s3:PutLifecycleConfiguration)"
     )

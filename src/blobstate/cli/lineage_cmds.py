@@ -58,7 +58,9 @@ def _version_row(
         except SnapshotError as error:
             row["snapshot_error"] = str(error)
     try:
-        chain = resolve_chain(store, operator, partition, cid, history=history, cached=True)
+        chain = resolve_chain(
+            store, operator, partition, cid, history=history, cached=True, upto=latest or version
+        )
         row["restore_from"] = "empty" if chain.base is None else f"{chain.base.name}.snapshot"
         row["deltas_to_replay"] = len(chain.deltas)
     except StateLoadError as error:
@@ -127,6 +129,14 @@ def require_checkpoint(store: Any, url: str) -> None:
 
     if not is_query_checkpoint(store):
         raise NotACheckpointError(f"{url} is not a query checkpoint ({METADATA} is missing)")
+
+
+def _restore(row: dict[str, Any]) -> str:
+    """A version row's restore chain in words (``restore_from`` is ``empty`` or the base snapshot)."""
+    from blobstate.cli.phrases import restore_phrase
+
+    base = None if row["restore_from"] == "empty" else row["restore_from"]
+    return restore_phrase(base, row["deltas_to_replay"])
 
 
 def _size(n: int | None) -> str:
@@ -249,7 +259,7 @@ def _partition_detail(row: Any, lineage_rows: dict[tuple[str, int], dict[str, An
     for (op, p), info in sorted(lineage_rows.items()):
         m = row.partitions.get(p)
         name = f"{p}" if len({o for o, _ in lineage_rows}) == 1 else f"{op}/{p}"
-        restore = info.get("restore_error") or (f"{info['restore_from']} + {info['deltas_to_replay']} deltas")
+        restore = info.get("restore_error") or _restore(info)
         snapshot = "yes" if info.get("snapshot") else "no"
         if info.get("snapshot_named_in"):
             snapshot = f"yes (named in version {info['snapshot_named_in']})"
@@ -335,9 +345,7 @@ def _partition_listing(result: dict[str, Any]) -> None:
                 continue
             delta = "-" if row.get("delta_bytes") is None else f"{row['delta_bytes']:,} B"
             snap = f"snapshot {row['snapshot_bytes']:,} B" if row.get("snapshot_bytes") is not None else ""
-            restore = row.get("restore_error") or (
-                f"restore: {row['restore_from']} + {row['deltas_to_replay']} deltas"
-            )
+            restore = row.get("restore_error") or f"restore: {_restore(row)}"
             typer.echo(f"  {batch:>11}  {row['checkpoint_id']:<44} delta {delta:>14}  {snap:<24} {restore}")
 
 

@@ -28,21 +28,18 @@ DEBUG_FLAG = "--debug"
 
 
 def version_line() -> str:
-    """``blobstate <version>`` (from the installed package's metadata) and the checkpoint formats this
-    release writes and reads."""
+    """``blobstate <version>`` (from the installed package's metadata), then one line per stored format
+    this release writes and reads (:data:`blobstate.formats.STORED_FORMATS`, the README's table)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from blobstate.lineage.commitlog import COMMIT_FORMAT_VERSION, METADATA_FORMAT_VERSION
-    from blobstate.lineage.delta import FORMAT_VERSION as DELTA_FORMAT_VERSION
+    from blobstate.formats import plain_lines
 
     try:
         release = version("blobstate")
     except PackageNotFoundError:
         release = "(not installed: version unknown)"
-    return (
-        f"blobstate {release} (checkpoint formats written and read: metadata.json "
-        f"{METADATA_FORMAT_VERSION}, commits {COMMIT_FORMAT_VERSION}, deltas {DELTA_FORMAT_VERSION})"
-    )
+    formats = "\n".join(f"  {line}" for line in plain_lines())
+    return f"blobstate {release}\nstored formats this release writes and reads:\n{formats}"
 
 
 def _print_version(value: bool) -> None:

@@ -39,10 +39,12 @@ def _header(info: dict[str, Any]) -> str:
 
 
 def _loaded(load: dict[str, Any]) -> str:
-    base = f"{load['base_kind']} {load['base']}" if load["base"] else load["base_kind"]
+    from blobstate.cli.phrases import restore_phrase
+
+    base = f"{load['base_kind']} {load['base']}" if load["base"] else None
     return (
-        f"loaded from {base} + {load['deltas_replayed']} delta(s): {load['bytes_downloaded']:,} bytes"
-        f" downloaded in {load['seconds']} s"
+        f"loaded {restore_phrase(base, load['deltas_replayed'])}:"
+        f" {load['bytes_downloaded']:,} bytes downloaded in {load['seconds']} s"
     )
 
 
@@ -61,7 +63,7 @@ def inspect_checkpoint(
     typer.echo(_header(info))
     typer.echo(f"key columns: {', '.join(info['key_columns'])}")
     typer.echo(_loaded(info["load"]))
-    if not info["state_variables"]:
+    if not info["state_variables"] and not info["adjunct_stores"]:
         typer.echo("no state variables")
     for var in info["state_variables"]:
         schema = var["schema"]
@@ -73,6 +75,13 @@ def inspect_checkpoint(
         )
         for row in var["sample"]:
             typer.echo(f"    {json.dumps(row)}")
+    for adjunct in info["adjunct_stores"]:
+        typer.echo(
+            f"adjunct store {adjunct['name']} ({adjunct['mode']}, column family $adjunct:{adjunct['name']}):"
+            f" {adjunct['keys']} keys (values are not decoded: their schema is the query's)"
+        )
+        for key in adjunct["sample_keys"]:
+            typer.echo(f"    {json.dumps(key)}")
     timers = info["timers"]
     typer.echo(f"timers: {timers['rows']} on {timers['keys']} keys")
     for row in timers["sample"]:

@@ -31,6 +31,9 @@ META_CF = "$meta"
 TIMERS_CF = "$timers"
 TIMERS_BY_KEY_CF = "$timersByKey"
 TTL_CF_PREFIX = "$ttl:"
+ADJUNCT_CF_PREFIX = "$adjunct:"
+"""The column family ``$adjunct:<name>`` of an adjunct store (a partitioned one in the partition's store,
+a broadcast one in its own operator's)."""
 TIME_MODE_KEY = b"timeMode"
 
 

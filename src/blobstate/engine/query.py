@@ -18,6 +18,7 @@ from blobstate.adjunct.step import AdjunctStep
 from blobstate.batch.contracts import JsonObject, PartitionSpec
 from blobstate.batch.steps import BatchStep
 from blobstate.blobstore import BlobStore, open_blob_store
+from blobstate.blobstore.expiry import warn_unless_pending_objects_expire
 from blobstate.blobstore.schemes import NoHadoopLocationError, hadoop_location, normalize_location
 from blobstate.engine.config import (
     QueryConfig,
@@ -148,6 +149,7 @@ def transform_with_state(
         num_partitions = default_num_partitions(store, spark)
     key_schema = df.select(*[f"`{k}`" for k in key_columns]).schema.jsonValue()
     metadata = _ensure_metadata(store, num_partitions, config, key_columns, adjunct_specs, key_schema)
+    warn_unless_pending_objects_expire(store)  # one line at the query's start, never an error
     from blobstate.engine.placement import PlacementHelper, PlacementUnavailableError
 
     placement_helper = PlacementHelper.get(spark)

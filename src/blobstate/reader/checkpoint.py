@@ -160,7 +160,9 @@ def restore_into(
     layout = LocalPartitionLayout(scratch, checkpoint.metadata.query_id, operator, partition)
     history = partition_history(store, operator, partition, {cid.version: checkpoint.commit})
     with LocalCopy.open(store, layout, target, history=history) as copy:
-        return copy.bring_to(cid)
+        # Every commit up to the latest is durable: a snapshot of this version (or an older one on its
+        # lineage) that a later commit named is committed, and retention keeps it while this version is.
+        return copy.bring_to(cid, upto=checkpoint.latest)
 
 
 @contextmanager

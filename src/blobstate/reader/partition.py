@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from blobstate.blobstore import open_blob_store
+from blobstate.encoding import codec
+from blobstate.encoding.layout import ADJUNCT_CF_PREFIX
 from blobstate.reader.checkpoint import (
     CheckpointVersion,
     choose_operator,
@@ -66,12 +68,37 @@ def _load(report: Any) -> dict[str, Any]:
     }
 
 
+def adjunct_stores(
+    rocks: Any, checkpoint: CheckpointVersion, operator: str, arity: int, sample: int
+) -> list[dict[str, Any]]:
+    """The adjunct stores in the partition's store (column families ``$adjunct:<name>``): name, mode, keys
+    and the first ``sample`` keys. Values are not decoded: their schema is the query's declaration and is
+    not recorded in the checkpoint."""
+    spec = checkpoint.metadata.operators.get(operator, {})
+    modes = dict(spec.get("adjuncts") or {})
+    found = []
+    for cf in rocks.column_families():
+        if not cf.startswith(ADJUNCT_CF_PREFIX):
+            continue
+        name = cf[len(ADJUNCT_CF_PREFIX) :]
+        keys = 0
+        shown = []
+        for kb, _ in rocks.items(cf):
+            keys += 1
+            if len(shown) < sample:
+                shown.append(jsonable(codec.decode_key(bytes(kb), arity)[0]))
+        mode = modes.get(name) or ("broadcast" if "partitions" in spec else "partitioned")
+        found.append({"name": name, "mode": mode, "keys": keys, "sample_keys": shown})
+    return found
+
+
 def inspect_partition(
     url: str, partition: int, *, version: int | None = None, operator: str | None = None, sample: int = 3
 ) -> dict[str, Any]:
     """Each state variable of the partition at ``version`` (default: the latest) with its kind, schema,
     TTL, number of grouping keys and of rows (list elements, map entries), and its first ``sample`` rows;
-    the same for the registered timers. Everything as plain JSON."""
+    each adjunct store it holds with its keys (:func:`adjunct_stores`); the same for the registered
+    timers. Everything as plain JSON."""
     with open_blob_store(url) as store:
         checkpoint = open_version(store, version)
         op = choose_operator(checkpoint, operator)
@@ -107,6 +134,7 @@ def inspect_partition(
                         }
                     )  # fmt: skip
                 timer_rows = list(timers(rocks, arity))
+                adjuncts = adjunct_stores(rocks, checkpoint, op, arity, sample)
             finally:
                 rocks.close()
             report = loaded.report
@@ -117,6 +145,7 @@ def inspect_partition(
         "key_columns": checkpoint.key_columns(op),
         "load": _load(report),
         "state_variables": variables,
+        "adjunct_stores": adjuncts,
         "timers": {
             "keys": len({k for k, _ in timer_rows}),
             "rows": len(timer_rows),

@@ -5,7 +5,9 @@ The rules are docs/DESIGN.md's "Lineage" and "Load rules".
 Resolution starts at the target. If the commit of the target records a snapshot, that snapshot is the
 base. A snapshot of a version counts as committed when its own commit records it or, for a snapshot
 uploaded in the background, when a later commit up to ``upto`` (by default the target's version) names
-it late (``late_snapshot``); versions committed before the late name walk past it as before. Otherwise
+it late (``late_snapshot``); versions committed before the late name walk past it as before, unless the
+caller read the naming commit and passes the newest durable commit as ``upto`` (a reader of an older
+version), which makes the target's own late-named snapshot its base. Otherwise
 the target's delta is read (and checked against the size and SHA-256 its commit records): its lineage
 record names the uids of versions v-1, v-2, ... back to the newest presumed snapshot. Every uid it names
 must be the one the commit log committed for that version. Walking that list newest first, the first

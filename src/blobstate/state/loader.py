@@ -113,6 +113,8 @@ def catch_up(
     committed: CheckpointId | None,
     open_store: StoreOpener,
     history: PartitionHistory,
+    *,
+    upto: int | None = None,
 ) -> Loaded:
     """Bring the local directory ``target`` of the partition to ``committed`` by the load rules.
 
@@ -123,6 +125,10 @@ def catch_up(
     otherwise a remote snapshot is restored, downloading only blobs not already present. The result is
     open and dirty: it claims a checkpoint only once the caller marks it (a commit, or a replica's
     ``CHECKPOINT-ID``). The caller holds the partition lock.
+
+    ``upto``: the newest durable commit the caller read (default: ``committed``'s own). Snapshots
+    uploaded in the background and named late by commits up to it count as committed, so a version
+    whose snapshot a later commit named loads from that snapshot (a reader of an older version).
     """
     started = time.monotonic()
     operator, partition = layout.operator, layout.partition
@@ -186,6 +192,7 @@ def catch_up(
                 data_out=data,
                 skip_snapshots=skip,
                 local_below=local_below,
+                upto=upto,
             )
         except StateLoadError as error:
             if isinstance(error, MissingObjectError) and prefer_local:

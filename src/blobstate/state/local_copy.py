@@ -190,15 +190,20 @@ class LocalCopy:
         return stop_requested(self.layout)
 
     # ------------------------------------------------------------------ bringing it to a version
-    def bring_to(self, committed: CheckpointId | None) -> Loaded:
+    def bring_to(self, committed: CheckpointId | None, *, upto: int | None = None) -> Loaded:
         """Bring the copy to the committed ``committed`` (None: the empty version 0) by the load rules.
+
+        ``upto`` is the newest durable commit the caller read: a snapshot named late by any commit up to
+        it may be the base (default: only commits up to ``committed``'s version).
 
         Returns the store open and dirty, the lineage info and the load report. Raises
         :class:`~blobstate.state.errors.StateLoadError` subclasses naming the missing or corrupt object,
         or the uid the commit log does not name for that version; the copy then stays dirty.
         """
         self._require_held()
-        return catch_up(self.store, self.layout, self.directory, committed, self._opener, self.history)
+        return catch_up(
+            self.store, self.layout, self.directory, committed, self._opener, self.history, upto=upto
+        )
 
     def mark_clean(self, info: LineageInfo) -> None:
         """Record that the copy (its store closed) holds exactly the committed ``info.checkpoint_id``."""
