@@ -13,7 +13,7 @@ The same histories also run on the real S3 backend (the moto server) and the rea
 the injected crashes.
 
 ``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories on memory and local stores;
-``BLOBSTATE_SERVER_CRASH_SEEDS=<n>`` on each server (default 20 on S3, 8 on the slower azurite), cutting
+``BLOBSTATE_SERVER_CRASH_SEEDS=<n>`` on each server (default 10 on S3, 4 on the slower azurite; the long runs: 2000), cutting
 each answer with probability ``BLOBSTATE_CUT_CHANCE`` (default 0.05);
 ``BLOBSTATE_SERVER_CRASH_SEED_START=<s>`` makes those seeds ``s`` to ``s + n - 1`` (default 0), so a long
 run can be split into shards over distinct seeds.
@@ -46,7 +46,7 @@ from blobstate.snapshot.repository import (
 from faultproxy import FaultProxy
 
 SEEDS = int(os.environ.get("BLOBSTATE_CRASH_SEEDS", "100"))
-SERVER_DEFAULTS = {"s3": 20, "azure": 8}  # azurite answers about half as fast as moto
+SERVER_DEFAULTS = {"s3": 10, "azure": 4}  # azurite answers about half as fast as moto
 SERVER_SEEDS = {
     kind: int(os.environ.get("BLOBSTATE_SERVER_CRASH_SEEDS", default))
     for kind, default in SERVER_DEFAULTS.items()
