@@ -30,6 +30,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -102,7 +103,10 @@ class CommitResult:
 
 
 class _IndexCache:
-    """Snapshot indexes by (store url, name): immutable, so a small LRU saves re-reading them."""
+    """Snapshot indexes by (store url, name): immutable, so a small LRU saves re-reading them.
+
+    At most ``capacity`` indexes: a worker keeps the ones it wrote (the next snapshot's base), the
+    driver's retention the ones it checked, minus those it deleted (:meth:`discard`)."""
 
     def __init__(self, capacity: int = 256) -> None:
         self._items: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -119,6 +123,16 @@ class _IndexCache:
             self._items.move_to_end((url, name))
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
+
+    def discard(self, url: str, names: Iterable[str]) -> None:
+        """Forget the indexes of ``names`` (deleted snapshots) of the store at ``url``."""
+        with self._lock:
+            for name in names:
+                self._items.pop((url, name), None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
 
 
 SNAPSHOT_INDEX_CACHE = _IndexCache()
