@@ -147,6 +147,18 @@ def test_a_query_that_runs_for_years_caches_its_retained_versions_not_every_batc
     assert 0 < indexes <= retain // every + 2
 
 
+def test_a_worker_keeps_one_snapshot_index_per_partition_however_many_snapshots_it_took(
+    tmp_path: Path,
+) -> None:
+    """A task keeps the index of the snapshot it uploaded (the next snapshot's base) and forgets the
+    base it replaced: a long-running worker holds one index per partition, not up to the cache's 256."""
+    store = new_memory_store()
+    q = Query(store, tmp_path, every=2, retain=1000)
+    for _ in range(30):
+        q.step({b"k": b"v%d" % q.version}, cleanup=False)
+    assert len(SNAPSHOT_INDEX_CACHE) == 1
+
+
 def test_steady_state_cleanup_never_lists_the_bucket(tmp_path: Path) -> None:
     inner = new_memory_store()
     q = Query(inner, tmp_path, every=2, retain=2)

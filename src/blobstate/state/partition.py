@@ -380,6 +380,9 @@ class PartitionState:
             ttl=self.pending_ttl,
         )
         SNAPSHOT_INDEX_CACHE.put(bs.url, name, result.index)
+        # The next snapshot's base is this one: a worker keeps one index per partition, not 256.
+        if previous_name is not None:
+            SNAPSHOT_INDEX_CACHE.discard(bs.url, [previous_name])
         reused = previous.present_blob_ids() if previous is not None else set()
         new_blobs = sorted(result.index.present_blob_ids() - reused)
         nbytes = result.stats.bytes_uploaded + result.index_size
