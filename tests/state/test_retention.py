@@ -157,6 +157,18 @@ def test_a_worker_keeps_one_snapshot_index_per_partition_however_many_snapshots_
     for _ in range(30):
         q.step({b"k": b"v%d" % q.version}, cleanup=False)
     assert len(SNAPSHOT_INDEX_CACHE) == 1
+    # The partition moves between two worker processes: every other snapshot is taken by the other one,
+    # whose cache this process does not see.
+    for round_ in range(30):
+        if round_ % 4 >= 2:
+            ours = dict(SNAPSHOT_INDEX_CACHE._items)
+            SNAPSHOT_INDEX_CACHE._items.clear()
+            q.step({b"k": b"v%d" % q.version}, cleanup=False)
+            SNAPSHOT_INDEX_CACHE._items.clear()
+            SNAPSHOT_INDEX_CACHE._items.update(ours)
+        else:
+            q.step({b"k": b"v%d" % q.version}, cleanup=False)
+    assert len(SNAPSHOT_INDEX_CACHE) == 1
 
 
 def test_steady_state_cleanup_never_lists_the_bucket(tmp_path: Path) -> None:
