@@ -25,7 +25,9 @@ from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.ids import CheckpointId
 from blobstate.layout import delta_name, snapshot_name
 from blobstate.snapshot import read_snapshot_index
+from blobstate.state.chain import LINEAGE_CACHE
 from blobstate.state.errors import LineageError
+from blobstate.state.partition import SNAPSHOT_INDEX_CACHE
 from blobstate.state.retention import (
     GcRefusedError,
     after_commit,
@@ -126,6 +128,47 @@ def test_retention_keeps_exactly_the_retained_versions_restorable(
         if n.startswith("state/")
     )
     assert oldest_needed >= q.version - retain + 1 - every
+
+
+def test_a_query_that_runs_for_years_caches_its_retained_versions_not_every_batch(tmp_path: Path) -> None:
+    """The cleanup after each commit caches the lineage of every retained delta and every snapshot index
+    it checked, and drops the entries of what it deletes: the process holds about the retained versions'
+    entries however many batches ran, never one per batch."""
+    store = new_memory_store()
+    every, retain = 3, 4
+    q = Query(store, tmp_path, every=every, retain=retain)
+    sizes = []
+    for _ in range(4):
+        q.run(5 * every)
+        sizes.append((len(LINEAGE_CACHE), len(SNAPSHOT_INDEX_CACHE)))
+    assert sizes == [sizes[0]] * 4, sizes
+    lineages, indexes = sizes[0]
+    assert 0 < lineages <= retain + every  # the retained versions' deltas, back to their bases
+    assert 0 < indexes <= retain // every + 2
+
+
+def test_a_worker_keeps_one_snapshot_index_per_partition_however_many_snapshots_it_took(
+    tmp_path: Path,
+) -> None:
+    """A task keeps the index of the snapshot it uploaded (the next snapshot's base) and forgets the
+    base it replaced: a long-running worker holds one index per partition, not up to the cache's 256."""
+    store = new_memory_store()
+    q = Query(store, tmp_path, every=2, retain=1000)
+    for _ in range(30):
+        q.step({b"k": b"v%d" % q.version}, cleanup=False)
+    assert len(SNAPSHOT_INDEX_CACHE) == 1
+    # The partition moves between two worker processes: every other snapshot is taken by the other one,
+    # whose cache this process does not see.
+    for round_ in range(30):
+        if round_ % 4 >= 2:
+            ours = dict(SNAPSHOT_INDEX_CACHE._items)
+            SNAPSHOT_INDEX_CACHE._items.clear()
+            q.step({b"k": b"v%d" % q.version}, cleanup=False)
+            SNAPSHOT_INDEX_CACHE._items.clear()
+            SNAPSHOT_INDEX_CACHE._items.update(ours)
+        else:
+            q.step({b"k": b"v%d" % q.version}, cleanup=False)
+    assert len(SNAPSHOT_INDEX_CACHE) == 1
 
 
 def test_steady_state_cleanup_never_lists_the_bucket(tmp_path: Path) -> None:

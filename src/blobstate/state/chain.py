@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -79,7 +79,13 @@ class Chain:
 
 
 class _LineageCache:
-    """Lineage records of deltas by (store url, object name): deltas are immutable, so this is safe."""
+    """Lineage records of deltas by (store url, object name): deltas are immutable, so this is safe.
+
+    Only retention fills it (the driver's cleanup after every commit reads the lineage of each retained
+    version's delta), and retention drops the entry of every delta it deletes (:meth:`discard`), so a
+    query that runs for years holds about its retained versions' deltas, not one entry per batch ever
+    run; ``capacity`` bounds what several checkpoints cleaned by one process hold together.
+    """
 
     def __init__(self, capacity: int = 50_000) -> None:
         self._items: OrderedDict[tuple[str, str], tuple[str, ...]] = OrderedDict()
@@ -100,9 +106,19 @@ class _LineageCache:
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
 
+    def discard(self, url: str, names: Iterable[str]) -> None:
+        """Forget the lineage of ``names`` (deleted deltas) of the store at ``url``."""
+        with self._lock:
+            for name in names:
+                self._items.pop((url, name), None)
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
 
 
 LINEAGE_CACHE = _LineageCache()

@@ -30,6 +30,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,7 +39,7 @@ from typing import Any
 from blobstate.blobstore import DEFAULT_PENDING_TTL_SECONDS, BlobStore
 from blobstate.durable import fsync_dir
 from blobstate.ids import CheckpointId, new_uid, validate_uid
-from blobstate.layout import LocalPartitionLayout, blob_prefix, delta_name, snapshot_name
+from blobstate.layout import LocalPartitionLayout, blob_prefix, delta_name, snapshot_name, state_prefix
 from blobstate.lineage.delta import encode_delta
 from blobstate.lineage.refs import LateSnapshot, ObjectRef, PartitionObjects
 from blobstate.snapshot.backup import BackupResult
@@ -102,7 +103,11 @@ class CommitResult:
 
 
 class _IndexCache:
-    """Snapshot indexes by (store url, name): immutable, so a small LRU saves re-reading them."""
+    """Snapshot indexes by (store url, name): immutable, so a small LRU saves re-reading them.
+
+    At most ``capacity`` indexes: a worker keeps the newest one it wrote of each partition (the next
+    snapshot's base, :meth:`keep_only`), the driver's retention the ones it checked, minus those it
+    deleted (:meth:`discard`)."""
 
     def __init__(self, capacity: int = 256) -> None:
         self._items: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -119,6 +124,22 @@ class _IndexCache:
             self._items.move_to_end((url, name))
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
+
+    def discard(self, url: str, names: Iterable[str]) -> None:
+        """Forget the indexes of ``names`` (deleted snapshots) of the store at ``url``."""
+        with self._lock:
+            for name in names:
+                self._items.pop((url, name), None)
+
+    def keep_only(self, url: str, prefix: str, name: str) -> None:
+        """Forget every index of the store at ``url`` whose name starts with ``prefix`` but ``name``."""
+        with self._lock:
+            for key in [k for k in self._items if k[0] == url and k[1].startswith(prefix) and k[1] != name]:
+                del self._items[key]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
 
 
 SNAPSHOT_INDEX_CACHE = _IndexCache()
@@ -366,6 +387,9 @@ class PartitionState:
             ttl=self.pending_ttl,
         )
         SNAPSHOT_INDEX_CACHE.put(bs.url, name, result.index)
+        # The partition's next snapshot builds on this one or a newer one, never on an older one: a worker
+        # keeps one index per partition (also when its partitions move between worker processes).
+        SNAPSHOT_INDEX_CACHE.keep_only(bs.url, state_prefix(op, p), name)
         reused = previous.present_blob_ids() if previous is not None else set()
         new_blobs = sorted(result.index.present_blob_ids() - reused)
         nbytes = result.stats.bytes_uploaded + result.index_size

@@ -42,7 +42,7 @@ from blobstate.errors import StateError
 from blobstate.ids import CheckpointId
 from blobstate.layout import METADATA, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.refs import PartitionObjects
-from blobstate.state.chain import Chain, resolve_chain
+from blobstate.state.chain import LINEAGE_CACHE, Chain, resolve_chain
 from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory, layouts
 from blobstate.state.policy import validate_retention
@@ -273,6 +273,10 @@ def _delete_all(store: BlobStore, names: Iterable[str]) -> list[str]:
     with MEMO.lock:
         for n in names:
             MEMO.permanent.discard((store.url, n))
+    LINEAGE_CACHE.discard(store.url, names)
+    from blobstate.state.partition import SNAPSHOT_INDEX_CACHE
+
+    SNAPSHOT_INDEX_CACHE.discard(store.url, names)
     return [n for n, d in zip(names, done, strict=True) if d]
 
 
