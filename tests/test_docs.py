@@ -250,6 +250,18 @@ def _reading_state(cwd: Path, out: str) -> None:
     assert (cwd / "p1" / "CHECKPOINT-ID").read_text().startswith("1_")  # blobstate restore --version 1
 
 
+def _rescaling(cwd: Path, out: str) -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from blobstate.rescale.murmur3 import spark_partition
+
+    rows = set(re.findall(r"^\|\s*(\w)\|\s*(\d+)\|\s*(\d+)\|\s*(\d+)\|$", out, re.M))
+    schema = StructType([StructField("key", StringType())])
+    # the state after the rescale, each key in its partition under the new count (3)
+    expected = {("a", 2, 4), ("b", 2, 12), ("c", 1, 20)}
+    assert rows == {(k, str(c), str(t), str(spark_partition((k,), schema, 3))) for k, c, t in expected}, out
+
+
 def _arrow_running_count(cwd: Path, out: str) -> None:
     assert "|  c|    1|   20|" in out and "|  b|    2|   12|" in out, out
 
@@ -266,6 +278,7 @@ CHECKS: dict[tuple[str, str], Callable[[Path, str], None]] = {
     ("README.md", "Using it"): _using_it,
     ("README.md", "Side streams (adjunct stores)"): _side_streams,
     ("README.md", "Reading state"): _reading_state,
+    ("README.md", "Rescaling"): _rescaling,
     ("docs/ARROW_API.md", "A running count"): _arrow_running_count,
     ("docs/ARROW_API.md", "A sessionizer"): _arrow_sessions,
     ("docs/ARROW_API.md", "A top-N"): _arrow_top_n,

@@ -39,6 +39,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
     * CommitLogError [lineage.commitlog]
       * CommitConflictError [lineage.commitlog]
       * MetadataConflictError [lineage.commitlog]
+        * PartitionCountMismatchError [engine.query]
       * IncompleteCommitLogError [lineage.commitlog]
     * SnapshotError [snapshot.index]
       * SnapshotBlobMissingError [snapshot.index]

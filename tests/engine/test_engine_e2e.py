@@ -177,7 +177,10 @@ def test_restart_with_other_partitions_or_key_is_refused(spark: Any, tmp_path: P
             **options,
         )
 
-    with pytest.raises(MetadataConflictError, match=r"records 2 partitions, the query asks for 3"):
+    with pytest.raises(
+        MetadataConflictError,
+        match=r"2 partitions \(version 1, its newest commit\), the query asks for 3: pass allow_rescale=True",
+    ):
         restart(num_partitions=3)
     with pytest.raises(MetadataConflictError, match=r"\['key'\].*\['key', 'value'\]"):
         restart(key=["key", "value"])

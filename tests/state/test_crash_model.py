@@ -26,7 +26,7 @@ The same histories also run on the real S3 backend (the moto server) and the rea
 the injected crashes; every cut is retried within the store's attempts.
 
 ``BLOBSTATE_CRASH_SEEDS=<n>`` runs more histories on memory and local stores (the long run: 2000);
-``BLOBSTATE_SERVER_CRASH_SEEDS=<n>`` on each server (default 10 on S3, 4 on the slower azurite; the long runs: 2000), cutting
+``BLOBSTATE_SERVER_CRASH_SEEDS=<n>`` on each server (default 10 on S3, 4 on the slower azurite), cutting
 each answer with probability ``BLOBSTATE_CUT_CHANCE`` (default 0.05);
 ``BLOBSTATE_SERVER_CRASH_SEED_START=<s>`` makes those seeds ``s`` to ``s + n - 1`` (default 0), so a long
 run can be split into shards over distinct seeds.

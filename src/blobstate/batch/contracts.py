@@ -186,7 +186,7 @@ class BatchPlan:
     """What the driver decided for one batch, the same for every task of its stage."""
 
     version: int
-    """The committed version the tasks start from (the batch id); they commit ``version + 1``."""
+    """The committed version the tasks start from; they commit ``version + 1``."""
     uids: dict[int, str]
     """Each partition's uid at ``version`` (empty at version 0)."""
     run: RunSpec
@@ -200,11 +200,19 @@ class BatchPlan:
     for a write-through sink (whose job must see the task fail)."""
     pandas_object_strings: bool = True
     """Build pandas string columns with the object dtype in the Python workers."""
+    batch_id: int | None = None
+    """Spark's id of the batch; None: :attr:`version` (a checkpoint never rescaled, where batch ``b``
+    starts from version ``b``; a rescale commits a version of its own, ``engine/batch_versions.py``)."""
 
     @property
     def committing(self) -> int:
         """The version this batch commits."""
         return self.version + 1
+
+    @property
+    def batch(self) -> int:
+        """Spark's id of the batch (what the sink is handed and messages name)."""
+        return self.version if self.batch_id is None else self.batch_id
 
     def to_json(self) -> JsonObject:
         """This plan as a JSON object."""
@@ -216,6 +224,7 @@ class BatchPlan:
             "inline_output_bytes": self.inline_output_bytes,
             "report_failures": self.report_failures,
             "pandas_object_strings": self.pandas_object_strings,
+            "batch_id": self.batch_id,
         }
 
     @classmethod
@@ -232,6 +241,7 @@ class BatchPlan:
             inline_output_bytes=int(data["inline_output_bytes"]),  # type: ignore[arg-type]
             report_failures=bool(data["report_failures"]),
             pandas_object_strings=bool(data["pandas_object_strings"]),
+            batch_id=None if data.get("batch_id") is None else int(data["batch_id"]),  # type: ignore[arg-type]
         )
 
 

@@ -91,13 +91,16 @@ def collect_lineage(
     newest = log_.read_commit(latest)
     cache = CommitCache(log_, {latest: newest})
     top = latest if version is None else version
-    for op, parts in sorted(newest.checkpoints.items()):
+    # The partitions of the listing's first version; each listing stops where their layout starts (a
+    # rescale): partition p before it is another partition.
+    first = cache.commit(top) or newest
+    for op, parts in sorted(first.checkpoints.items()):
         if operator is not None and op != operator:
             continue
         for p in sorted(int(k) for k in parts):
             if partition is not None and p != partition:
                 continue
-            history = PartitionHistory(cache, op, p)
+            history = PartitionHistory(cache, op, p, layout_from=first.layout_from)
             history.prefetch(range(max(1, top - limit + 1), top + 1))
             rows = []
             for v in range(top, max(0, top - limit), -1):
@@ -177,6 +180,7 @@ def _version_json(row: Any, *, detail: bool) -> dict[str, Any]:
         "delta_bytes": row.delta_bytes,
         "snapshots": row.snapshots,
         "checkpoint": row.checkpoint_kind,
+        "rescale": row.rescale,
     }
     if detail:
         out["partitions"] = {str(p): asdict(m) for p, m in sorted(row.partitions.items())}
@@ -226,6 +230,7 @@ def _version_line(row: Any) -> str:
         f"{row.batch_id:>7}  {row.version:>7}  {_time(row.created_time_ms):<19}"
         f"  {_fmt(row.input_rows, ','):>10}  {_fmt(row.output_rows, ','):>10}  {_fmt(row.seconds, '.3f'):>8}"
         f"  {_size(row.bytes_uploaded):>11}  {_fmt(row.restore_seconds, '.3f'):>9}  {row.checkpoint_kind}"
+        + (f" (rescale to {row.num_partitions} partitions)" if row.rescale else "")
     )
 
 

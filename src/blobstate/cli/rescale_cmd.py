@@ -35,9 +35,11 @@ def rescale(
 ) -> None:
     """Rescale the newest version of a query checkpoint to --partitions partitions, as one new version.
 
-    Every kind of state follows its keys. The query must be stopped. Older versions stay readable until
-    retention removes them; a crash leaves the old layout or the new one, and running the command again
-    finishes the job.
+    Every kind of state follows its keys. The query must be stopped; restart it with
+    num_partitions=N (or none: it takes the newest commit's count). A query can also rescale at its
+    start: transform_with_state(..., num_partitions=N, allow_rescale=True). Older versions stay
+    readable until retention removes them; a crash leaves the old layout or the new one, and running
+    the command again finishes the job. See docs/RESCALE.md.
     """
     from blobstate.blobstore import open_blob_store
     from blobstate.rescale import rescale_checkpoint
@@ -63,6 +65,5 @@ def rescale(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``rescale`` to the CLI, hidden from the help: a query does not yet continue on a rescaled
-    checkpoint (it refuses the changed partition count), so the command is for trying the rescale only."""
-    app.command(hidden=True)(rescale)
+    """Add ``rescale`` to the CLI."""
+    app.command()(rescale)

@@ -2,7 +2,9 @@
 
 :func:`build_commit` decides everything ``commits/<v>.json`` records: each partition's uid and objects,
 the retained window and the horizon (``state/retention.py``), the event-time watermark, the placement,
-the metrics, and what each per-batch step adds (:class:`~blobstate.batch.steps.CommitPart`). The
+the metrics, what each per-batch step adds (:class:`~blobstate.batch.steps.CommitPart`), Spark's batch
+id (the plan's: after a rescale it is no longer ``version - 1``, ``batch_versions.py``) and the partition
+layout (the previous commit's: ``num_partitions`` and ``layout_from`` carry forward from a rescale). The
 driver writes it; nothing here reads or writes storage.
 """
 
@@ -80,7 +82,7 @@ def build_commit(
     retained = retained_from(previous, version, context.min_versions_to_retain)
     return Commit(
         version=version,
-        batch_id=version - 1,
+        batch_id=plan.batch,
         checkpoints=checkpoints,
         objects=objects,
         retained_from=retained,
@@ -98,4 +100,7 @@ def build_commit(
         adjunct_offsets=adjunct_offsets,
         source=None if context.source is None else dict(context.source),
         writer=context.writer,
+        # A rescaled checkpoint's layout carries forward: every commit after a rescale records it.
+        num_partitions=None if previous is None else previous.num_partitions,
+        layout_from=1 if previous is None else previous.layout_from,
     )

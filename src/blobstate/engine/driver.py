@@ -24,6 +24,7 @@ from blobstate.adjunct.spec import AdjunctSpec
 from blobstate.batch.contracts import BatchPlan, JsonObject, PartitionSpec, RunSpec, TaskResult
 from blobstate.batch.steps import BatchStep, PreparedBatch
 from blobstate.blobstore import BlobStore
+from blobstate.engine.batch_versions import committed_batch, version_of_batch
 from blobstate.engine.commit import CommitContext, build_commit
 from blobstate.engine.config import QueryConfig
 from blobstate.engine.replay import SourceProgress, check_batch
@@ -230,6 +231,10 @@ class BatchDriver:
     reports: deque[BatchReport] = field(default_factory=lambda: deque(maxlen=RECENT_REPORTS))
     """The most recent batches' reports (``RECENT_REPORTS`` of them: a query that runs for years keeps a
     bounded number, as Spark keeps ``spark.sql.streaming.numRecentProgressUpdates`` progresses)."""
+    latest: Commit | None = None
+    """The newest commit (None: nothing committed yet): it maps Spark's batch ids to versions
+    (``batch_versions.py``); read from the commit log before the first batch, replaced by each commit."""
+    _latest_read: bool = field(default=False, repr=False)
     failure: BlobstateError | None = None
     """Why the last batch failed, when blobstate knows (the processor or the sink raised, or a blobstate
     check refused to go on), else None: the query's handle raises it first."""
@@ -270,10 +275,26 @@ class BatchDriver:
             raise
 
     def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
-        version = batch_id + 1
+        if not self._latest_read:
+            self.latest = self.commit_log.latest_commit()
+            self._latest_read = True
         source = self.spark_checkpoint.source(batch_id) if self.spark_checkpoint is not None else None
-        if self.commit_log.commit_exists(version):
-            committed = self.commit_log.read_commit(version)
+        replayed = committed_batch(self.latest, batch_id, self._commit_or_none)
+        if replayed is not None:
+            version, committed = replayed
+            if committed is None:
+                raise BatchError(
+                    f"batch {batch_id} was committed as version {version}, whose commit was pruned from"
+                    f" {self.store.url}: Spark's checkpoint is behind the blobstate checkpoint"
+                )
+            if source is not None:
+                self._check_source(batch_id, committed, None, source)
+            self._report(BatchReport(batch_id, version, 0, 0, 0.0, 0.0, 0, 0, 0, skipped=True))
+            self.request_tick(committed)
+            return
+        version = version_of_batch(self.latest, batch_id)
+        if self.commit_log.commit_exists(version):  # its commit was written, then the batch failed
+            committed = self.latest = self.commit_log.read_commit(version)
             if source is not None:
                 self._check_source(batch_id, committed, None, source)
             self._report(BatchReport(batch_id, version, 0, 0, 0.0, 0.0, 0, 0, 0, skipped=True))
@@ -281,7 +302,7 @@ class BatchDriver:
             return
         started = time.monotonic()
         self.post_commit.wait()
-        previous = self._previous(batch_id)
+        previous = self._previous(batch_id, version)
         if source is not None:
             self._check_source(batch_id, None, previous, source)
         batch = PreparedBatch(
@@ -301,6 +322,7 @@ class BatchDriver:
             commit = self._commit(batch, run, started, stage_started, commit_started, source)
         finally:
             run.result.release()
+        self.latest = commit
         for step in self.steps:
             step.after_commit(commit, run.results)
         finished = time.monotonic()
@@ -308,16 +330,25 @@ class BatchDriver:
         self.request_tick(commit)
         self.post_commit.start(commit)
 
-    def _previous(self, batch_id: int) -> Commit | None:
-        """The commit the batch starts from; refuses a batch whose starting commit does not exist."""
-        if batch_id == 0:
+    def _commit_or_none(self, version: int) -> Commit | None:
+        """The commit of ``version`` (None: it does not exist, or was pruned)."""
+        if not self.commit_log.commit_exists(version):
             return None
-        if not self.commit_log.commit_exists(batch_id):
+        return self.commit_log.read_commit(version)
+
+    def _previous(self, batch_id: int, version: int) -> Commit | None:
+        """The commit the batch starts from (version ``version - 1``); refuses a batch whose starting
+        commit does not exist."""
+        if version == 1:
+            return None
+        if self.latest is not None and self.latest.version == version - 1:
+            return self.latest
+        if not self.commit_log.commit_exists(version - 1):
             raise BatchError(
-                f"batch {batch_id} starts from version {batch_id}, but commits/{batch_id}.json does not exist"
-                f" in {self.store.url}: the blobstate checkpoint does not match Spark's checkpoint"
+                f"batch {batch_id} starts from version {version - 1}, but commits/{version - 1}.json does not"
+                f" exist in {self.store.url}: the blobstate checkpoint does not match Spark's checkpoint"
             )
-        return self.commit_log.read_commit(batch_id)
+        return self.commit_log.read_commit(version - 1)
 
     def _plan(
         self, batch_df: DataFrame, batch_id: int, previous: Commit | None, source: SourceProgress | None
@@ -344,7 +375,8 @@ class BatchDriver:
         )
         writes_through = self.stage.writes_through
         return BatchPlan(
-            version=batch_id,
+            version=previous.version if previous is not None else 0,
+            batch_id=batch_id,
             uids={int(p): u for p, u in uids.items()},
             run=run,
             # a writer sink gets every output row from the tasks themselves: none held in metadata rows

@@ -34,7 +34,8 @@ from blobstate.engine.stage import Stage
 from blobstate.engine.ticks import Ticks
 from blobstate.engine.watermark import input_watermark
 from blobstate.errors import ArgumentTypeError, QueryError
-from blobstate.lineage.commitlog import CommitLog, QueryMetadata
+from blobstate.layout import METADATA
+from blobstate.lineage.commitlog import Commit, CommitLog, MetadataConflictError, QueryMetadata
 from blobstate.standby.step import StandbySettings, StandbyStep
 from blobstate.standby.syncer import StandbySyncer
 
@@ -79,6 +80,7 @@ def transform_with_state(
     initial_state: Any = None,
     initial_state_key: str | Sequence[str] | None = None,
     adjuncts: Sequence[Adjunct] = (),
+    allow_rescale: bool = False,
     **options: Any,
 ) -> StreamingQuery:
     """Start a streaming query that runs ``processor`` per key with state kept by blobstate.
@@ -89,9 +91,11 @@ def transform_with_state(
     the one location of the query's state (a path, ``file://``, or ``s3://``; Spark's offsets go to
     ``<checkpoint>/_spark``); ``sink(batch_df, batch_id)`` receives each batch's output, as
     ``foreachBatch`` would, and must be idempotent per batch id for end-to-end exactly-once;
-    ``num_partitions`` the number of state partitions, fixed for the life of the checkpoint; by default,
-    as with Spark's own stateful operators, a new checkpoint takes ``spark.sql.shuffle.partitions`` and
-    an existing one keeps the count it recorded.
+    ``num_partitions`` the number of state partitions; by default, as with Spark's own stateful
+    operators, a new checkpoint takes ``spark.sql.shuffle.partitions`` and an existing one keeps the
+    count of its newest commit. Another count on an existing checkpoint is refused unless
+    ``allow_rescale=True``: then the checkpoint is rescaled to ``num_partitions`` before the first batch
+    (one Spark job on this session, as ``blobstate rescale``; docs/RESCALE.md).
     ``api="row"`` runs a processor written for Spark's row-based ``transformWithState`` (Rows in and
     out) instead of one for ``transformWithStateInPandas`` (the default, ``api="pandas"``);
     ``api="arrow"`` runs a :class:`blobstate.ArrowStatefulProcessor` (vectorized: one call per
@@ -117,6 +121,8 @@ def transform_with_state(
         not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1
     ):
         raise QueryConfigError(f"num_partitions must be a positive integer, not {num_partitions!r}")
+    if not isinstance(allow_rescale, bool):
+        raise ArgumentTypeError(f"allow_rescale must be True or False, not {allow_rescale!r}")
     spark = df.sparkSession
     config = QueryConfig.build(spark_blobstate_conf(spark), options, input_watermark(df))
     key_columns = (key,) if isinstance(key, str) else tuple(key)
@@ -145,10 +151,24 @@ def transform_with_state(
 
     combined, adjunct_specs = with_side_streams(df, key_columns, list(adjuncts))
     store = open_blob_store(store_url)
-    if num_partitions is None:
-        num_partitions = default_num_partitions(store, spark)
     key_schema = df.select(*[f"`{k}`" for k in key_columns]).schema.jsonValue()
-    metadata = _ensure_metadata(store, num_partitions, config, key_columns, adjunct_specs, key_schema)
+    metadata = _ensure_metadata(
+        store,
+        num_partitions if num_partitions is not None else default_num_partitions(store, spark),
+        config,
+        key_columns,
+        adjunct_specs,
+        key_schema,
+        existing_layout=True,
+    )
+    # One listing of commits/ at start (another after a rescale): holes in the retained window refuse
+    # the start, and the cleanup prunes whatever a crash left below the horizon.
+    scan = CommitLog(store).scan()
+    num_partitions, rescaled = _layout_at_start(
+        spark, store_url, metadata, scan.newest, config.operator, num_partitions, allow_rescale
+    )
+    if rescaled:
+        scan = CommitLog(store).scan()
     warn_unless_pending_objects_expire(store)  # one line at the query's start, never an error
     from blobstate.engine.placement import PlacementHelper, PlacementUnavailableError
 
@@ -163,9 +183,6 @@ def transform_with_state(
     initial_frame, initial_keys = _initial_state(initial_state, key_columns, initial_state_key)
     from blobstate.state.retention import cleanup_latest
 
-    # One listing of commits/ at start: holes in the retained window refuse the start, and the cleanup
-    # prunes whatever a crash left below the horizon.
-    scan = CommitLog(store).scan()
     started_cleanup = cleanup_latest(store, scan)
     location = spark_checkpoint_location(checkpoint_url, config)
     spark_files = SparkCheckpoint(spark, location)
@@ -346,15 +363,83 @@ def _validate_processor(processor: object, config: QueryConfig) -> None:
 
 
 def default_num_partitions(store: BlobStore, spark: SparkSession) -> int:
-    """The partition count of a query that names none, as Spark's stateful operators choose it: the
-    count an existing checkpoint recorded, else the session's ``spark.sql.shuffle.partitions``."""
+    """The partition count of a query that names none, as Spark's stateful operators choose it: an
+    existing checkpoint's (its newest commit's, which a rescale changes; else ``metadata.json``'s), else
+    the session's ``spark.sql.shuffle.partitions``."""
     from blobstate.blobstore import BlobNotFoundError
 
+    commits = CommitLog(store)
     try:
-        return CommitLog(store).read_metadata().num_partitions
+        metadata = commits.read_metadata()
     except BlobNotFoundError:
-        pass
-    return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or "200")  # Spark checks it is positive
+        return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or "200")  # Spark checks it
+    newest = commits.latest_commit()
+    if newest is not None and newest.num_partitions is not None:
+        return newest.num_partitions
+    return metadata.num_partitions
+
+
+class PartitionCountMismatchError(MetadataConflictError):
+    """The query asks for another partition count than the checkpoint's newest commit has, without
+    ``allow_rescale``."""
+
+
+def check_partition_count(
+    url: str, current: int, newest: Commit | None, requested: int, allow_rescale: bool
+) -> bool:
+    """Whether the query on a checkpoint of ``current`` partitions (those of its newest commit
+    ``newest``; None: nothing committed, ``metadata.json``'s) must rescale it to ``requested`` first.
+
+    Raises :class:`PartitionCountMismatchError` (one line naming both counts) when the counts differ and
+    the query may not rescale: without ``allow_rescale``, or with nothing committed to rescale.
+    """
+    if requested == current:
+        return False
+    if newest is None:
+        raise PartitionCountMismatchError(
+            f"{url} records {current} partitions in metadata.json, the query asks for {requested}, and"
+            f" nothing is committed yet to rescale: start it with num_partitions={current}, or use a new"
+            " checkpoint location"
+        )
+    if not allow_rescale:
+        raise PartitionCountMismatchError(
+            f"{url} records {current} partitions (version {newest.version}, its newest commit), the query"
+            f" asks for {requested}: pass allow_rescale=True to rescale the checkpoint to {requested}"
+            f" partitions before the first batch (docs/RESCALE.md), or num_partitions={current}"
+        )
+    return True
+
+
+def _layout_at_start(
+    spark: SparkSession,
+    store_url: str,
+    metadata: QueryMetadata,
+    newest: Commit | None,
+    operator: str,
+    requested: int | None,
+    allow_rescale: bool,
+) -> tuple[int, bool]:
+    """The query's partition count and whether the checkpoint was rescaled to it now: the newest
+    commit's count (which a rescale may have changed since ``metadata.json`` was written), or
+    ``requested`` after rescaling to it when asked and allowed."""
+    current = newest.partitions_of(operator, metadata) if newest is not None else metadata.num_partitions
+    if requested is None:
+        return current, False
+    if not check_partition_count(checkpoint_location(store_url), current, newest, requested, allow_rescale):
+        return requested, False
+    from blobstate.rescale import rescale_checkpoint
+
+    result = rescale_checkpoint(spark, store_url, requested)
+    log.info(
+        "rescaled %s from %d to %d partitions before the first batch: version %d (%d records, %.1f s)",
+        result.url,
+        result.old_partitions,
+        result.new_partitions,
+        result.version,
+        result.records,
+        result.seconds,
+    )
+    return requested, True
 
 
 def _ensure_metadata(
@@ -364,9 +449,14 @@ def _ensure_metadata(
     key_columns: tuple[str, ...],
     adjuncts: Sequence[AdjunctSpec] = (),
     key_schema: JsonObject | None = None,
+    *,
+    existing_layout: bool = False,
 ) -> QueryMetadata:
     """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
-    stores: a broadcast store is an operator of its own with one partition)."""
+    stores: a broadcast store is an operator of its own with one partition).
+
+    ``metadata.json`` is never rewritten: with ``existing_layout`` an existing checkpoint's partition
+    count is not compared here (the newest commit's count is the layout, checked at start)."""
     from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
     main: JsonObject = {"key_columns": list(key_columns)}
@@ -382,6 +472,8 @@ def _ensure_metadata(
     for a in adjuncts:
         if a.mode == "broadcast":
             operators[a.operator] = {"key_columns": list(a.key_in_union), "partitions": 1}
+    if existing_layout and store.exists(METADATA):
+        num_partitions = CommitLog(store).read_metadata().num_partitions
     wanted = QueryMetadata.new(num_partitions, operators)
     metadata = CommitLog(store).write_metadata(wanted)
     recorded = metadata.operators.get(config.operator, {}).get("key_schema")

@@ -91,7 +91,8 @@ def check_batch(
 ) -> bool:
     """Whether batch ``batch_id`` is a replay of a committed batch (True: skip it; False: run it).
 
-    ``committed`` is the commit of version ``batch_id + 1`` (None if there is none), ``latest`` the
+    ``committed`` is the commit of the batch (None if there is none; ``batch_versions.committed_batch``
+    finds it), ``latest`` the
     newest commit (None if nothing is committed), ``current`` what Spark's checkpoint says about this
     batch now. Raises :class:`SparkCheckpointMismatchError` when they disagree. Commits without a recorded
     source (written by an older blobstate, or by tools) are trusted as before.
@@ -111,7 +112,7 @@ def check_batch(
         if recorded.offsets_sha256 != current.offsets_sha256:
             raise SparkCheckpointMismatchError(
                 f"batch {batch_id} has other source offsets in Spark's checkpoint {spark_checkpoint} than "
-                f"the batch committed as version {batch_id + 1} in {checkpoint}: Spark's offset log was "
+                f"the batch committed as version {committed.version} in {checkpoint}: Spark's offset log was "
                 f"changed, and running on would drop or repeat input; {recovery}"
             )
         return True

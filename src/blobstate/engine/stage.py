@@ -120,7 +120,7 @@ class Stage:
             result = self._write_through(frame, spec, placement)
             return StageRun(result, time.monotonic(), 1)
         first_submitted: float | None = None
-        version = spec.plan.version
+        batch_id = spec.plan.batch
         for attempt in range(1, self.max_attempts + 1):
             if attempt > 1 and placement is not None:
                 placement.replan()
@@ -129,7 +129,7 @@ class Stage:
             result.earlier_runs_seconds = result.submitted_at - first_submitted
             sink_started = time.monotonic()
             try:
-                self._hand_to_sink(result.frame, version)
+                self._hand_to_sink(result.frame, batch_id)
                 return StageRun(result, sink_started, attempt)
             except BaseException as error:
                 result.release()
@@ -139,13 +139,13 @@ class Stage:
                 log.warning(
                     "batch %d: outputs of the processing stage were lost before the sink read them (%s);"
                     " running the stage again (attempt %d of %d)",
-                    version,
+                    batch_id,
                     first_line(error),
                     attempt + 1,
                     self.max_attempts,
                 )
         self.failure = BatchError(
-            f"batch {version}: the outputs of the processing stage were lost before the sink read them"
+            f"batch {batch_id}: the outputs of the processing stage were lost before the sink read them"
             f" in each of {self.max_attempts} attempts (executors lost or cache evicted); nothing was"
             " committed"
         )
@@ -155,7 +155,7 @@ class Stage:
         """The stage inside the sink's write (``write_through.py``): no persisted outputs, one job."""
         assert self.helper is not None
         stage, _ = self._stage_frame(frame, spec, placement)
-        batch_id = spec.plan.version  # the version the tasks start from is the batch's id
+        batch_id = spec.plan.batch
         submitted_at = time.time()
         try:
             result = write_through(
@@ -168,7 +168,7 @@ class Stage:
         except StageFailedError as error:
             self.failure = ProcessorFailedError(str(error))
             raise self.failure from None
-        self._check_results(result.results, batch_id)
+        self._check_results(result.results, batch_id, spec.plan.committing)
         result.submitted_at = submitted_at
         return result
 
@@ -176,18 +176,18 @@ class Stage:
         started = time.monotonic()
         stage, schema = self._stage_frame(frame, spec, placement)
         shuffle_seconds = time.monotonic() - started
-        version = spec.plan.version
+        batch_id = spec.plan.batch
         submitted_at = time.time()
         try:
             result = run_stage(
-                stage, self.helper, self.num_partitions, f"batch {version}", worker_error, schema
+                stage, self.helper, self.num_partitions, f"batch {batch_id}", worker_error, schema
             )
         except StageFailedError as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
             # processor raised (its notes name the handler and the key) at the top.
             self.failure = ProcessorFailedError(str(error), error.processor_traceback)
             raise self.failure from None
-        self._check_results(result.results, version)
+        self._check_results(result.results, batch_id, spec.plan.committing)
         result.shuffle_seconds = shuffle_seconds
         result.submitted_at = submitted_at
         return result
@@ -237,11 +237,11 @@ class Stage:
         marked_input = batch_df.withColumn(INITIAL_COLUMN, F.lit(False))
         return marked_input.unionByName(marked_init, allowMissingColumns=True)
 
-    def _check_results(self, results: dict[int, TaskResult], batch_id: int) -> None:
+    def _check_results(self, results: dict[int, TaskResult], batch_id: int, committing: int) -> None:
         missing = sorted(set(range(self.num_partitions)) - set(results))
         if missing:
             raise BatchError(f"batch {batch_id}: no commit metadata from partition(s) {missing}")
-        stale = sorted(p for p, r in results.items() if r.version != batch_id + 1)
+        stale = sorted(p for p, r in results.items() if r.version != committing)
         if stale:
             raise BatchError(f"batch {batch_id}: partition(s) {stale} committed another version")
 

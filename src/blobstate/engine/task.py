@@ -180,7 +180,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     adjunct_scope = contextlib.ExitStack()
     failed = False
     failure: dict[str, str] = {}
-    where_noted = f"(partition {partition} of operator {where.operator}, batch {plan.version})"
+    where_noted = f"(partition {partition} of operator {where.operator}, batch {plan.batch})"
     run_stats = RunStats()
     try:
         load_seconds = time.monotonic() - started

@@ -148,7 +148,7 @@ class StandbyMetrics:
 
 @dataclass(frozen=True)
 class BatchMetrics:
-    """The figures of one committed version (the state after batch ``version - 1``)."""
+    """The figures of one committed version (the state after batch :attr:`batch_id`)."""
 
     version: int
     created_time_ms: int
@@ -174,11 +174,18 @@ class BatchMetrics:
     standby: StandbyMetrics | None = None
     writer: str = ""
     """The driver run that wrote the commit (it changes when the query restarts)."""
+    recorded_batch_id: int | None = None
+    """The commit's ``batch_id`` (None: ``version - 1``)."""
+    num_partitions: int | None = None
+    """The partition count of this version's layout when a rescale set it (None: ``metadata.json``'s)."""
+    rescale: bool = False
+    """Whether this version is a rescale's: no batch produced it (it repeats the batch id before it)."""
 
     @property
     def batch_id(self) -> int:
-        """The micro-batch that produced this version."""
-        return self.version - 1
+        """The micro-batch whose state this version holds (after a rescale, no longer ``version - 1``;
+        a rescale's own version holds the state of the batch before it)."""
+        return self.version - 1 if self.recorded_batch_id is None else self.recorded_batch_id
 
     @property
     def snapshots(self) -> int:
@@ -368,6 +375,9 @@ def batch_row(
         split={k: v for k in STAGE_SPLIT if (v := _number(metrics, k)) is not None},
         standby=_standby(metrics.get("standby")),
         writer=commit.writer,
+        recorded_batch_id=commit.batch_id,
+        num_partitions=commit.num_partitions,
+        rescale=commit.rescaled,
     )
 
 
@@ -400,17 +410,22 @@ def batch_metrics(
 
 
 def summarize(
-    url: str, metadata: QueryMetadata, versions: Sequence[int], horizon: int = 1
+    url: str,
+    metadata: QueryMetadata,
+    versions: Sequence[int],
+    horizon: int = 1,
+    num_partitions: int | None = None,
 ) -> CheckpointSummary:
-    """The header of a report: the query, its partitions and operators, and which versions exist
-    (``missing``: those without a commit from ``horizon``, below which the log was pruned)."""
+    """The header of a report: the query, its partitions (``num_partitions``: the newest commit's when
+    a rescale set it, else ``metadata.json``'s) and operators, and which versions exist (``missing``:
+    those without a commit from ``horizon``, below which the log was pruned)."""
     present = sorted(versions)
     latest = present[-1] if present else 0
     missing = sorted(set(range(horizon, latest + 1)) - set(present))
     return CheckpointSummary(
         url=url,
         query_id=metadata.query_id,
-        num_partitions=metadata.num_partitions,
+        num_partitions=metadata.num_partitions if num_partitions is None else num_partitions,
         operators=sorted(metadata.operators),
         created_time_ms=metadata.created_time_ms,
         versions=present,
@@ -495,7 +510,8 @@ def load_batch_metrics(
     metadata = log.read_metadata()
     scan = log.scan(check=False)
     present = [v for v in scan.versions if v >= scan.horizon]
-    summary = summarize(store.url, metadata, present, scan.horizon)
+    newest = scan.newest.num_partitions if scan.newest is not None else None
+    summary = summarize(store.url, metadata, present, scan.horizon, newest)
     chosen = present[-window:] if versions is None else sorted(set(versions) & set(present))
     commits = _read_all(chosen, log.read_commit, "commits", progress)
     sizes = snapshot_sizes(store, commits, progress) if state_sizes else {}

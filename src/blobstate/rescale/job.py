@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class RescalePlan:
     """What a rescale does, fixed on the driver before any task runs (sent to every task)."""
 
     url: str
+    """The checkpoint's location, as messages name it (never with a URL's options)."""
     query_id: str
     version: int
     """The newest committed version ``L`` (with the old layout)."""
@@ -69,6 +70,8 @@ class RescalePlan:
     key_schemas: dict[str, Any]
     """Each processor operator's key schema as JSON (``metadata.json``'s ``key_schema``)."""
     pending_ttl: float
+    store_url: str = ""
+    """The URL tasks open the store with (with a query's blob store options); empty: :attr:`url`."""
 
     @property
     def new_version(self) -> int:
@@ -174,7 +177,7 @@ def split_partition(
     """Stage 1, one old partition: ``(op index * N + new partition, chunk)`` pairs of all its records."""
     from blobstate.reader.checkpoint import open_version, restored_partition
 
-    store = open_blob_store(plan.url)
+    store = open_blob_store(plan.store_url or plan.url)
     checkpoint = open_version(store, plan.version)
     schema = parse_stored_schema(plan.key_schemas[op], where=f"key_schema of operator {op}")
     where = f"operator {op} partition {partition} at version {plan.version} of {plan.url}"
@@ -202,7 +205,7 @@ def build_partition(
     from blobstate.state.partition import upload_snapshot
     from blobstate.state.store import RocksStateStore
 
-    store = open_blob_store(plan.url)
+    store = open_blob_store(plan.store_url or plan.url)
     cid = CheckpointId(plan.new_version, new_uid())
     where = f"operator {op} new partition {partition} of version {cid.version} of {plan.url}"
     scratch = Path(tempfile.mkdtemp(prefix=f"blobstate-rescale-{partition}-"))
@@ -292,6 +295,7 @@ def rescale_checkpoint(
     started = time.monotonic()
     store = open_blob_store(url)
     plan, newest = plan_rescale(store, partitions, pending_ttl=pending_ttl)
+    plan = replace(plan, store_url=url)
     log = CommitLog(store)
     result = RescaleResult(store.url, plan.old_partitions, partitions, newest.version, newest.version)
     if plan.old_partitions == partitions:
@@ -334,13 +338,15 @@ def rescale_checkpoint(
         watermark_ms=newest.watermark_ms,
         adjunct_offsets=newest.adjunct_offsets,
         metrics={
+            # the late-row watermark of the next batch is the eviction watermark of the one before
+            "eviction_watermark_ms": (newest.metrics or {}).get("eviction_watermark_ms"),
             "rescale": {
                 "from_partitions": plan.old_partitions,
                 "to_partitions": partitions,
                 "from_version": plan.version,
                 "records": result.records,
                 "bytes_uploaded": result.bytes_uploaded,
-            }
+            },
         },
         source=newest.source,
         batch_id=newest.batch_id,

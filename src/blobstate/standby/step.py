@@ -67,6 +67,8 @@ class StandbyStep:
         self._helper = helper
         self._plan: Plan | None = None
         self._ran: dict[int, PartitionAssignment] | None = None
+        self._layout_from: int | None = None
+        """The first version of the partition layout the assignment and replica versions are of."""
 
     # ------------------------------------------------------------------ the step
     def prepare(self, batch: PreparedBatch) -> None:
@@ -104,9 +106,24 @@ class StandbyStep:
             self.syncer.wait(60)
 
     # ------------------------------------------------------------------ planning
+    def _enter_layout(self, previous: Commit | None) -> None:
+        """Keep the assignment and replica versions of the batch's partition layout only: after a
+        rescale, partition ``p`` is another partition than before it, so the old layout's actives and
+        replicas are dropped and the new partitions' replicas are built from their snapshots."""
+        layout = previous.layout_from if previous is not None else 1
+        if layout == self._layout_from:
+            return
+        if self._layout_from is not None:
+            self.assignment = {}
+        self._layout_from = layout
+        if self.syncer is not None:
+            self.syncer.forget_below(layout)
+
     def _assign(self, previous: Commit | None) -> Plan:
         """This batch's assignment: actives, standbys and warm-ups over the executors alive now."""
         settings = self.settings
+        self._enter_layout(previous)
+        # A rescale's commit records no placement: its partitions never ran anywhere.
         before = self.assignment or parse_placement((previous.placement or {}) if previous else {})
         if not self.assignment and before:  # a restarted driver: wait for the recorded actives' hosts
             hosts = {a.active.host for a in before.values()}
@@ -171,8 +188,10 @@ class StandbyStep:
         )
 
     def _replica_versions(self) -> dict[tuple[int, str], int]:
-        """The last reported version of each replica, by (partition, host)."""
-        return self.syncer.replica_versions() if self.syncer is not None else {}
+        """The last reported version of each replica of the layout's partitions, by (partition, host)."""
+        versions = self.syncer.replica_versions() if self.syncer is not None else {}
+        floor = self._layout_from or 0
+        return {k: v for k, v in versions.items() if v >= floor}
 
     def _locations(self, plan: Plan) -> list[str | None] | None:
         """Each partition's candidates for the processing task: its active, then its replicas freshest

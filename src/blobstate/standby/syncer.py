@@ -105,6 +105,8 @@ class StandbySyncer:
         self._thread: threading.Thread | None = None
         self._finished: list[SyncRound] = []
         self._stopped = False
+        self._floor = 0
+        """Versions below it are of an older partition layout (``forget_below``)."""
 
     # ------------------------------------------------------------------ what the driver reads
     def replica_versions(self) -> dict[tuple[int, str], int]:
@@ -121,7 +123,18 @@ class StandbySyncer:
     def seed_versions(self, versions: Mapping[tuple[int, str], int]) -> None:
         """Versions recorded by the last commit (a restarted driver); reports received since win."""
         with self._lock:
-            self._versions = {**versions, **self._versions}
+            self._versions = {**{k: v for k, v in versions.items() if v >= self._floor}, **self._versions}
+
+    def forget_below(self, version: int) -> None:
+        """A partition layout starts at ``version`` (a rescale): replicas at lower versions hold the old
+        layout's partitions, which share numbers with the new ones but nothing else. Forget them, a
+        pending round to such a version, and any report of one (a round running now), so that no
+        assignment takes a replica of old partition ``p`` for one of new partition ``p``."""
+        with self._lock:
+            self._floor = max(self._floor, version)
+            self._versions = {k: v for k, v in self._versions.items() if v >= self._floor}
+            if self._pending is not None and self._pending[0] < self._floor:
+                self._pending = None
 
     # ------------------------------------------------------------------ rounds
     def start(
@@ -168,7 +181,7 @@ class StandbySyncer:
                     if r["outcome"] in ("misplaced", "error"):
                         continue
                     key = (r["partition"], r["host"])
-                    if r["version"] > 0:
+                    if r["version"] > 0 and r["version"] >= self._floor:
                         self._versions[key] = r["version"]
                     else:
                         self._versions.pop(key, None)
