@@ -24,13 +24,16 @@ session's start-up included), ``cpu_seconds`` and ``op_cpu_seconds`` (own user+s
 process of the tree: driver, JVM, Python workers, sampled from /proc every 0.25 s, as in
 ``bench/spark_vs_native.py``), ``blob_read_bytes`` and ``blob_written_bytes`` (every ``BlobStore.get``,
 ``get_file``, ``put`` and ``put_if_absent`` of the process tree's Python processes, counted by a
-``sitecustomize`` on their ``PYTHONPATH``; Spark's own offsets and commits under ``_spark/`` go through
-Hadoop and are not counted), ``store_added_bytes`` and ``store_removed_bytes`` (the checkpoint's
+``sitecustomize`` on their ``PYTHONPATH``; Spark's own offsets and commits go through Hadoop and are not
+counted: under ``_spark/`` for a local store, in a local directory beside for S3, as ``s3a`` is not
+installed), ``store_added_bytes`` and ``store_removed_bytes`` (the checkpoint's
 listing after against before, everything included), and ``python_worker_peak_rss_mb`` (the highest
 ``VmHWM`` of the Python worker processes, read from /proc with the CPU; PySpark reuses a worker for
 several tasks, so this is the peak of the largest task a worker ran; the daemon they fork from is given
-apart). ``ratios`` gives per size, store and pair rescale over cold restore and rescale over replay;
-``rescale_worker_peak_rss_mb`` the rescale's per-task memory for each size side by side.
+apart). ``state_keys`` is RocksDB's estimate (updates not yet compacted count twice); the rescale's
+``rescale_records`` is exact. ``ratios`` gives per size, store and pair rescale over cold restore and
+rescale over replay; ``rescale_worker_peak_rss_mb`` the rescale's per-task memory for each size side by
+side.
 
     PYTHONPATH=src .venv/bin/python bench/rescale.py [--keys 1000000,10000000] [--pairs 2:4,4:2]
         [--store local,s3] [--rows-per-file 1000000] [--driver-memory 4g] [--workdir DIR (kept)]
@@ -185,6 +188,14 @@ class Stores:
         """The checkpoint URL of ``name``."""
         return f"{self.base}/{name}"
 
+    def spark_checkpoint(self, url: str) -> str | None:
+        """Where Spark's own checkpoint of the query at ``url`` goes: beside blobstate's objects (None)
+        for a local directory; for S3 a local directory (Spark reaches S3 through Hadoop's ``s3a``,
+        whose jars are not installed here)."""
+        if self.kind == "local":
+            return None
+        return str(self.workdir / "spark-checkpoints" / url.rsplit("/", 1)[1])
+
     def sizes(self, url: str) -> dict[str, int]:
         """Every object of the checkpoint and its size."""
         from blobstate.blobstore import open_blob_store
@@ -199,6 +210,10 @@ class Stores:
         if self.kind == "local":
             shutil.copytree(source, target)
             return
+        spark_source, spark_target = self.spark_checkpoint(source), self.spark_checkpoint(target)
+        assert spark_source is not None and spark_target is not None
+        if Path(spark_source).exists():
+            shutil.copytree(spark_source, spark_target)
         import boto3
 
         client = boto3.client("s3", endpoint_url=os.environ["BLOBSTATE_S3_ENDPOINT"], region_name="us-east-1")
@@ -220,6 +235,7 @@ class Stores:
             return
         from blobstate.blobstore import open_blob_store
 
+        shutil.rmtree(str(self.spark_checkpoint(url)), ignore_errors=True)
         with open_blob_store(url) as store:
             for name in store.list(""):
                 store.delete_if_exists(name)
@@ -289,6 +305,7 @@ def run_query(spark: Any, spec: dict[str, Any], result: dict[str, Any]) -> None:
         api="arrow",
         local_dir=spec["blobstate_local_dir"],
         on_batch=on_batch,
+        **({"spark_checkpoint": spec["spark_checkpoint"]} if spec.get("spark_checkpoint") else {}),
     )
     query.processAllAvailable()
     query.stop()
@@ -580,6 +597,7 @@ def one_store_size(
                 "driver_memory": args.driver_memory,
                 "spark_local_dir": str(base / run / "local" / "spark"),
                 "blobstate_local_dir": str(base / run / "local" / "blobstate"),
+                "spark_checkpoint": stores.spark_checkpoint(checkpoint),
                 **extra,
             }
 
