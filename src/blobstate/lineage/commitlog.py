@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TypeVar
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.errors import CorruptionError, StateError
+from blobstate.horizon import HorizonScan
 from blobstate.ids import (
     CheckpointId,
     InvalidIdError,
@@ -567,32 +568,8 @@ def _dump(obj: dict[str, Any], name: str) -> bytes:
 
 # ---------------------------------------------------------------------------------------------- the log
 @dataclass(frozen=True)
-class LogScan:
+class LogScan(HorizonScan[Commit]):
     """What one listing of ``commits/`` found: the versions present and the newest commit."""
-
-    versions: list[int]
-    newest: Commit | None
-
-    @property
-    def latest(self) -> int:
-        """The newest committed version (0: none)."""
-        return self.versions[-1] if self.versions else 0
-
-    @property
-    def horizon(self) -> int:
-        """The newest commit's horizon: commits below it may be pruned (1 without commits)."""
-        return self.newest.horizon if self.newest is not None else 1
-
-    @property
-    def holes(self) -> list[int]:
-        """Versions from the horizon to the newest without a commit."""
-        present = set(self.versions)
-        return [v for v in range(self.horizon, self.latest + 1) if v not in present]
-
-    @property
-    def prunable(self) -> list[int]:
-        """Versions below the horizon whose commits are still there (pruning not finished)."""
-        return [v for v in self.versions if v < self.horizon]
 
 
 class CommitLog:

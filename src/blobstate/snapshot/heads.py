@@ -23,6 +23,7 @@ from typing import NoReturn
 
 from blobstate.blobstore.base import BlobNotFoundError, BlobStore
 from blobstate.errors import CorruptionError
+from blobstate.horizon import HorizonScan
 from blobstate.ids import CheckpointId, InvalidIdError, validate_uid
 from blobstate.jsonfields import Fail, JsonFields, load_strict_json
 from blobstate.snapshot.checksum import CHECKSUM_ALGORITHM
@@ -169,38 +170,13 @@ def parse_head(data: bytes, name: str, version: int) -> HeadRecord:
 
 
 @dataclass(frozen=True)
-class HeadScan:
+class HeadScan(HorizonScan[HeadRecord]):
     """What one listing of ``heads/`` found: the versions present and the newest head."""
-
-    versions: list[int]
-    """Every version with a head, ascending (pruned ones below the horizon may still be among them)."""
-    newest: HeadRecord | None
-
-    @property
-    def latest(self) -> int:
-        """The newest committed version (0: nothing committed)."""
-        return self.versions[-1] if self.versions else 0
-
-    @property
-    def horizon(self) -> int:
-        """The newest head's horizon: heads below it may be pruned (1 without heads)."""
-        return self.newest.horizon if self.newest is not None else 1
-
-    @property
-    def holes(self) -> list[int]:
-        """Versions from the horizon to the newest without a head."""
-        present = set(self.versions)
-        return [v for v in range(self.horizon, self.latest + 1) if v not in present]
 
     @property
     def retained(self) -> list[int]:
         """The versions from the horizon to the newest, ascending (every one has a head when no holes)."""
         return [v for v in self.versions if v >= self.horizon]
-
-    @property
-    def prunable(self) -> list[int]:
-        """Versions below the horizon whose heads are still there (pruning not finished)."""
-        return [v for v in self.versions if v < self.horizon]
 
 
 class HeadLog:
