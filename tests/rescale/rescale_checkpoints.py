@@ -34,6 +34,17 @@ ADJUNCT_CF = "$adjunct:prices"
 RETAIN = 3
 
 
+def frozen(value: Any) -> Any:
+    """A state reader's value (rows, lists, maps) as nested tuples, so rows can be counted as a multiset."""
+    if isinstance(value, (list, tuple)):
+        return tuple(frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, frozen(v)) for k, v in value.items()))
+    if hasattr(value, "asDict"):
+        return frozen(tuple(value))
+    return value
+
+
 def watermark_of(version: int) -> int:
     """The watermark each test commit records."""
     return T0_MS + version * 500

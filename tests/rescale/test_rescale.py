@@ -15,6 +15,7 @@ from rescale_checkpoints import (
     ADJUNCT_CF,
     adjunct_reference,
     batches,
+    frozen,
     partition_of,
     reference,
     run_batches,
@@ -44,21 +45,11 @@ def read_state(url: str, version: int) -> Counter:
         plan = plan_read(url, version=version, state_var=var)
         for p in plan.partitions:
             for row in partition_rows(url, plan.version, plan.operator, p, plan.state_var, plan.schema):
-                rows[(var, _frozen(row[:-1]))] += 1
+                rows[(var, frozen(row[:-1]))] += 1
     for cf, key, value in raw_records(url, version, check_partition=False):
         if cf == ADJUNCT_CF:
             rows[("prices", (decode_key(key, 1)[0][0], value))] += 1
     return rows
-
-
-def _frozen(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
-    if hasattr(value, "asDict"):
-        return _frozen(tuple(value))
-    return value
 
 
 def expected_state(data: list[list[tuple[str, int]]]) -> Counter:

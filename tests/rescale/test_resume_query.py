@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rescale_checkpoints import frozen
 from resume_jobs import (
     MAIN,
     OUTPUT,
@@ -72,7 +73,7 @@ def state_rows(url: str, version: int, variables: tuple[str, ...], adjunct: str 
         plan = plan_read(url, version=version, state_var=var)
         for p in plan.partitions:
             for row in partition_rows(url, plan.version, plan.operator, p, plan.state_var, plan.schema):
-                rows[(var, _frozen(row[:-1]))] += 1
+                rows[(var, frozen(row[:-1]))] += 1
     if adjunct is not None:
         with open_blob_store(url) as store:
             checkpoint = open_version(store, version)
@@ -81,16 +82,6 @@ def state_rows(url: str, version: int, variables: tuple[str, ...], adjunct: str 
                     for key, value in rocks.items(f"$adjunct:{adjunct}"):
                         rows[(adjunct, decode_key(key, 1)[0], value)] += 1
     return rows
-
-
-def _frozen(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
-    if hasattr(value, "asDict"):
-        return _frozen(tuple(value))
-    return value
 
 
 def start_ledger(spark: Any, base: Path, sink: Any, **options: Any) -> Any:
