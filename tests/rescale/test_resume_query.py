@@ -1,13 +1,14 @@
 """A streaming query continues on a rescaled checkpoint (real Spark, the session's one SparkSession).
 
-A processing-time query (value, list and map state, TTL, timers, a partitioned adjunct store) runs three
-batches on 2 partitions and restarts with ``num_partitions=3, allow_rescale=True``: it rescales before
-its first batch, skips the batch Spark replays (committed before the rescale), and runs on. An event-time
-query (timers fired by the watermark, late rows dropped by the watermark before) runs two batches on 3
-partitions; a rescale to 2 dies right after its commit, as a driver that died before its first batch;
-the query restarts without a partition count and continues on the rescaled checkpoint. Every output
-equals a plain-Python reference, and the state read at the last version before the rescale equals the
-state read at the rescale's version."""
+A processing-time query (value, list and map state, TTL, processing-time timers, a partitioned adjunct
+store) runs three batches on 2 partitions, then restarts with 4, 2, 3, 7 and 1 partitions
+(``allow_rescale=True``), running a batch or two after each: every restart rescales before its first
+batch; the first also skips the batch Spark replays (committed before the rescale). An event-time query
+(timers fired by the watermark, late rows dropped by the watermark before) runs two batches on 3
+partitions; a rescale to 7 dies right after its commit, as a driver that died before its first batch;
+the query restarts without a partition count and continues on the rescaled checkpoint, then restarts
+with 1 partition. Every output equals a plain-Python reference, and the state read at the last version
+before each rescale equals the state read at the rescale's version."""
 
 from __future__ import annotations
 
@@ -103,8 +104,14 @@ def start_ledger(spark: Any, base: Path, sink: Any, **options: Any) -> Any:
     )
 
 
+CHAIN = (4, 2, 3, 7, 1)
+"""The partition counts the processing-time query restarts with, after starting on 2: every pair of
+2 -> 4, 4 -> 2, 3 -> 7 and 7 -> 1 (2 -> 3 leads from the second pair to the third)."""
+
+
 def test_a_query_rescales_at_start_and_continues_with_every_state_kind(spark: Any, tmp_path: Path) -> None:
-    mains, sides = main_batches(5, seed=8), side_batches(5, seed=9)
+    batches = 3 + 2 + len(CHAIN) - 1  # 3 on 2 partitions, 2 after the first rescale, 1 after each other
+    mains, sides = main_batches(batches, seed=8), side_batches(batches, seed=9)
     expected = reference(mains, sides)
     write_batch_files(tmp_path / "main", [main_table(b) for b in mains[:3]])
     write_batch_files(tmp_path / "side", [side_table(b) for b in sides[:3]])
@@ -118,38 +125,45 @@ def test_a_query_rescales_at_start_and_continues_with_every_state_kind(spark: An
 
     # The same count again needs no rescale; another one without allow_rescale is refused in one line.
     with pytest.raises(blobstate.BlobstateError) as refused:
-        start_ledger(spark, tmp_path, first, num_partitions=3)
+        start_ledger(spark, tmp_path, first, num_partitions=4)
     assert str(refused.value).count("\n") == 0
-    assert "records 2 partitions (version 3, its newest commit), the query asks for 3" in str(refused.value)
+    assert "records 2 partitions (version 3, its newest commit), the query asks for 4" in str(refused.value)
     assert "allow_rescale=True" in str(refused.value) and not spark.streams.active
 
     # Spark forgets it finished batch 2 (a driver that died after blobstate's commit): the restarted
     # query replays it after the rescale, and finds it committed.
     for name in ("2", ".2.crc"):
         (tmp_path / "ckpt" / "_spark" / "commits" / name).unlink(missing_ok=True)
-    write_batch_files(tmp_path / "main", [main_table(b) for b in mains[3:]], first=3)
-    write_batch_files(tmp_path / "side", [side_table(b) for b in sides[3:]], first=3)
-    second = BatchRecorder()
-    with spark_conf(spark, NO_DATA_BATCHES):
-        query = start_ledger(spark, tmp_path, second, num_partitions=3, allow_rescale=True)
-        run_to_end(query)
-    reports = blobstate.batch_reports(query)
-    assert [(r.batch_id, r.version, r.skipped) for r in reports] == [
-        (2, 4, True),
-        (3, 5, False),
-        (4, 6, False),
-    ]
-    assert second.rows == {b: expected[b] for b in (3, 4)}, "the sink got a committed batch again"
-    assert state_rows(url, 4, VARIABLES, "tiers") == before
-
-    with open_blob_store(url) as store:
-        log = CommitLog(store)
-        layouts = [
-            (c.version, c.batch_id, c.num_partitions, c.layout_from) for c in map(log.read_commit, (4, 5, 6))
-        ]
-        assert layouts == [(4, 2, 3, 4), (5, 3, 3, 4), (6, 4, 3, 4)]
-        assert log.read_metadata().num_partitions == 2  # metadata.json as first written
-        assert verify(store).problems == []
+    newest, batch, replayed = 3, 3, [(2, 4, True)]
+    for count in CHAIN:
+        runs = 2 if replayed else 1
+        write_batch_files(
+            tmp_path / "main", [main_table(b) for b in mains[batch : batch + runs]], first=batch
+        )
+        write_batch_files(
+            tmp_path / "side", [side_table(b) for b in sides[batch : batch + runs]], first=batch
+        )
+        sink = BatchRecorder()
+        with spark_conf(spark, NO_DATA_BATCHES):
+            query = start_ledger(spark, tmp_path, sink, num_partitions=count, allow_rescale=True)
+            run_to_end(query)
+        rescaled = newest + 1  # the rescale's own version, before the first batch on the new layout
+        assert [(r.batch_id, r.version, r.skipped) for r in blobstate.batch_reports(query)] == [
+            *replayed,
+            *((b, rescaled + 1 + i, False) for i, b in enumerate(range(batch, batch + runs))),
+        ], f"restart with {count} partitions"
+        assert sink.rows == {b: expected[b] for b in range(batch, batch + runs)}, f"{count} partitions"
+        assert state_rows(url, rescaled, VARIABLES, "tiers") == before, f"rescale to {count} partitions"
+        with open_blob_store(url) as store:
+            log = CommitLog(store)
+            layouts = [
+                (c.num_partitions, c.layout_from) for c in map(log.read_commit, (rescaled, rescaled + runs))
+            ]
+            assert layouts == [(count, rescaled)] * 2
+            assert log.read_metadata().num_partitions == 2  # metadata.json as first written
+            assert verify(store).problems == []
+        newest, batch, replayed = rescaled + runs, batch + runs, []
+        before = state_rows(url, newest, VARIABLES, "tiers")
 
 
 def test_a_restart_after_a_driver_died_between_the_rescale_commit_and_the_first_batch(
@@ -192,19 +206,31 @@ def test_a_restart_after_a_driver_died_between_the_rescale_commit_and_the_first_
         if step == "committed":
             raise Died(step)
 
-    # What transform_with_state(num_partitions=2, allow_rescale=True) runs first, dying right after its
+    # What transform_with_state(num_partitions=7, allow_rescale=True) runs first, dying right after its
     # commit: the new layout is committed, its cleanup undone, no batch ran on it.
     with pytest.raises(Died):
-        rescale_checkpoint(spark, url, 2, fault=die_after_commit)
+        rescale_checkpoint(spark, url, 7, fault=die_after_commit)
     with open_blob_store(url) as store:
         assert [p for p in verify(store).problems if "still pending" in p.message]
 
-    write_batch_files(tmp_path / "in", [event_table(b) for b in EVENT_BATCHES[2:]], first=2)
+    write_batch_files(tmp_path / "in", [event_table(EVENT_BATCHES[2])], first=2)
     second, reports = run()  # no partition count: the newest commit's
-    assert [(r.batch_id, r.version) for r in reports] == [(2, 4), (3, 5)]
-    assert second.rows == {b: expected[b] for b in (2, 3)}  # late rows dropped, timers fired as before
+    assert [(r.batch_id, r.version) for r in reports] == [(2, 4)]
+    assert second.rows == {2: expected[2]}  # late rows dropped, timers fired as before
     assert state_rows(url, 3, ("session",)) == before
     with open_blob_store(url) as store:
         log = CommitLog(store)
-        assert [(c.num_partitions, c.layout_from) for c in map(log.read_commit, (3, 4, 5))] == [(2, 3)] * 3
+        assert [(c.num_partitions, c.layout_from) for c in map(log.read_commit, (3, 4))] == [(7, 3)] * 2
         assert verify(store).problems == []  # the start finished the rescale's cleanup
+
+    # 7 -> 1 at the start of the next run: the watermark and the open sessions' timers move with the state.
+    before = state_rows(url, 4, ("session",))
+    write_batch_files(tmp_path / "in", [event_table(EVENT_BATCHES[3])], first=3)
+    third, reports = run(num_partitions=1, allow_rescale=True)
+    assert [(r.batch_id, r.version) for r in reports] == [(3, 6)]
+    assert third.rows == {3: expected[3]}
+    assert state_rows(url, 5, ("session",)) == before
+    with open_blob_store(url) as store:
+        log = CommitLog(store)
+        assert [(c.num_partitions, c.layout_from) for c in map(log.read_commit, (5, 6))] == [(1, 5)] * 2
+        assert verify(store).problems == []
