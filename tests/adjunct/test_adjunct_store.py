@@ -153,10 +153,10 @@ def test_held_main_rows_round_trip_in_batch_order_and_refuse_another_schema(stor
     ]
     assert list(store.items(DEFERRED_CF)) == []
     defer(store, 5, [first])
-    with pytest.raises(DeferredRowsError, match="held back in batch 4"):
+    with pytest.raises(DeferredRowsError, match="held back by the batch of version 5 have schema"):
         take_deferred(store, pa.schema([("user", pa.string())]))
     store.put(DEFERRED_CF, (6).to_bytes(8, "big"), b"not arrow")
-    with pytest.raises(DeferredRowsError, match="batch 5 cannot be read"):
+    with pytest.raises(DeferredRowsError, match="the batch of version 6 cannot be read"):
         take_deferred(store, None)
 
 

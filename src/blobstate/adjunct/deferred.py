@@ -46,11 +46,11 @@ def take_deferred(store: KeyValueStore, schema: pa.Schema | None) -> list[pa.Rec
             table = pa.ipc.open_stream(pa.py_buffer(bytes(data))).read_all()
         except pa.ArrowInvalid as error:
             raise DeferredRowsError(
-                f"main rows held back in batch {version - 1} cannot be read: {error}"
+                f"main rows held back by the batch of version {version} cannot be read: {error}"
             ) from None
         if schema is not None and not table.schema.equals(schema):
             raise DeferredRowsError(
-                f"main rows held back in batch {version - 1} have schema {table.schema}; the input has"
+                f"main rows held back by the batch of version {version} have schema {table.schema}; the input has"
                 f" {schema}"
             )
         out += table.to_batches()

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from blobstate.blobstore.base import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, BlobStore, BlobStoreError
+from blobstate.blobstore.base import DEFAULT_PENDING_TTL_SECONDS, BlobNotFoundError, BlobStore
+from blobstate.errors import BlobStoreError
 from blobstate.ids import CheckpointId, new_uid
 from blobstate.layout import COMMITS_PREFIX, METADATA
 from blobstate.snapshot.backup import DEFAULT_CHUNK_SIZE, BackupResult, Progress, backup_directory
