@@ -203,9 +203,11 @@ def test_inspect_says_how_the_partition_was_loaded_in_words(checkpoint: tuple[st
 
 def _checkpoint_with_a_partitioned_adjunct(url: str, local: Path) -> list[str]:
     """One partition whose store holds the side rows of a partitioned adjunct ``profiles`` (applied by the
-    code the tasks run) and no state variable; returns the users it holds, in key order."""
+    code the tasks run), two main rows held back by batch 0 (version 1) while the side stream loads, and
+    no state variable; returns the users it holds, in key order."""
     import pyarrow as pa
 
+    from blobstate.adjunct.deferred import defer
     from blobstate.adjunct.records import apply_side_rows
     from blobstate.adjunct.spec import AdjunctSpec, column_name
     from blobstate.lineage.commitlog import Commit, QueryMetadata
@@ -239,6 +241,7 @@ def _checkpoint_with_a_partitioned_adjunct(url: str, local: Path) -> list[str]:
         metadata = log.write_metadata(QueryMetadata.new(1, operators))
         with open_partition(store, local, metadata.query_id, "0", 0, None) as state:
             apply_side_rows(state.store, profiles, side)
+            defer(state.store, 1, pa.table({"user": ["u1", "u4"], "n": [1, 2]}).to_batches())
             result = state.commit()
         commit = Commit(
             version=1,
@@ -262,4 +265,9 @@ def test_inspect_lists_a_partitioned_adjunct_store(tmp_path: Path) -> None:
     text = runner.invoke(app, ["inspect", url, "--partition", "0"])
     assert text.exit_code == 0, text.output
     assert "adjunct store profiles (partitioned, column family $adjunct:profiles): 2 keys" in text.stdout
+    assert info["held_main_rows"] == [{"version": 1, "rows": 2}]
+    assert (
+        "main rows held back until a bootstrap side stream is loaded (column family $adjunct-deferred):"
+        " 2 rows of the batches of versions 1"
+    ) in text.stdout
     assert '    ["u1"]' in text.stdout and "no state variables" not in text.stdout

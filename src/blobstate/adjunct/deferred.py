@@ -35,6 +35,27 @@ def defer(store: KeyValueStore, version: int, batches: list[pa.RecordBatch]) -> 
     return rows
 
 
+def _read(version: int, data: bytes) -> pa.Table:
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    except pa.ArrowInvalid as error:
+        raise DeferredRowsError(
+            f"main rows held back by the batch of version {version} cannot be read: {error}"
+        ) from None
+
+
+def held_rows(store: KeyValueStore) -> list[tuple[int, int]]:
+    """``(version, rows)`` of every held-back batch, in batch order, left in the store."""
+    if DEFERRED_CF not in store.column_families():
+        return []
+    return [
+        (version, _read(version, bytes(data)).num_rows)
+        for version, data in (
+            (int.from_bytes(bytes(key), "big"), data) for key, data in store.items(DEFERRED_CF)
+        )
+    ]
+
+
 def take_deferred(store: KeyValueStore, schema: pa.Schema | None) -> list[pa.RecordBatch]:
     """Every held-back batch's rows in batch order, removed from the store. ``schema`` is the input's
     (None: take it from the held rows); held rows of another schema are an error naming their batch."""
@@ -42,16 +63,11 @@ def take_deferred(store: KeyValueStore, schema: pa.Schema | None) -> list[pa.Rec
     keys = []
     for key, data in store.items(DEFERRED_CF):
         version = int.from_bytes(bytes(key), "big")
-        try:
-            table = pa.ipc.open_stream(pa.py_buffer(bytes(data))).read_all()
-        except pa.ArrowInvalid as error:
-            raise DeferredRowsError(
-                f"main rows held back by the batch of version {version} cannot be read: {error}"
-            ) from None
+        table = _read(version, bytes(data))
         if schema is not None and not table.schema.equals(schema):
             raise DeferredRowsError(
-                f"main rows held back by the batch of version {version} have schema {table.schema}; the input has"
-                f" {schema}"
+                f"main rows held back by the batch of version {version} have schema {table.schema};"
+                f" the input has {schema}"
             )
         out += table.to_batches()
         keys.append(bytes(key))

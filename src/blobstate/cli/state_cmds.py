@@ -82,6 +82,13 @@ def inspect_checkpoint(
         )
         for key in adjunct["sample_keys"]:
             typer.echo(f"    {json.dumps(key)}")
+    held = info["held_main_rows"]
+    if held:
+        versions = ", ".join(str(h["version"]) for h in held)
+        typer.echo(
+            f"main rows held back until a bootstrap side stream is loaded (column family $adjunct-deferred):"
+            f" {sum(h['rows'] for h in held)} rows of the batches of versions {versions}"
+        )
     timers = info["timers"]
     typer.echo(f"timers: {timers['rows']} on {timers['keys']} keys")
     for row in timers["sample"]:

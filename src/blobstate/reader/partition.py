@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from blobstate.adjunct.deferred import held_rows
 from blobstate.blobstore import open_blob_store
 from blobstate.encoding import codec
 from blobstate.encoding.layout import ADJUNCT_CF_PREFIX
@@ -97,8 +98,9 @@ def inspect_partition(
 ) -> dict[str, Any]:
     """Each state variable of the partition at ``version`` (default: the latest) with its kind, schema,
     TTL, number of grouping keys and of rows (list elements, map entries), and its first ``sample`` rows;
-    each adjunct store it holds with its keys (:func:`adjunct_stores`); the same for the registered
-    timers. Everything as plain JSON."""
+    each adjunct store it holds with its keys (:func:`adjunct_stores`); the main rows held back for a
+    loading side stream (``held_rows``); the same for the registered timers. Everything as plain
+    JSON."""
     with open_blob_store(url) as store:
         checkpoint = open_version(store, version)
         op = choose_operator(checkpoint, operator)
@@ -135,6 +137,7 @@ def inspect_partition(
                     )  # fmt: skip
                 timer_rows = list(timers(rocks, arity))
                 adjuncts = adjunct_stores(rocks, checkpoint, op, arity, sample)
+                held = held_rows(rocks)
             finally:
                 rocks.close()
             report = loaded.report
@@ -146,6 +149,7 @@ def inspect_partition(
         "load": _load(report),
         "state_variables": variables,
         "adjunct_stores": adjuncts,
+        "held_main_rows": [{"version": v, "rows": n} for v, n in held],
         "timers": {
             "keys": len({k for k, _ in timer_rows}),
             "rows": len(timer_rows),
