@@ -70,15 +70,15 @@ def gc(
     span = f"newest version {newest}, versions {oldest}..{newest} retained"
     if dry_run:
         typer.echo(
-            f"dry run, nothing changed: checkpoint {url}: {span}; post-commit cleanup would clear the TTL "
-            f"of {stats.ttl_removed} referenced objects ({stats.ttl_pending} of them still pending), "
+            f"dry run, nothing changed: checkpoint {url}: {span}; post-commit cleanup would clear any TTL "
+            f"on {stats.ttl_removed} referenced objects ({stats.ttl_pending} of them still pending), "
             f"delete {len(stats.cleanup_deleted)} objects of versions no longer retained and prune "
             f"{_commits(stats.commits_pruned)}; would expire {len(stats.expired)} pending objects past "
             "their TTL"
         )
     else:
         typer.echo(
-            f"checkpoint {url}: {span}; post-commit cleanup finished (TTL cleared on {stats.ttl_removed} "
+            f"checkpoint {url}: {span}; post-commit cleanup finished (cleared any TTL on {stats.ttl_removed} "
             f"referenced objects, deleted {len(stats.cleanup_deleted)} objects of versions no longer "
             f"retained, pruned {_commits(stats.commits_pruned)}); expired {len(stats.expired)} pending "
             "objects past their TTL"
