@@ -488,3 +488,50 @@ def test_catch_up_brings_a_standby_directory_to_a_version_reusing_what_it_holds(
         second.store.close()
     fetched = [name for op, name in store.calls if op == "get" and name.endswith(".delta")]
     assert fetched == [delta_name(OP, 0, results[2].checkpoint_id)]
+
+
+def test_a_chain_of_deltas_is_decoded_one_delta_at_a_time_as_it_is_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore holds one decoded delta at a time, so its memory does not grow with the chain (a chain of
+    big deltas once held every one decoded); every delta is still downloaded and checked against its
+    commit before the first is applied."""
+    import blobstate.state.loader as loader
+    from blobstate.state.history import CommitCache, PartitionHistory
+    from blobstate.state.local_copy import open_rocks as _open_rocks
+
+    store, results = three_versions(tmp_path)
+    decoded: list[str] = []
+    applied: list[tuple[int, int]] = []  # (decoded so far, deltas fetched so far) at each apply
+    real_decode = loader.decode_delta
+
+    def counting_decode(data: bytes, *, name: str) -> object:
+        decoded.append(name)
+        return real_decode(data, name=name)
+
+    class Spy:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def apply(self, records: object) -> None:
+            fetched = [n for op, n in store.calls if op == "get" and n.endswith(".delta")]
+            applied.append((len(decoded), len(fetched)))
+            self.inner.apply(records)  # type: ignore[attr-defined]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(loader, "decode_delta", counting_decode)
+    layout = LocalPartitionLayout(tmp_path / "reader", QUERY_ID, OP, 0)
+    history = PartitionHistory(CommitCache(CommitLog(store)), OP, 0)
+    store.calls.clear()
+    loaded = loader.catch_up(
+        store, layout, layout.working, results[2].checkpoint_id, lambda p: Spy(_open_rocks(p)), history
+    )
+    try:
+        assert loaded.report.deltas_replayed == 3
+        assert dump(loaded.store.inner) == {("a", b"k0"): b"v0", ("a", b"k1"): b"v1", ("a", b"k2"): b"v2"}
+    finally:
+        loaded.store.close()
+    assert applied == [(1, 3), (2, 3), (3, 3)]
+    assert decoded == [r.delta_name for r in results]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,7 +210,8 @@ def catch_up(
             missing_snapshots=[c.name for c in chain.missing_snapshots],
             snapshot_repairs=list(repairs),
         )
-        # Deltas first: a missing or corrupt one fails the load before the (larger) base is restored.
+        # Deltas first: a missing one, or one unlike its commit, fails the load before the (larger) base is
+        # restored.
         try:
             records = _download_deltas(store, operator, partition, chain, data, report)
         except MissingObjectError:
@@ -355,25 +356,32 @@ def _download_deltas(
     chain: Chain,
     data: dict[CheckpointId, bytes],
     report: LoadReport,
-) -> list[tuple[CheckpointId, list[Any]]]:
-    """Download (in parallel) and fully decode every delta of the chain before any is applied."""
+) -> Iterator[tuple[CheckpointId, list[Any]]]:
+    """Download (in parallel) every delta of the chain and check each against the size and SHA-256 its
+    commit records, before anything is applied; returns an iterator that decodes them one at a time, in
+    order, as they are applied (one decoded delta in memory at a time, however long the chain)."""
     todo = [cid for cid in chain.deltas if cid not in data]
     fetched = store.run_parallel(
         lambda cid: fetch_checked_delta(store, operator, partition, cid, chain.refs[cid], chain.target), todo
     )
     data.update(zip(todo, fetched, strict=True))
-    out = []
-    for cid in chain.deltas:
-        name = delta_name(operator, partition, cid)
-        raw = data[cid]
+    raws = [(cid, data[cid]) for cid in chain.deltas]
+    for _, raw in raws:
         report.bytes_downloaded += len(raw)
         report.delta_bytes += len(raw)
+
+    def decode(cid: CheckpointId, raw: bytes) -> list[Any]:
+        name = delta_name(operator, partition, cid)
         try:
-            delta = decode_delta(raw, name=name)
+            return decode_delta(raw, name=name).records
         except DeltaFormatError as error:
             raise CorruptObjectError(name, cid, error.problem, chain.target) from error
-        out.append((cid, delta.records))
-    return out
+
+    def decoded() -> Iterator[tuple[CheckpointId, list[Any]]]:
+        for cid, raw in raws:
+            yield cid, decode(cid, raw)
+
+    return decoded()
 
 
 def _next_info(chain: Chain, base_info: LineageInfo | None, report: LoadReport) -> LineageInfo:
@@ -395,7 +403,7 @@ def _finish(
     working: Path,
     info: LineageInfo,
     report: LoadReport,
-    records: list[tuple[CheckpointId, list[Any]]],
+    records: Iterable[tuple[CheckpointId, list[Any]]],
     started: float,
 ) -> Loaded:
     opened = open_store(working)
@@ -404,6 +412,7 @@ def _finish(
             opened.apply(recs)
             report.deltas_replayed += 1
             report.records_replayed += len(recs)
+            del recs  # before the next delta is decoded
     except BaseException:
         opened.close()
         raise
