@@ -27,7 +27,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from blobstate.rescale.murmur3 import hash_int32_column, hash_int64_column, spark_hash
+from blobstate.rescale.murmur3 import hash_bytes_column, hash_int32_column, hash_int64_column, spark_hash
 
 SCHEMA = StructType(
     [
@@ -88,7 +88,7 @@ def test_spark_hash_matches_spark(spark: Any) -> None:
         assert spark_hash(row, SCHEMA) == hashes["all"]
 
 
-def test_vectorized_hashes_equal_the_scalar_one() -> None:
+def test_vectorized_hashes_equal_the_scalar_one() -> None:  # the scalar one is checked against Spark above
     rng = np.random.default_rng(3)
     longs = rng.integers(-(2**63), 2**63 - 1, size=500, dtype=np.int64)
     ints = rng.integers(-(2**31), 2**31 - 1, size=500, dtype=np.int64).astype(np.int32)
@@ -96,3 +96,13 @@ def test_vectorized_hashes_equal_the_scalar_one() -> None:
     int_schema = StructType([StructField("k", IntegerType())])
     assert hash_int64_column(longs).tolist() == [spark_hash((int(v),), long_schema) for v in longs]
     assert hash_int32_column(ints).tolist() == [spark_hash((int(v),), int_schema) for v in ints]
+    # Strings of every length from 0 to 40 (all tails of Spark's byte-wise variant), multi-byte characters
+    # and NUL bytes included, and raw binary values.
+    texts = ["".join(rng.choice(list("aZ\x00é€😀"), size=int(n))) for n in rng.integers(0, 40, size=500)]
+    blobs = [rng.bytes(int(n)) for n in rng.integers(0, 40, size=500)]
+    string_schema = StructType([StructField("k", StringType())])
+    binary_schema = StructType([StructField("k", BinaryType())])
+    assert hash_bytes_column([t.encode() for t in texts]).tolist() == [
+        spark_hash((t,), string_schema) for t in texts
+    ]
+    assert hash_bytes_column(blobs).tolist() == [spark_hash((b,), binary_schema) for b in blobs]

@@ -81,7 +81,7 @@ class Delta:
 
 # ---------------------------------------------------------------------------------------------- encoding
 def encode_delta(
-    records: Iterable[ChangeRecord] | Changelog,
+    records: Iterable[ChangeRecord] | Changelog | PutBlock,
     lineage: Sequence[str],
     *,
     compression_level: int = DEFAULT_COMPRESSION_LEVEL,
@@ -90,14 +90,16 @@ def encode_delta(
 
     ``lineage`` is the uids of versions v-1, v-2, ... back to and including the newest snapshot (empty
     for v = 1).
-    ``records`` is any iterable of change records, or a store's :class:`Changelog` (its bulk blocks are
-    packed as the columns they are).
+    ``records`` is any iterable of change records, a store's :class:`Changelog` (its bulk blocks are
+    packed as the columns they are), or one such bulk block.
     Raises :class:`~blobstate.ids.InvalidIdError` for a bad lineage uid, ``ValueError``/``TypeError``
     naming the record for a malformed record.
     """
     uids = [validate_uid(uid, f"lineage uid #{i}") for i, uid in enumerate(lineage)]
     if isinstance(records, Changelog):
         segments: Sequence[Sequence[ChangeRecord] | PutBlock] = records.segments()
+    elif isinstance(records, PutBlock):
+        segments = [records]
     else:
         segments = [records if isinstance(records, list | tuple) else list(records)]
     raw_body, count = _encode_body(segments)

@@ -6,8 +6,9 @@ key types blobstate stores: Spark's hash depends on the column's Spark type (an 
 of the same value hash differently), so every function takes the key's ``StructType``
 (``metadata.json``'s ``key_schema``).
 
-:func:`spark_hash` hashes one decoded key; :func:`hash_int64_column` and :func:`hash_int32_column` hash a
-whole column at once with numpy (the common case of one integral key column). ``tests/rescale`` compares
+:func:`spark_hash` hashes one decoded key; :func:`hash_int64_column`, :func:`hash_int32_column` and
+:func:`hash_bytes_column` hash a whole column at once with numpy (the common cases of one integral or
+string key column). ``tests/rescale`` compares
 both with Spark's ``F.hash`` on random keys, and every rescale checks, for each key of each old partition,
 that the hash puts it where Spark did.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import struct
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -258,6 +260,33 @@ def hash_int32_column(values: np.ndarray, seed: int | np.ndarray = SEED) -> np.n
         return _np_fmix(_np_mix_h1(h, _np_mix_k1(v)), 4).view(np.int32)
 
 
+def hash_bytes_column(values: Sequence[bytes], seed: int = SEED) -> np.ndarray:
+    """Spark's ``hashUnsafeBytes`` of each of ``values`` (the UTF-8 bytes of a ``string`` column, or a
+    ``binary`` one), as :func:`hash_bytes`, for all values at once: values of one length are hashed
+    together, a word (then a trailing byte) of every value per numpy step."""
+    out = np.empty(len(values), dtype=np.uint32)
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    order = np.argsort(lengths, kind="stable")
+    bounds = np.flatnonzero(np.diff(lengths[order])) + 1
+    with np.errstate(over="ignore"):
+        for group in np.split(order, bounds):
+            if not len(group):
+                continue
+            length = int(lengths[group[0]])
+            joined = b"".join([values[i] for i in group.tolist()])
+            rows = np.frombuffer(joined, dtype=np.uint8).reshape(len(group), length)
+            h = np.full(len(group), seed & _M32, dtype=np.uint32)
+            aligned = length - length % 4
+            if aligned:
+                words = np.ascontiguousarray(rows[:, :aligned]).view("<u4")
+                for j in range(aligned // 4):
+                    h = _np_mix_h1(h, _np_mix_k1(words[:, j]))
+            for j in range(aligned, length):  # Spark's tail: each byte a signed int of its own
+                h = _np_mix_h1(h, _np_mix_k1(rows[:, j].view(np.int8).astype(np.int32).view(np.uint32)))
+            out[group] = _np_fmix(h, length)
+    return out.view(np.int32)
+
+
 def pmod(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
     """``pmod(hash, N)`` of signed 32-bit hashes."""
     return np.mod(hashes.astype(np.int64), num_partitions)
@@ -268,6 +297,7 @@ __all__ = [
     "UnsupportedKeyTypeError",
     "check_key_schema",
     "hash_bytes",
+    "hash_bytes_column",
     "hash_int",
     "hash_int32_column",
     "hash_int64_column",

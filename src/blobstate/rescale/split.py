@@ -23,14 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StructType
+from pyspark.sql.types import BinaryType, ByteType, IntegerType, LongType, ShortType, StringType, StructType
 
 from blobstate.encoding.codec import decode_key
 from blobstate.encoding.layout import META_CF, TIMERS_BY_KEY_CF, TIMERS_CF, TTL_CF_PREFIX
 from blobstate.errors import StateError
-from blobstate.lineage.changelog import ChangeOp
+from blobstate.lineage.changelog import ChangeOp, PutBlock
 from blobstate.lineage.delta import decode_delta, encode_delta
 from blobstate.rescale.murmur3 import (
+    hash_bytes_column,
     hash_int32_column,
     hash_int64_column,
     pmod,
@@ -45,6 +46,10 @@ CHUNK_BYTES = 4 * 1024 * 1024
 ADJUNCT_CF_PREFIX = "$adjunct:"
 DEFERRED_CF = "$adjunct-deferred"
 _OFFSET = np.uint64(1 << 63)
+_TERM = b"\x00\x00"
+_TAG_INT, _TAG_STR, _TAG_BYTES = 0x03, 0x06, 0x07
+"""Tags of a key component (:mod:`blobstate.encoding.codec`) that :meth:`KeyRouter.grouping_keys` and
+:meth:`KeyRouter.hashes` read without decoding: a 64-bit int, and escaped, terminated text or bytes."""
 
 
 class RescaleError(StateError, RuntimeError):
@@ -89,7 +94,32 @@ class KeyRouter:
         only = key_schema.fields[0].dataType if self.arity == 1 else None
         self._fast64 = isinstance(only, LongType)
         self._fast32 = isinstance(only, (IntegerType, ShortType, ByteType))
+        self._text_tag = (
+            _TAG_STR if isinstance(only, StringType) else _TAG_BYTES if isinstance(only, BinaryType) else None
+        )
         self.checked = 0
+
+    def grouping_keys(self, cf: str, keys: list[bytes], offset: int) -> list[bytes]:
+        """The encoded grouping key inside each of ``keys`` (of column family ``cf``) at ``offset``."""
+        out = []
+        for k in keys:
+            tag = k[offset] if self.arity == 1 and len(k) > offset else None
+            if tag in (_TAG_STR, _TAG_BYTES):  # one text component: up to its terminator
+                end = k.find(_TERM, offset + 1)
+                if end >= 0:
+                    out.append(k[offset : end + 2])
+                    continue
+            elif tag == _TAG_INT and len(k) >= offset + 9:
+                out.append(k[offset : offset + 9])
+                continue
+            try:
+                _, end = decode_key(k, self.arity, offset)
+            except (ValueError, IndexError) as error:
+                raise RescaleError(
+                    f"{self.where}: a key of column family {cf!r} is not a grouping key: {error}"
+                ) from None
+            out.append(k[offset:end])
+        return out
 
     def hashes(self, kbs: list[bytes]) -> np.ndarray:
         """Spark's hash of each encoded grouping key."""
@@ -97,6 +127,10 @@ class KeyRouter:
             raw = np.frombuffer(b"".join(kbs), dtype=np.uint8).reshape(len(kbs), 9)[:, 1:]
             ints = (raw.copy().view(">u8").reshape(-1) ^ _OFFSET).view(np.int64)
             return hash_int64_column(ints) if self._fast64 else hash_int32_column(ints.astype(np.int32))
+        if self._text_tag is not None and kbs:
+            bodies = self._text_bodies(kbs, self._text_tag)
+            if bodies is not None:
+                return hash_bytes_column(bodies)
         memo: dict[bytes, int] = {}
         out = np.empty(len(kbs), dtype=np.int32)
         for i, kb in enumerate(kbs):
@@ -115,6 +149,17 @@ class KeyRouter:
                     ) from None
             out[i] = h
         return out
+
+    @staticmethod
+    def _text_bodies(kbs: list[bytes], tag: int) -> list[bytes] | None:
+        """The unescaped bytes of each key if every one is a single text component of ``tag`` (what Spark
+        hashes: a string's UTF-8 bytes); None if one is not (a null key, say)."""
+        bodies = []
+        for kb in kbs:
+            if kb[0] != tag or kb.find(_TERM, 1) != len(kb) - 2:
+                return None
+            bodies.append(kb[1:-2].replace(b"\x00\x01", b"\x00"))
+        return bodies
 
     def targets(self, kbs: list[bytes]) -> np.ndarray:
         """``pmod(hash, N)`` of each key, after checking ``pmod(hash, M)`` is the old partition."""
@@ -179,28 +224,21 @@ def split_store(store: Any, router: KeyRouter, stats: SplitStats) -> Iterator[tu
 def _route(
     cf: str, keys: list[bytes], values: list[bytes], offset: int, router: KeyRouter, stats: SplitStats
 ) -> Iterator[tuple[int, bytes]]:
-    kbs = []
-    for k in keys:
-        try:
-            _, end = decode_key(k, router.arity, offset)
-        except (ValueError, IndexError) as error:
-            raise RescaleError(
-                f"{router.where}: a key of column family {cf!r} is not a grouping key: {error}"
-            ) from None
-        kbs.append(k[offset:end])
-    targets = router.targets(kbs)
+    targets = router.targets(router.grouping_keys(cf, keys, offset))
     stats.records += len(keys)
     stats.keys_checked = router.checked
     order = np.argsort(targets, kind="stable")
     bounds = np.flatnonzero(np.diff(targets[order])) + 1
+    key_array, value_array = np.empty(len(keys), dtype=object), np.empty(len(values), dtype=object)
+    key_array[:], value_array[:] = keys, values
     for group in np.split(order, bounds):
         if not len(group):
             continue
         target = int(targets[group[0]])
-        records = [(ChangeOp.PUT, cf, keys[i], values[i]) for i in group.tolist()]
-        stats.by_target[target] = stats.by_target.get(target, 0) + len(records)
+        block = PutBlock(cf, key_array[group].tolist(), value_array[group].tolist())
+        stats.by_target[target] = stats.by_target.get(target, 0) + len(block)
         stats.chunks += 1
-        yield target, encode_delta(records, ())
+        yield target, encode_delta(block, ())
 
 
 def chunk_records(chunk: bytes, where: str) -> list[Any]:
