@@ -12,16 +12,17 @@ import random
 import time
 
 from blobstate.ids import new_uid
-from blobstate.lineage.delta import ChangeOp, decode_delta, encode_delta, read_delta_lineage
+from blobstate.lineage.changelog import ChangeOp, ChangeRecord
+from blobstate.lineage.delta import decode_delta, encode_delta, read_delta_lineage
 
 
-def _records(n: int, kind: str) -> list:
+def _records(n: int, kind: str) -> list[ChangeRecord]:
     rng = random.Random(42)
     if kind == "random":
         # incompressible: ~20-byte keys and ~30-byte values of random bytes
         return [(ChangeOp.PUT, "default", os.urandom(20), os.urandom(30)) for _ in range(n)]
     # realistic: structured keys (a user id), values a small encoded row; 2 column families; 5% deletes
-    out = []
+    out: list[ChangeRecord] = []
     for i in range(n):
         key = f"user-{rng.randrange(10**9):012d}\x00ab".encode()[:20].ljust(20, b"\x00")
         if rng.random() < 0.05:
@@ -34,7 +35,7 @@ def _records(n: int, kind: str) -> list:
     return out
 
 
-def _raw_bytes(records: list) -> int:
+def _raw_bytes(records: list[ChangeRecord]) -> int:
     return sum(len(cf.encode()) + len(k) + (len(v) if v is not None else 0) for _, cf, k, v in records)
 
 

@@ -47,10 +47,18 @@ DEMO_ARGS = [
 ]
 
 
-def _run(step: str, command: list[str], timings: dict[str, float], log: Path, **kwargs: object) -> str:
+def _run(
+    step: str,
+    command: list[str],
+    timings: dict[str, float],
+    log: Path,
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+) -> str:
     """Run ``command``, record its seconds under ``step``, append its output to ``log``; raise on failure."""
     started = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    result = subprocess.run(command, capture_output=True, text=True, check=False, env=env, cwd=cwd)
     timings[step] = round(time.monotonic() - started, 1)
     with log.open("a") as out:
         out.write(f"$ {' '.join(command)}\n{result.stdout}\n{result.stderr}\n")

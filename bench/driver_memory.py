@@ -97,13 +97,15 @@ def run_one(kind: str, input_dir: Path, work: Path) -> dict[str, object]:
     seconds = time.monotonic() - started
     query.stop()
     written = spark.read.parquet(str(work / "out" / "0")).count()
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None  # a running session has its JVM gateway
     result = {
         "kind": kind,
         "output_rows": written,
         "batch_seconds": round(seconds, 2),
         "sink_seconds": round(timings.get("sink_seconds", -1.0), 2),
         "driver_python_peak_mb": round(_peak_kb("self") / 1024, 1),
-        "driver_jvm_peak_mb": round(_peak_kb(spark.sparkContext._gateway.proc.pid) / 1024, 1),  # type: ignore[attr-defined]
+        "driver_jvm_peak_mb": round(_peak_kb(gateway.proc.pid) / 1024, 1),
     }
     spark.stop()
     return result

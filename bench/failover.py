@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from blobstate.processor import StatefulProcessor, StatefulProcessorHandle  # noqa: E402
-from cluster import MultiHostCluster  # noqa: E402
+from cluster import MultiHostCluster  # type: ignore[import-not-found]  # noqa: E402  (tests/, on sys.path above)
 
 PARTITIONS = 2
 VALUE_BYTES = 8192
@@ -56,7 +56,8 @@ class BlobPerKey(StatefulProcessor):
     def __init__(self, value_bytes: int) -> None:
         self.value_bytes = value_bytes
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
+    # blobstate passes its own handle; PySpark types init with PySpark's.
+    def init(self, handle: StatefulProcessorHandle) -> None:  # type: ignore[override]
         """One binary value per key."""
         self.blob = handle.getValueState("blob", "data BINARY")
 

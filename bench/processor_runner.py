@@ -30,13 +30,22 @@ import sys
 import tempfile
 import time
 import timeit
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from blobstate.demo.running_count import RunningCount
-from blobstate.processor import RunSpec, StatefulProcessor, run_partition
+from blobstate.processor import (
+    RunSpec,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+    run_partition,
+)
 from blobstate.state.store import RocksStateStore
 
 OUTPUT = "key BIGINT, count BIGINT, total BIGINT"
@@ -49,7 +58,9 @@ SparkStyleCount = RunningCount
 class StateOnlyCount(SparkStyleCount):
     """The same state work, no output."""
 
-    def handleInputRows(self, key, rows, timerValues):
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         count = 0
         total = 0
         for pdf in rows:
@@ -66,10 +77,13 @@ class StateOnlyCount(SparkStyleCount):
 class Noop(StatefulProcessor):
     """Does nothing per key."""
 
-    def init(self, handle):
+    # blobstate passes its own handle; PySpark types init with PySpark's.
+    def init(self, handle: StatefulProcessorHandle) -> None:  # type: ignore[override]
         pass
 
-    def handleInputRows(self, key, rows, timerValues):
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         return iter(())
 
 

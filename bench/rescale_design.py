@@ -26,9 +26,9 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from rocksdict import Options, Rdict, SstFileWriter, WriteBatch
@@ -79,11 +79,12 @@ def build(path: Path, keys: int, *, key_groups: bool) -> None:
     db.close()
 
 
-def _iterate(src: Rdict) -> Any:
+def _iterate(src: Rdict) -> Iterator[tuple[list[bytes], list[bytes]]]:
     """Chunks of (keys, values) of the source in key order."""
     keys: list[bytes] = []
     vals: list[bytes] = []
-    for k, v in src.items():
+    # raw mode: bytes keys and values (rocksdict's stub types the default mode's)
+    for k, v in cast(Iterator[tuple[bytes, bytes]], src.items()):
         keys.append(k)
         vals.append(v)
         if len(keys) == CHUNK:

@@ -28,13 +28,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
 
 from blobstate.blobstore import open_blob_store
 from blobstate.snapshot import (
+    BackupResult,
     ChecksumCache,
+    RestoreStats,
     backup_directory,
     post_commit_cleanup,
     restore_directory,
@@ -53,7 +56,8 @@ def build_db(path: Path, records: int, value_size: int, seed: int) -> None:
     """Write ``records`` random key/values in batches without WAL, flush, and compact to a stable shape."""
     db = Rdict(str(path), Options(raw_mode=True))
     wo = WriteOptions()
-    wo.disable_wal = True
+    # rocksdict's stub declares disable_wal a method; the extension makes it a settable property
+    wo.disable_wal = True  # type: ignore[method-assign,assignment]
     rng = random.Random(seed)
     batch_size = 10_000
     for start in range(0, records, batch_size):
@@ -70,7 +74,8 @@ def change_keys(path: Path, records: int, fraction: float, value_size: int, seed
     """Overwrite ``fraction`` of the keys with new random values and flush; returns how many."""
     db = Rdict(str(path), Options(raw_mode=True))
     wo = WriteOptions()
-    wo.disable_wal = True
+    # rocksdict's stub declares disable_wal a method; the extension makes it a settable property
+    wo.disable_wal = True  # type: ignore[method-assign,assignment]
     rng = random.Random(seed)
     n = max(1, int(records * fraction))
     wb = WriteBatch(raw_mode=True)
@@ -93,7 +98,7 @@ def sync() -> None:
     os.sync()
 
 
-def timed(fn) -> float:  # type: ignore[no-untyped-def]
+def timed(fn: Callable[[], object]) -> float:
     return timed_cpu(fn)[0]
 
 
@@ -104,7 +109,7 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def timed_cpu(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def timed_cpu(fn: Callable[[], object]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of ``fn()``; CPU time is what the work costs whatever else runs."""
     sync()
     cpu = _cpu_seconds()
@@ -159,7 +164,7 @@ def main() -> None:
 
         store = open_blob_store(str(work / "blobstore"), io_threads=args.io_threads)
         cache = ChecksumCache()
-        holder: dict[str, object] = {}
+        holder: dict[str, BackupResult] = {}
 
         def full_backup() -> None:
             holder["b1"] = backup_directory(
@@ -175,7 +180,7 @@ def main() -> None:
 
         seconds = timed(full_backup)
         b1 = holder["b1"]
-        post_commit_cleanup(store, b1.index_name, b1.index)  # type: ignore[attr-defined]
+        post_commit_cleanup(store, b1.index_name, b1.index)
         out["full_backup"] = {"seconds": round(seconds, 2), "mb_per_s": round(size / MB / seconds, 1)}
 
         target, cp_target = work / "restore", work / "cp"
@@ -184,7 +189,7 @@ def main() -> None:
             shutil.rmtree(target, ignore_errors=True)
             # A fresh cache: nothing is known about the target, every byte is verified.
             wall, cpu = timed_cpu(
-                lambda: restore_directory(store, b1.index, target, checksum_cache=ChecksumCache())  # type: ignore[attr-defined]
+                lambda: restore_directory(store, b1.index, target, checksum_cache=ChecksumCache())
             )
             restore_runs.append(wall)
             restore_cpu.append(cpu)
@@ -214,18 +219,17 @@ def main() -> None:
         restore_directory(store, b1.index, target, checksum_cache=warm)  # fills the cache
         results = {}
         for label, c in (("warm_cache", warm), ("cold_cache", ChecksumCache())):
-            stats_holder: dict[str, object] = {}
-            seconds = timed(
-                lambda c=c, h=stats_holder: h.setdefault(
-                    "s",
-                    restore_directory(store, b1.index, target, checksum_cache=c),  # type: ignore[attr-defined]
-                )
-            )
+            stats_holder: dict[str, RestoreStats] = {}
+
+            def restore_present(c: ChecksumCache = c, h: dict[str, RestoreStats] = stats_holder) -> None:
+                h["s"] = restore_directory(store, b1.index, target, checksum_cache=c)
+
+            seconds = timed(restore_present)
             stats = stats_holder["s"]
             results[label] = {
                 "seconds": round(seconds, 3),
-                "bytes_downloaded": stats.bytes_downloaded,  # type: ignore[attr-defined]
-                "files_reused": stats.files_reused,  # type: ignore[attr-defined]
+                "bytes_downloaded": stats.bytes_downloaded,
+                "files_reused": stats.files_reused,
             }
         out["restore_when_present"] = results
 
@@ -241,14 +245,14 @@ def main() -> None:
                 cp2,
                 index_name="2_00000002.snapshot",
                 blob_prefix="blobs/",
-                previous=b1.index,  # type: ignore[attr-defined]
-                previous_name=b1.index_name,  # type: ignore[attr-defined]
+                previous=b1.index,
+                previous_name=b1.index_name,
                 checkpoint_id="2_00000002",
                 checksum_cache=cache,
             )
 
         seconds = timed(incremental)
-        s2 = holder["b2"].stats  # type: ignore[attr-defined]
+        s2 = holder["b2"].stats
         out["incremental_backup"] = {
             "keys_changed": changed,
             "store_bytes": size2,

@@ -322,7 +322,8 @@ def cold_restart(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return {"error": f"probe exited {done.returncode}: {done.stderr.strip()[-1500:]}"}
-    return json.loads(lines[-1])
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
 
 
 def compare_restarts(early: Path, end: Path, spec: dict[str, Any], repeat: int) -> dict[str, Any]:
@@ -454,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_restarts is not None:
         spec = {"source": args.source, "rows": args.rows, "keys": args.keys, "partitions": args.partitions,
                 "trigger": args.trigger}  # fmt: skip
-        comparison = compare_restarts(*args.compare_restarts, spec, args.restart_repeat)
+        early, end = args.compare_restarts
+        comparison = compare_restarts(early, end, spec, args.restart_repeat)
         text = json.dumps(comparison, indent=1)
         if args.out is not None:
             args.out.write_text(text + "\n")

@@ -77,11 +77,15 @@ import timeit
 import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 import pandas as pd
 
 from blobstate.demo.running_count import ArrowRunningCount, RowRunningCount, RunningCount
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.state import GroupState
 
 INPUT_SCHEMA = "key STRING, value BIGINT"
 OUTPUT_SCHEMA = "key STRING, count BIGINT, total BIGINT"
@@ -113,7 +117,9 @@ ArrowRunningCountSum = ArrowRunningCount
 PROCESSORS = {"blobstate_row": RowRunningCountSum, "blobstate_arrow": ArrowRunningCountSum}
 
 
-def apply_running_count_sum(key, pdfs, state) -> Iterator[pd.DataFrame]:
+def apply_running_count_sum(
+    key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState
+) -> Iterator[pd.DataFrame]:
     """The same running count and sum for applyInPandasWithState (GroupState, no timeout)."""
     count, total = state.get if state.exists else (0, 0)
     for pdf in pdfs:
@@ -214,7 +220,7 @@ class TreeCpuSampler:
         while not self._stop.wait(self.interval):
             self.sample()
 
-    def __enter__(self) -> TreeCpuSampler:
+    def __enter__(self) -> Self:
         self.sample()
         self._thread.start()
         return self
@@ -316,7 +322,7 @@ def du_bytes(path: Path) -> int:
 
 
 # ---------------------------------------------------------------------------------------- worker side
-def build_spark(spec: dict[str, Any]):
+def build_spark(spec: dict[str, Any]) -> SparkSession:
     """A local[2] session: RocksDB provider, changelog checkpointing, checkpoint format version 2."""
     from pyspark.sql import SparkSession
 
@@ -345,7 +351,8 @@ def build_spark(spec: dict[str, Any]):
 def progress_dict(progress: Any) -> dict[str, Any]:
     text = getattr(progress, "json", None)
     if isinstance(text, str):
-        return json.loads(text)
+        parsed: dict[str, Any] = json.loads(text)
+        return parsed
     return dict(progress)
 
 
@@ -442,7 +449,7 @@ def worker(spec_path: Path) -> int:
         started = time.monotonic()
         spark = build_spark(spec)
         result["session_seconds"] = round(time.monotonic() - started, 3)
-        from pyspark.sql.streaming import StreamingQueryListener
+        from pyspark.sql.streaming.listener import StreamingQueryListener
 
         samples: dict[int, float] = {}
 
@@ -534,7 +541,8 @@ def become_subreaper() -> bool:
     """Orphaned descendants (the JVM, Python workers) are re-parented here, so their CPU is counted."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        status: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return status == 0
     except (OSError, AttributeError):
         return False
 
@@ -640,9 +648,12 @@ def summarize_run(run: dict[str, Any], impl: str, data: dict[str, Any], warmup: 
     batches = all_batches[warmup - 1 :]
 
     def latency(entry: dict[str, Any]) -> float:
-        if is_blobstate(impl) and "blobstate" in entry:
-            return entry["blobstate"]["seconds"]
-        return entry["trigger_seconds"]
+        seconds: float = (
+            entry["blobstate"]["seconds"]
+            if is_blobstate(impl) and "blobstate" in entry
+            else entry["trigger_seconds"]
+        )
+        return seconds
 
     events = sum(b["input_rows"] for b in steady)
     latencies = [latency(b) for b in steady]

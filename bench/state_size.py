@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -92,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "benchmark": "state_size",
         "config": {k: v for k, v in vars(args).items() if k != "workdir"},
-        "machine": {"cores": svn.os.cpu_count(), "loadavg_start": [round(x, 2) for x in svn.os.getloadavg()]},
+        "machine": {"cores": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
     }
     runs = {str(keys): one_size(keys, args, workdir) for keys in (args.small_keys, args.keys)}
-    report["machine"]["loadavg_end"] = [round(x, 2) for x in svn.os.getloadavg()]
+    report["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     report["runs"] = {
         k: {"status": v["status"], "summary": v.get("summary"), "checkpoint_bytes": v.get("checkpoint_bytes")}
         for k, v in runs.items()

@@ -32,14 +32,18 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from blobstate.encoding import codec
+from blobstate.encoding.codec import Key
+from blobstate.lineage.changelog import Changelog
 from blobstate.processor.api import PartitionSession, StatefulProcessorHandle
 from blobstate.state import store as store_module
+from blobstate.state.interface import KeyValueStore
 from blobstate.state.store import RocksStateStore
 
 
@@ -56,16 +60,21 @@ class Timer:
         self.cpu = time.thread_time() - self._cpu
 
 
+Rates = dict[str, dict[str, float]]
+"""``{"puts": rates(...), "gets": rates(...)}``."""
+
+
 def rates(n: int, t: Timer) -> dict[str, float]:
     return {"wall_per_s": round(n / t.wall), "cpu_per_s": round(n / t.cpu)}
 
 
-def bench_raw(path: Path, keys: list[bytes], values: list[bytes], lookups: list[bytes], wal: bool) -> dict:
+def bench_raw(path: Path, keys: list[bytes], values: list[bytes], lookups: list[bytes], wal: bool) -> Rates:
     db = Rdict(str(path), store_module._db_options(True))
     cf = db.create_column_family("s:bench", store_module._cf_options())
     if not wal:
         write_opt = WriteOptions()
-        write_opt.disable_wal = True
+        # rocksdict's stub declares disable_wal a method; the extension makes it a settable property
+        write_opt.disable_wal = True  # type: ignore[method-assign,assignment]
         cf.set_write_options(write_opt)
     put = cf.put
     get = cf.get
@@ -83,7 +92,7 @@ def bench_raw(path: Path, keys: list[bytes], values: list[bytes], lookups: list[
 
 def bench_store(
     path: Path, keys: list[bytes], values: list[bytes], lookups: list[bytes]
-) -> tuple[dict, RocksStateStore]:
+) -> tuple[Rates, RocksStateStore]:
     store = RocksStateStore.open(path)
     put = store.put
     get = store.get
@@ -98,13 +107,14 @@ def bench_store(
     return {"puts": rates(len(keys), tp), "gets": rates(len(lookups), tg)}, store
 
 
-def bench_raw_batches(path: Path, records: list) -> dict[str, float]:
+def bench_raw_batches(path: Path, records: Changelog) -> dict[str, float]:
     """The same records written by a bare loop of rocksdict write batches of ``APPLY_BATCH`` puts."""
     db = Rdict(str(path), store_module._db_options(True))
     db.create_column_family("s:bench", store_module._cf_options())
     handle = db.get_column_family_handle("s:bench")
     write_opt = WriteOptions()
-    write_opt.disable_wal = True
+    # rocksdict's stub declares disable_wal a method; the extension makes it a settable property
+    write_opt.disable_wal = True  # type: ignore[method-assign,assignment]
     with Timer() as t:
         batch = WriteBatch(raw_mode=True)
         batch.set_default_column_family(handle)
@@ -120,11 +130,11 @@ def bench_raw_batches(path: Path, records: list) -> dict[str, float]:
     return rates(len(records), t)
 
 
-def ratio(store: dict, raw: dict, op: str, clock: str) -> float:
+def ratio(store: Rates, raw: Rates, op: str, clock: str) -> float:
     return round(store[op][clock] / raw[op][clock], 3)
 
 
-VALUE_SCHEMAS = {
+VALUE_SCHEMAS: dict[str, Callable[[int], tuple[Any, ...]]] = {
     "count BIGINT, total BIGINT": lambda i: (i, i * 7),
     "name STRING, score DOUBLE": lambda i: (f"sensor-{i}", i * 0.5),
     "n INT, day DATE, at TIMESTAMP, price DECIMAL(10,2), tags ARRAY<STRING>": lambda i: (
@@ -138,7 +148,7 @@ VALUE_SCHEMAS = {
 
 
 class DictStore:
-    """The store calls ValueState and MapState make, on dicts: the API and value encoding alone."""
+    """A KeyValueStore on dicts: the state API and value encoding alone."""
 
     def __init__(self) -> None:
         self.cfs: dict[str, dict[bytes, bytes]] = {}
@@ -146,17 +156,32 @@ class DictStore:
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self.cfs.get(cf, {}).get(key)
 
+    def multi_get(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [self.get(cf, key) for key in keys]
+
     def put(self, cf: str, key: bytes, value: bytes) -> None:
         self.cfs.setdefault(cf, {})[key] = value
 
-    def items(self, cf: str, prefix: bytes = b"") -> list:
-        return sorted((k, v) for k, v in self.cfs.get(cf, {}).items() if k.startswith(prefix))
+    def put_many(self, cf: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        self.cfs.setdefault(cf, {}).update(pairs)
+
+    def put_columns(self, cf: str, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        self.put_many(cf, zip(keys, values, strict=True))
+
+    def delete(self, cf: str, key: bytes) -> None:
+        self.cfs.get(cf, {}).pop(key, None)
+
+    def clear(self, cf: str) -> None:
+        self.cfs.pop(cf, None)
+
+    def items(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        return iter(sorted((k, v) for k, v in self.cfs.get(cf, {}).items() if k.startswith(prefix)))
 
     def column_families(self) -> list[str]:
         return sorted(self.cfs)
 
 
-def time_ops(session: PartitionSession, keys: list, op: Callable[[int], object]) -> float:
+def time_ops(session: PartitionSession, keys: list[tuple[Key, bytes]], op: Callable[[int], object]) -> float:
     """CPU seconds of ``op(i)`` for every key i, with that key set as the implicit grouping key."""
     with Timer() as t:
         for i, (key, kb) in enumerate(keys):
@@ -166,7 +191,13 @@ def time_ops(session: PartitionSession, keys: list, op: Callable[[int], object])
     return t.cpu
 
 
-def bench_value_ops(store: object, schema: str, rows: list, keys: list, with_list: bool) -> dict[str, int]:
+def bench_value_ops(
+    store: KeyValueStore,
+    schema: str,
+    rows: list[tuple[Any, ...]],
+    keys: list[tuple[Key, bytes]],
+    with_list: bool,
+) -> dict[str, int]:
     """ns per operation of each state operation on ``store``, for one schema."""
     session = PartitionSession(store, "None", None, None)
     handle = StatefulProcessorHandle(session)
@@ -189,10 +220,10 @@ def bench_value_ops(store: object, schema: str, rows: list, keys: list, with_lis
     return out
 
 
-def bench_values(n: int, rounds: int, root: Path) -> dict:
+def bench_values(n: int, rounds: int, root: Path) -> dict[str, Any]:
     """The ``values`` section: best of ``rounds`` per store, schema and operation."""
     keys = [((i,), codec.encode_key((i,))) for i in range(n)]
-    out: dict = {"keys": n, "rounds": rounds, "ns_per_op_cpu": {}}
+    out: dict[str, Any] = {"keys": n, "rounds": rounds, "ns_per_op_cpu": {}}
     for schema, make in VALUE_SCHEMAS.items():
         rows = [make(i) for i in range(n)]
         best: dict[str, dict[str, int]] = {"dict_store": {}, "rocks_store": {}}
@@ -231,10 +262,10 @@ def main() -> None:
     lookups = keys[:]
     rng.shuffle(lookups)
 
-    out: dict = {"keys": n, "key_bytes": 16, "value_bytes": 32, "rounds": []}
+    out: dict[str, Any] = {"keys": n, "key_bytes": 16, "value_bytes": 32, "rounds": []}
     root = Path(tempfile.mkdtemp(prefix="bench-state-store-"))
     try:
-        records: list = []
+        records = Changelog()
         for r in range(args.rounds):
             # alternate which side goes first, so drift in the machine's load hits both sides
             if r % 2 == 0:

@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from blobstate.state.store import RocksStateStore
 
@@ -56,7 +57,7 @@ def summary(samples: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(samples), 3), "max": round(max(samples), 3)}
 
 
-def measure(path: Path, keys: list[bytes], rounds: int, rng: random.Random) -> dict:
+def measure(path: Path, keys: list[bytes], rounds: int, rng: random.Random) -> dict[str, Any]:
     steps: dict[str, dict[str, list[float]]] = {
         s: {"wall_ms": [], "cpu_ms": []} for s in ("open", "reads_100", "close")
     }
@@ -71,7 +72,7 @@ def measure(path: Path, keys: list[bytes], rounds: int, rng: random.Random) -> d
         for name, t in (("open", t_open), ("reads_100", t_reads), ("close", t_close)):
             steps[name]["wall_ms"].append(t.wall)
             steps[name]["cpu_ms"].append(t.cpu)
-    out = {name: {k: summary(v) for k, v in s.items()} for name, s in steps.items()}
+    out: dict[str, Any] = {name: {k: summary(v) for k, v in s.items()} for name, s in steps.items()}
     out["files"] = len(os.listdir(path))
     out["sst_files"] = sum(1 for f in os.listdir(path) if f.endswith(".sst"))
     out["bytes"] = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
@@ -87,7 +88,12 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(7)
     root = Path(tempfile.mkdtemp(prefix="blobstate-reopen-", dir=args.dir))
-    results: dict = {"dir": str(root.parent), "batches": args.batches, "rounds": args.rounds, "sizes": {}}
+    results: dict[str, Any] = {
+        "dir": str(root.parent),
+        "batches": args.batches,
+        "rounds": args.rounds,
+        "sizes": {},
+    }
     try:
         for n in (int(k) for k in args.keys.split(",")):
             path = root / f"store-{n}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, overload
 
 Fail = Callable[[str, str], NoReturn]
 """Raises the record format's error for ``(field, problem)``; ``field`` is "" for the whole object."""
@@ -79,9 +79,24 @@ class JsonFields:
             self.fail(key, f"expected {expected}, found {value!r}")
         return value
 
+    @overload
+    def integer(
+        self,
+        key: str,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        *,
+        optional: Literal[False] = False,
+    ) -> int: ...
+
+    @overload
+    def integer(
+        self, key: str, minimum: int | None = None, maximum: int | None = None, *, optional: bool
+    ) -> int | None: ...
+
     def integer(
         self, key: str, minimum: int | None = None, maximum: int | None = None, *, optional: bool = False
-    ) -> Any:
+    ) -> int | None:
         """An integer field within ``minimum..maximum`` (each bound optional)."""
         if maximum is not None:
             expected = f"an integer between {minimum} and {maximum}"
@@ -89,20 +104,25 @@ class JsonFields:
             expected = f"an integer >= {minimum}"
         else:
             expected = "an integer"
-        return self.get(
+        value: int | None = self.get(
             key,
             lambda v: is_int(v) and (minimum is None or v >= minimum) and (maximum is None or v <= maximum),
             expected,
             optional=optional,
         )
+        return value
 
     def text(self, key: str) -> str:
         """A non-empty string field."""
-        return self.get(key, lambda v: isinstance(v, str) and v != "", "a non-empty string")
+        value: str = self.get(key, lambda v: isinstance(v, str) and v != "", "a non-empty string")
+        return value
 
     def mapping(self, key: str, *, optional: bool = False) -> dict[str, Any] | None:
         """A JSON object field."""
-        return self.get(key, lambda v: isinstance(v, dict), "a JSON object", optional=optional)
+        value: dict[str, Any] | None = self.get(
+            key, lambda v: isinstance(v, dict), "a JSON object", optional=optional
+        )
+        return value
 
 
 __all__ = ["Fail", "JsonFields", "is_int", "load_strict_json"]

@@ -47,6 +47,7 @@ from blobstate.standby.replica import (
     request_stop,
     sync_replica,
 )
+from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory
 from blobstate.state.locking import PartitionLock
 from blobstate.state.store import RocksStateStore
@@ -145,6 +146,22 @@ def test_a_replica_follows_every_commit_by_deltas_and_never_an_unchosen_attempt(
             assert (report.deltas_applied, report.snapshot_bytes) == (1, 0), (round_, report)
     again = sync_replica(store, layout(standby_host), target, history_of(store))
     assert again.outcome == SYNC_CURRENT and again.bytes_downloaded == 0
+
+
+def test_a_sync_to_a_version_without_a_commit_names_the_version_and_leaves_the_replica(
+    store: BlobStore, tmp_path: Path
+) -> None:
+    h = History(store, tmp_path / "host-a")
+    standby_host = tmp_path / "host-b"
+    for fresh_replica in (True, False):
+        synced = h.commit()
+        if not fresh_replica:
+            sync_replica(store, layout(standby_host), synced, history_of(store))
+        attempt = h.uncommitted_attempt()
+        with pytest.raises(StateLoadError, match=rf"version {attempt.version} of {OP}/0 has no commit"):
+            sync_replica(store, layout(standby_host), attempt, history_of(store))
+    assert replica_checkpoint(layout(standby_host)) == synced
+    assert replica_contents(standby_host) == h.models[synced.version]
 
 
 @pytest.mark.parametrize("lag", [0, 1, 2])

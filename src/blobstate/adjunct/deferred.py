@@ -24,7 +24,7 @@ class DeferredRowsError(CorruptionError, ValueError):
 
 def defer(store: KeyValueStore, version: int, batches: list[pa.RecordBatch]) -> int:
     """Hold ``batches`` (one batch's main rows) under ``version``; returns how many rows."""
-    rows = sum(b.num_rows for b in batches)
+    rows: int = sum(b.num_rows for b in batches)
     if not rows:
         return 0
     sink = pa.BufferOutputStream()

@@ -23,7 +23,7 @@ from blobstate.adjunct.spec import (
     column_name,
 )
 from blobstate.encoding import codec
-from blobstate.encoding.values import StateCodec
+from blobstate.encoding.values import StateCodec, StateRow
 from blobstate.state.interface import KeyValueStore
 
 
@@ -47,7 +47,7 @@ class ApplyStats:
             setattr(self, name, getattr(self, name) + value)
 
 
-def _as_tuple(value: Any, field_names: list[str]) -> tuple:
+def _as_tuple(value: Any, field_names: list[str]) -> StateRow:
     if isinstance(value, dict):
         return tuple(value.get(n) for n in field_names)
     if isinstance(value, (tuple, list)):

@@ -8,7 +8,8 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from blobstate.encoding import codec
-from blobstate.encoding.values import EXPIRED, StateCodec
+from blobstate.encoding.codec import Key
+from blobstate.encoding.values import EXPIRED, StateCodec, StateRow
 from blobstate.state.interface import KeyValueStore
 
 
@@ -38,8 +39,8 @@ class AdjunctView:
             )
         return codec.encode_key(parts)
 
-    def _decode(self, data: bytes, key: Any) -> tuple:
-        value = self._codec.decode_live(data, 0, key)
+    def _decode(self, data: bytes, key: Any) -> StateRow:
+        value: StateRow = self._codec.decode_live(data, 0, key)
         assert value is not EXPIRED  # adjunct values carry no TTL
         return value
 
@@ -48,7 +49,7 @@ class AdjunctView:
         data = self._store.get(self._cf, self._kb(key))
         return default if data is None else self._decode(data, key)
 
-    def get_many(self, keys: Sequence[Any]) -> list[tuple | None]:
+    def get_many(self, keys: Sequence[Any]) -> list[StateRow | None]:
         """The values of many keys at once (None where there is none), in one multi-get."""
         found = self._store.multi_get(self._cf, [self._kb(k) for k in keys])
         return [None if d is None else self._decode(d, k) for d, k in zip(found, keys, strict=True)]
@@ -59,18 +60,18 @@ class AdjunctView:
 
     __contains__ = contains
 
-    def items(self) -> Iterator[tuple[tuple, tuple]]:
+    def items(self) -> Iterator[tuple[Key, StateRow]]:
         """Every ``(key, value)`` in key order (a partitioned store: the partition's keys only)."""
         for kb, data in self._store.items(self._cf):
             key = codec.decode_key(bytes(kb), self._arity)[0]
             yield key, self._decode(data, key)
 
-    def keys(self) -> Iterator[tuple]:
+    def keys(self) -> Iterator[Key]:
         """Every key, in key order."""
         for key, _ in self.items():
             yield key
 
-    def __iter__(self) -> Iterator[tuple]:
+    def __iter__(self) -> Iterator[Key]:
         return self.keys()
 
     def __repr__(self) -> str:

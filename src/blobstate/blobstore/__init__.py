@@ -6,12 +6,12 @@ from blobstate.blobstore.base import (
     DEFAULT_PENDING_TTL_SECONDS,
     BlobNotFoundError,
     BlobStore,
-    BlobStoreError,
     BucketNotFoundError,
     InvalidBlobNameError,
     TransientBlobError,
 )
 from blobstate.blobstore.open import open_blob_store
+from blobstate.errors import BlobStoreError
 
 __all__ = [
     "DEFAULT_PENDING_TTL_SECONDS",

@@ -38,7 +38,9 @@ def field(answer: Any, key: str, kind: type[T], what: str) -> T:
     return value
 
 
-def records(answer: Any, key: str, fields: Mapping[str, type], what: str, *, optional: bool = False) -> list:
+def records(
+    answer: Any, key: str, fields: Mapping[str, type], what: str, *, optional: bool = False
+) -> list[Any]:
     """The list ``answer[key]`` whose items are mappings holding every field of ``fields`` (name: type).
 
     With ``optional`` a missing ``key`` is an empty list (S3 leaves out ``Contents`` when nothing is listed).

@@ -55,13 +55,13 @@ from blobstate.blobstore.base import (
     DEFAULT_PENDING_TTL_SECONDS,
     BlobNotFoundError,
     BlobStore,
-    BlobStoreError,
     BucketNotFoundError,
     ExpiryCheck,
     TransientBlobError,
 )
 from blobstate.blobstore.names import validate_blob_name
 from blobstate.blobstore.s3_lifecycle import PENDING_TAG_KEY, PENDING_TAG_VALUE
+from blobstate.errors import BlobStoreError
 
 ENDPOINT_ENV = "BLOBSTATE_AZURE_ENDPOINT"
 """Environment variable naming the Blob endpoint (used when no ``endpoint_url`` option is given)."""
@@ -109,12 +109,14 @@ class _GuardedBody:
 
     def __next__(self) -> bytes:
         try:
-            return next(self._chunks)
+            chunk: bytes = next(self._chunks)
         except AzureError as error:
             raise _BrokenBodyError(f"answer body broke off: {_first_line(error)}") from error
+        return chunk
 
 
-class _FramedTransport(RequestsTransport):
+# The SDK exports RequestsTransport through a module __getattr__, which leaves its type Any.
+class _FramedTransport(RequestsTransport):  # type: ignore[misc]
     """The SDK's requests transport, refusing answers that cannot be known to be whole.
 
     An answer cut inside its headers loses its ``Content-Length`` or ``Transfer-Encoding`` (the server
@@ -140,9 +142,7 @@ class _FramedTransport(RequestsTransport):
             )
         if not _LATER_RANGE.match(request.headers.get("x-ms-range", "")):
             stream_download = response.stream_download
-            response.stream_download = lambda *args, **kwargs: _GuardedBody(  # type: ignore[method-assign]
-                stream_download(*args, **kwargs)
-            )
+            response.stream_download = lambda *args, **kwargs: _GuardedBody(stream_download(*args, **kwargs))
         return response
 
 
@@ -453,7 +453,11 @@ class AzureBlobStore(BlobStore):
                 return self._blob(name).get_blob_properties()
             except HttpResponseError as error:
                 whole = getattr(error, "response", None) is not None
-                if whole and error.status_code == 404 and error.error_code != "ContainerNotFound":
+                if (
+                    whole
+                    and error.status_code == 404
+                    and getattr(error, "error_code", None) != "ContainerNotFound"
+                ):
                     return None
                 raise
 

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from blobstate.blobstore.base import DEFAULT_IO_THREADS, BlobStoreError
+from blobstate.blobstore.base import DEFAULT_IO_THREADS
 from blobstate.blobstore.names import validate_blob_name
 from blobstate.blobstore.url_query import split_url_query
+from blobstate.errors import BlobStoreError
 
 SCHEMES = ("az", "abfs", "abfss")
 SECRET_OPTIONS = frozenset({"account_key", "sas_token", "connection_string"})

@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from blobstate.blobstore.base import BlobNotFoundError, BlobStore, BlobStoreError, InvalidBlobNameError
+from blobstate.blobstore.base import BlobNotFoundError, BlobStore, InvalidBlobNameError
 from blobstate.blobstore.names import RESERVED_PREFIX
 from blobstate.durable import fsync_dir
+from blobstate.errors import BlobStoreError
 
 TTL_DIR = ".blobstate-ttl"
 """Reserved top-level directory holding one TTL record per pending object."""
@@ -92,7 +93,7 @@ class LocalBlobStore(BlobStore):
         return self._inside(TMP_DIR, tmp_dir) / f"{uuid.uuid4().hex}.tmp"
 
     # ----------------------------------------------------------------- writing
-    def _write_tmp(self, fill: Callable[[Path], None], *, durable: bool = True) -> Path:
+    def _write_tmp(self, fill: Callable[[Path], object], *, durable: bool = True) -> Path:
         """A fresh temporary file filled by ``fill`` (fsynced if ``durable``); removed if filling fails."""
         tmp = self._tmp_path()
         try:
@@ -140,7 +141,7 @@ class LocalBlobStore(BlobStore):
         raise AssertionError("unreachable")
 
     def _write_atomic(
-        self, name: str, final: Path, fill: Callable[[Path], None], *, durable: bool = True
+        self, name: str, final: Path, fill: Callable[[Path], object], *, durable: bool = True
     ) -> None:
         tmp = self._write_tmp(fill, durable=durable)
         try:
@@ -172,7 +173,7 @@ class LocalBlobStore(BlobStore):
                     directory = directory.parent
         self._prune(path.parent, self.root / TTL_DIR)
 
-    def _put(self, name: str, ttl: float | None, fill: Callable[[Path], None]) -> None:
+    def _put(self, name: str, ttl: float | None, fill: Callable[[Path], object]) -> None:
         final = self._object_path(name)
         if ttl is None:
             self._write_atomic(name, final, fill)

@@ -38,7 +38,6 @@ from blobstate.blobstore.base import (
     DEFAULT_PENDING_TTL_SECONDS,
     BlobNotFoundError,
     BlobStore,
-    BlobStoreError,
     BucketNotFoundError,
     ExpiryCheck,
     TransientBlobError,
@@ -53,6 +52,7 @@ from blobstate.blobstore.s3_lifecycle import (
 )
 from blobstate.blobstore.s3_lifecycle import expiry_problem as lifecycle_expiry_problem
 from blobstate.blobstore.s3_options import S3Settings, split_s3_url
+from blobstate.errors import BlobStoreError
 
 ENDPOINT_ENV = "BLOBSTATE_S3_ENDPOINT"
 """Environment variable naming a non-AWS endpoint (used when no ``endpoint_url`` option is given)."""
@@ -365,7 +365,7 @@ class S3BlobStore(BlobStore):
         """The body stream of ``name`` and the length the answer announced (checked to be there)."""
         what = f"get of key {self._key(name)!r}"
         response = self._client.get_object(Bucket=self.bucket, Key=self._key(name))
-        body = field(response, "Body", object, what)
+        body: Any = field(response, "Body", object, what)
         length = response.get("ContentLength")
         if not isinstance(length, int) or isinstance(length, bool):
             body.close()
@@ -376,7 +376,7 @@ class S3BlobStore(BlobStore):
         with self._errors(name):
             stream, length = self._get_object(name)
             with contextlib.closing(stream) as body:
-                data = body.read()
+                data: bytes = body.read()
             body_length(length, len(data), f"get of key {self._key(name)!r}")
             return data
 

@@ -82,9 +82,9 @@ def expiry_problem(
         what = f"lifecycle rule {rule_id(prefix)!r} of bucket {bucket!r} is disabled"
     else:
         what = f"no enabled lifecycle rule expires pending objects (tag {PENDING_TAGGING}) under {where}"
-    scope = f"under {prefix!r}" if prefix else "in the bucket"
+    tagged_where = f"under {prefix!r}" if prefix else "in the bucket"
     return (
         f"{what}, so objects of uncommitted versions are never deleted: add lifecycle rule"
-        f" {rule_id(prefix)!r} (expire objects tagged {PENDING_TAGGING} {scope} {days} days after"
+        f" {rule_id(prefix)!r} (expire objects tagged {PENDING_TAGGING} {tagged_where} {days} days after"
         f" creation) with `blobstate gc {url} --install-lifecycle` (needs s3:PutLifecycleConfiguration)"
     )

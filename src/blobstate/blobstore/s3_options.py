@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from blobstate.blobstore.base import DEFAULT_IO_THREADS, BlobStoreError
+from blobstate.blobstore.base import DEFAULT_IO_THREADS
 from blobstate.blobstore.url_query import redact_query, split_url_query
+from blobstate.errors import BlobStoreError
 
 MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB
@@ -119,7 +120,7 @@ class S3Settings:
     @property
     def backoff_total_seconds(self) -> float:
         """The longest total pause between the attempts of one operation (jitter at its +50%)."""
-        return 1.5 * self.backoff_seconds * (2 ** (self.max_attempts - 1) - 1)
+        return 1.5 * self.backoff_seconds * (2.0 ** (self.max_attempts - 1) - 1)
 
     @property
     def worst_case_seconds(self) -> float:

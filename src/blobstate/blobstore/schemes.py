@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from blobstate.blobstore.base import BlobStore, BlobStoreError
-from blobstate.errors import ConfigurationError
+from blobstate.blobstore.base import BlobStore
+from blobstate.errors import BlobStoreError, ConfigurationError
 
 
 class BackendNotInstalledError(ConfigurationError, ImportError):

@@ -204,10 +204,14 @@ def collect_versions(store: Any, *, limit: int = 20, version: int | None = None)
         if not log_.commit_exists(version):
             newest = log_.latest_commit()
             latest = 0 if newest is None else newest.version
-            pruned = newest is not None and version < newest.horizon
+            horizon = newest.horizon if newest is not None and version < newest.horizon else None
             raise VersionNotCommittedError(
                 f"version {version} of {store.url} has no commit (commits/{version}.json"
-                + (f" was pruned: no retained version needs commits below {newest.horizon}" if pruned else "")
+                + (
+                    f" was pruned: no retained version needs commits below {horizon}"
+                    if horizon is not None
+                    else ""
+                )
                 + f"); the newest committed version is {latest}: run `blobstate lineage` to list them"
             )
         later = [v for v in log_.versions() if version < v <= latest]

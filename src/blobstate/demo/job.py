@@ -12,13 +12,21 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
-def build_spark(app_name: str, master: str = "local[2]", locality_wait: str = "3s"):
+    from blobstate.engine.driver import BatchReport
+
+
+def build_spark(app_name: str, master: str = "local[2]", locality_wait: str = "3s") -> SparkSession:
     """A SparkSession sized for this machine (``local[2]`` or ``local-cluster[2,1,1024]``)."""
     from pyspark.sql import SparkSession
 
@@ -36,10 +44,10 @@ def build_spark(app_name: str, master: str = "local[2]", locality_wait: str = "3
     return session
 
 
-def idempotent_parquet_sink(output_dir: Path):
+def idempotent_parquet_sink(output_dir: Path) -> Callable[[DataFrame, int], None]:
     """A sink that writes each batch to ``batch-<id>.parquet``, replacing it on replay (exactly-once)."""
 
-    def sink(frame, batch_id: int) -> None:
+    def sink(frame: DataFrame, batch_id: int) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         table = frame.toArrow()
         tmp = output_dir / f".batch-{batch_id}.parquet.tmp"
@@ -50,24 +58,25 @@ def idempotent_parquet_sink(output_dir: Path):
 
 
 def start_query(
-    spark,
+    spark: SparkSession,
     input_dir: Path,
     checkpoint: str,
     output_dir: Path,
     local_dir: str,
     partitions: int = 4,
-    on_batch=None,
+    on_batch: Callable[[BatchReport], None] | None = None,
     *,
     profiles_dir: Path,
-):
+) -> StreamingQuery:
     """Start the demo's streaming query on ``spark`` (one click file and one profile file per
     micro-batch); returns it. The job's process runs it with its own session; tests run it with theirs.
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    import blobstate
+    from blobstate.adjunct import Adjunct
     from blobstate.demo.clickstream import PROFILE_SCHEMA, SCHEMA
     from blobstate.demo.sessions import OUTPUT_SCHEMA, WATERMARK_DELAY_MS, SessionProcessor
+    from blobstate.engine.query import transform_with_state
 
     clicks = (
         spark.readStream.schema(from_arrow_schema(SCHEMA))
@@ -82,8 +91,8 @@ def start_query(
         .option("maxFilesPerTrigger", 1)
         .parquet(str(profiles_dir))
     )
-    side = blobstate.Adjunct("profiles", profiles, key="user", value="tier", bootstrap=False)
-    return blobstate.transform_with_state(
+    side = Adjunct("profiles", profiles, key="user", value="tier", bootstrap=False)
+    return transform_with_state(
         clicks,
         key="user",
         processor=SessionProcessor(),
@@ -114,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--locality-wait", default="3s", help="spark.locality.wait")
     args = parser.parse_args(argv)
-
-    from blobstate.engine.driver import BatchReport
 
     spark = build_spark("blobstate-demo", args.master, args.locality_wait)
 

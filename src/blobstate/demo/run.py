@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 from rich.console import Console
@@ -23,7 +24,7 @@ from blobstate.demo.clickstream import (
     generate_profiles,
     write_batches,
 )
-from blobstate.demo.sessions import reference_sessions
+from blobstate.demo.sessions import Session, reference_sessions
 from blobstate.errors import ConfigurationError
 
 
@@ -63,7 +64,7 @@ def _row(cells: list[str]) -> str:
     return "  " + "  ".join(f"{c:>11}" for c in cells)
 
 
-def snapshot_taken(report: dict) -> bool:
+def snapshot_taken(report: dict[str, Any]) -> bool:
     """Whether the batch snapshotted its state (some partition's), as ``blobstate lineage`` shows it.
 
     A snapshot uploaded in the background (the default) is named by a later batch's commit, which then
@@ -194,10 +195,10 @@ def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after:
     return result
 
 
-def read_sessions(output_dir: Path) -> Counter:
+def read_sessions(output_dir: Path) -> Counter[Session]:
     """Every session the demo's sink wrote to ``output_dir``, counted (as ``reference_sessions`` lists
     them)."""
-    sessions: Counter = Counter()
+    sessions: Counter[Session] = Counter()
     for path in sorted(output_dir.glob("batch-*.parquet")):
         for row in pq.read_table(path).to_pylist():
             sessions[(row["user"], row["start_ms"], row["end_ms"], row["clicks"], row["tier"])] += 1

@@ -5,13 +5,17 @@ runs under both)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Row
 
-from blobstate.processor import StatefulProcessor, StatefulProcessorHandle
+# PySpark's handle type: the class runs under Spark, which passes PySpark's handle, and under blobstate.
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+
+from blobstate.processor import StatefulProcessor, TimerValues
 from blobstate.processor.arrow_api import ArrowHandle, ArrowStatefulProcessor, KeyedBatch
 
 RUNNING_COUNT_OUTPUT = "key STRING, count BIGINT, total BIGINT"
@@ -28,7 +32,9 @@ class RunningCount(StatefulProcessor):
         """Declare the per-key counters."""
         self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
 
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         """Add this batch's rows to the key's counters and emit them."""
         count = 0
         total = 0
@@ -42,7 +48,7 @@ class RunningCount(StatefulProcessor):
         self.state.update((count, total))
         yield pd.DataFrame({"key": [key[0]], "count": [count], "total": [total]})
 
-    def handleInitialState(self, key, initialState, timerValues) -> None:
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: TimerValues) -> None:
         """Seed the counters from initial-state rows."""
         count = int(initialState["count"].sum())
         total = int(initialState["total"].sum())
@@ -57,7 +63,7 @@ class RowRunningCount(StatefulProcessor):
         """Declare the per-key counters."""
         self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
 
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         """Add this batch's rows to the key's counters and emit them."""
         count = 0
         total = 0
@@ -71,7 +77,7 @@ class RowRunningCount(StatefulProcessor):
         self.state.update((count, total))
         yield Row(key=key[0], count=count, total=total)
 
-    def handleInitialState(self, key, initialState, timerValues) -> None:
+    def handleInitialState(self, key: Any, initialState: Row, timerValues: TimerValues) -> None:
         """Seed the counters from one initial-state row."""
         old = self.state.get() or (0, 0)
         self.state.update((old[0] + initialState["count"], old[1] + initialState["total"]))
@@ -85,7 +91,7 @@ class ArrowRunningCount(ArrowStatefulProcessor):
         """Declare the per-key counters."""
         self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
 
-    def handleInputBatch(self, batch: KeyedBatch, timerValues) -> Iterator[pa.Table]:
+    def handleInputBatch(self, batch: KeyedBatch, timerValues: TimerValues) -> Iterator[pa.Table]:
         """Add this batch's rows to every key's counters and emit them."""
         old = self.state.get_many()
         new = batch.aggregate([("value", "count"), ("value", "sum")])
@@ -94,7 +100,7 @@ class ArrowRunningCount(ArrowStatefulProcessor):
         self.state.update_many({"count": count, "total": total})
         yield pa.table({"key": batch.keys["key"], "count": count, "total": total})
 
-    def handleInitialState(self, batch: KeyedBatch, timerValues) -> None:
+    def handleInitialState(self, batch: KeyedBatch, timerValues: TimerValues) -> None:
         """Seed the counters from initial-state rows (summed per key)."""
         seed = batch.aggregate([("count", "sum"), ("total", "sum")])
         self.state.update_many({"count": seed["count_sum"], "total": seed["total_sum"]})

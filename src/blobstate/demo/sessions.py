@@ -28,7 +28,8 @@ Session = tuple[str, int, int, int, str | None]
 class SessionProcessor(StatefulProcessor):
     """Per-user click sessions closed by an event-time timeout."""
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
+    # blobstate passes its own handle (getAdjunct is blobstate's); PySpark types init with PySpark's.
+    def init(self, handle: StatefulProcessorHandle) -> None:  # type: ignore[override]
         """Declare the open session of each user."""
         self.handle = handle
         self.session = handle.getValueState("session", "start_ms LONG, last_ms LONG, clicks LONG")
@@ -106,16 +107,15 @@ def reference_sessions(
         for r in rows:
             by_user.setdefault(r["user"], []).append(r["ts"])
         for user, times in by_user.items():
-            start, last, clicks = open_sessions.get(user, (None, None, 0))
+            session = open_sessions.get(user)  # (start, last, clicks)
             for t in sorted(times):
-                if last is not None and t - last > GAP_MS:
-                    closed.append((user, start, last, clicks, tier.get(user)))
-                    start, clicks = None, 0
-                if start is None:
-                    start, last = t, t
-                last = max(last, t)
-                clicks += 1
-            open_sessions[user] = (start, last, clicks)
+                if session is not None and t - session[1] > GAP_MS:
+                    closed.append((user, *session, tier.get(user)))
+                    session = None
+                start, last, clicks = session if session is not None else (t, t, 0)
+                session = (start, max(last, t), clicks + 1)
+            assert session is not None  # a user is in by_user with at least one click
+            open_sessions[user] = session
         for user in sorted(open_sessions):
             start, last, clicks = open_sessions[user]
             if last + GAP_MS <= watermark:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from blobstate.lineage.changelog import ChangeOp, ChangeRecord
 from blobstate.lineage.commitlog import (
     COMMIT_FORMAT_VERSION,
     METADATA_FORMAT_VERSION,
@@ -16,8 +17,6 @@ from blobstate.lineage.commitlog import (
 )
 from blobstate.lineage.delta import (
     FORMAT_VERSION,
-    ChangeOp,
-    ChangeRecord,
     Delta,
     DeltaFormatError,
     decode_delta,

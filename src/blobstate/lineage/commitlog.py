@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.errors import CorruptionError, StateError
@@ -194,6 +194,7 @@ class Commit:
     rescale at or below this one. A rescale commit has ``layout_from == version``; no lineage crosses it."""
 
     def __post_init__(self) -> None:
+        batch_id = cast("int | None", self.batch_id)  # typed int for readers; None until derived here
         if not 1 <= self.layout_from <= self.version:
             raise ValueError(
                 f"commit of version {self.version}: layout_from {self.layout_from} must be in "
@@ -207,14 +208,14 @@ class Commit:
                 )
             if self.format_version == COMMIT_FORMAT_VERSION:
                 object.__setattr__(self, "format_version", RESCALED_COMMIT_FORMAT)
-            if self.batch_id is None or not 0 <= self.batch_id <= self.version - 1:
+            if batch_id is None or not 0 <= batch_id <= self.version - 1:
                 raise ValueError(
                     f"commit of version {self.version}: a rescaled layout needs a batch_id in "
-                    f"0..{self.version - 1}, found {self.batch_id}"
+                    f"0..{self.version - 1}, found {batch_id}"
                 )
-        elif self.batch_id is None:
+        elif batch_id is None:
             object.__setattr__(self, "batch_id", self.version - 1)
-        elif self.batch_id != self.version - 1:
+        elif batch_id != self.version - 1:
             raise ValueError(f"commit of version {self.version} must have batch_id {self.version - 1}")
         if not 1 <= self.retained_from <= self.version:
             raise ValueError(
@@ -282,7 +283,7 @@ class Commit:
     def same_content(self, other: Commit) -> bool:
         """Whether two commits store the same JSON apart from their creation time (an idempotent retry)."""
 
-        def content(commit: Commit) -> Any:
+        def content(commit: Commit) -> object:
             obj = commit.to_json()
             del obj["created_time_ms"]
             return json.loads(json.dumps(obj))  # as stored: int keys of free-form maps become strings
@@ -305,7 +306,6 @@ def _fields(name: str, data: bytes) -> JsonFields:
 
 def _format_version(f: JsonFields, supported: tuple[int, ...]) -> int:
     version = f.integer("format_version", minimum=1)
-    assert version is not None
     if version == 1 and 1 not in supported:
         f.fail(
             "format_version",
@@ -367,7 +367,6 @@ def parse_metadata(data: bytes, name: str = METADATA) -> QueryMetadata:
             )
         operators[op] = spec
     created = f.integer("created_time_ms", minimum=0)
-    assert num_partitions is not None and created is not None
     _check_digest(f)
     return QueryMetadata(query_id, num_partitions, operators, version, created)
 
@@ -400,7 +399,6 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     if rescaled_format:
         num_partitions = f.integer("num_partitions", minimum=1)
         layout_from = f.integer("layout_from", minimum=2)
-        assert layout_from is not None
         if layout_from > version:
             f.fail("layout_from", f"{layout_from} is above the commit's version {version}")
         if batch_id is None or not 0 <= batch_id <= version - 1:
@@ -430,7 +428,6 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
         f.fail("checkpoints", f"operators missing: {', '.join(absent)}")
     objects = _objects(f, checkpoints, partitions_of, version)
     retained_from = f.integer("retained_from", minimum=1)
-    assert retained_from is not None
     if retained_from > version:
         f.fail("retained_from", f"{retained_from} is above the commit's version {version}")
     horizon = f.integer("horizon", minimum=1, optional=True) if format_version >= 3 else None
@@ -439,7 +436,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     if horizon is not None and horizon > retained_from:
         f.fail("horizon", f"{horizon} is above the commit's retained_from {retained_from}")
 
-    placement: dict[int, str] | None = None
+    placement: dict[int, str | dict[str, Any]] | None = None
     raw_placement = f.mapping("placement", optional=True)
     if raw_placement is not None:
         placement = {}
@@ -457,7 +454,6 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     source = f.mapping("source", optional=True)
     writer = f.text("writer")
     created = f.integer("created_time_ms", minimum=0)
-    assert created is not None
     _check_digest(f)
     return Commit(
         version=version,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import zstandard
@@ -55,10 +56,15 @@ _CF_NAME_LEN = struct.Struct("<H")
 # record count, cf-id width, key-length width, value-length width, reserved
 _BODY_COUNTS = struct.Struct("<QBBBB")
 
-_WIDTH_DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
+_WIDTH_DTYPES: dict[int, np.dtype[Any]] = {
+    1: np.dtype("<u1"),
+    2: np.dtype("<u2"),
+    4: np.dtype("<u4"),
+    8: np.dtype("<u8"),
+}
 
 
-_OP_BY_CODE: tuple[ChangeOp | None, ...] = (None, ChangeOp.PUT, ChangeOp.DELETE, ChangeOp.CLEAR)
+_OP_BY_CODE: dict[int, ChangeOp] = {int(op): op for op in ChangeOp}
 
 
 class DeltaFormatError(CorruptionError, ValueError):
@@ -143,7 +149,7 @@ class _Columns:
 
 def _cf_id(table: dict[str, int], cf: object, record: int) -> int:
     """``cf``'s index in the column family table, adding it on first sight (validated then)."""
-    index = table.get(cf)  # type: ignore[arg-type]
+    index = table.get(cf) if isinstance(cf, str) else None
     if index is None:
         if not isinstance(cf, str) or not cf:
             raise TypeError(f"change record #{record} has bad column family {cf!r}")
@@ -174,7 +180,8 @@ def _record_columns(records: Sequence[ChangeRecord], first: int, table: dict[str
             f"change record #{first + bad} has {len(records[bad])} fields: expected (op, cf, key, value)"
         )
     # One list per column: zip(*records) would build a million tuples and wake the cyclic GC.
-    ops = [r[0] for r in records]
+    # Typed object: the checks below are for records that break the ChangeRecord type.
+    ops: list[object] = [r[0] for r in records]
     cfs = [r[1] for r in records]
     keys = [r[2] for r in records]
     values = [r[3] for r in records]
@@ -391,7 +398,7 @@ class _Reader:
         self.pos = start + size
         return start
 
-    def unpack(self, fmt: struct.Struct, what: str) -> tuple:
+    def unpack(self, fmt: struct.Struct, what: str) -> tuple[Any, ...]:
         return fmt.unpack_from(self.body, self.take(fmt.size, what))
 
     def column(self, count: int, width: int, what: str) -> np.ndarray:
@@ -475,7 +482,10 @@ def _slices(body: bytes, start: int, lens: np.ndarray, ends: np.ndarray) -> list
         return [b""] * int(lens.size)
     if (lens == first).all():
         # Equal lengths (the common case for keys): numpy cuts them out at C speed; void items are bytes.
-        return np.frombuffer(body, dtype=f"V{first}", count=int(lens.size), offset=start).tolist()
+        pieces: list[bytes] = np.frombuffer(
+            body, dtype=f"V{first}", count=int(lens.size), offset=start
+        ).tolist()
+        return pieces
     bounds = (ends + start).tolist()
     return [body[a:b] for a, b in zip([start, *bounds[:-1]], bounds, strict=True)]
 

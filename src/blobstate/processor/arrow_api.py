@@ -37,11 +37,12 @@ implicit key in turn, so the per-key methods of the other APIs work there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
+from pyspark.sql.types import StructType
 
 from blobstate.encoding import codec, layout
 from blobstate.encoding.values import EXPIRED, StateRow
@@ -482,6 +483,29 @@ class ArrowHandle(StatefulProcessorHandle):
     _value_state = BulkValueState
     _list_state = BulkListState
     _map_state = BulkMapState
+
+    # The variables are made by the classes above: these only tell the type checker so.
+    def getValueState(
+        self, stateName: str, schema: StructType | str, ttlDurationMs: int | None = None
+    ) -> BulkValueState:
+        """Create (or reopen) a value state variable with bulk operations; call only in ``init``."""
+        return cast(BulkValueState, super().getValueState(stateName, schema, ttlDurationMs))
+
+    def getListState(
+        self, stateName: str, schema: StructType | str, ttlDurationMs: int | None = None
+    ) -> BulkListState:
+        """Create (or reopen) a list state variable with bulk operations; call only in ``init``."""
+        return cast(BulkListState, super().getListState(stateName, schema, ttlDurationMs))
+
+    def getMapState(
+        self,
+        stateName: str,
+        userKeySchema: StructType | str,
+        valueSchema: StructType | str,
+        ttlDurationMs: int | None = None,
+    ) -> BulkMapState:
+        """Create (or reopen) a map state variable with bulk operations; call only in ``init``."""
+        return cast(BulkMapState, super().getMapState(stateName, userKeySchema, valueSchema, ttlDurationMs))
 
     def _bulk_timer_keys(self, operation: str) -> list[bytes]:
         s = self._s

@@ -9,7 +9,7 @@ One input partition per state partition, so partitions restore in parallel on th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -24,7 +24,7 @@ _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no", ""}
 
 
-def plan_from_options(options: dict[str, Any], schema: StructType | None = None) -> ReadPlan:
+def plan_from_options(options: Mapping[str, Any], schema: StructType | None = None) -> ReadPlan:
     """The :class:`ReadPlan` the data source options ask for (checked against the checkpoint); with the
     ``schema`` already known and a state variable named, no partition is restored to plan it."""
     opts = {str(k).lower(): v for k, v in options.items()}
@@ -89,7 +89,7 @@ class BlobstateReader(DataSourceReader):
         """One input partition per state partition read."""
         return [StatePartition(p) for p in self.plan.partitions]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """The rows of one state partition."""
         p = partition.partition if isinstance(partition, StatePartition) else int(partition.value)
         plan = self.plan

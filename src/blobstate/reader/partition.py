@@ -13,6 +13,7 @@ from typing import Any
 from blobstate.adjunct.deferred import held_rows
 from blobstate.blobstore import open_blob_store
 from blobstate.encoding import codec
+from blobstate.encoding.codec import Key
 from blobstate.encoding.layout import ADJUNCT_CF_PREFIX
 from blobstate.reader.checkpoint import (
     CheckpointVersion,
@@ -83,7 +84,7 @@ def adjunct_stores(
             continue
         name = cf[len(ADJUNCT_CF_PREFIX) :]
         keys = 0
-        shown = []
+        shown: list[Any] = []
         for kb, _ in rocks.items(cf):
             keys += 1
             if len(shown) < sample:
@@ -114,9 +115,9 @@ def inspect_partition(
                 variables = []
                 declared = declarations(rocks, where=checkpoint.describe(op, p))
                 for var in sorted(declared.values(), key=lambda v: v.name):
-                    keys: set[tuple] = set()
+                    keys: set[Key] = set()
                     rows = 0
-                    shown = []
+                    shown: list[Any] = []
                     for entry in entries(rocks, var, arity):
                         keys.add(entry[0])
                         rows += 1

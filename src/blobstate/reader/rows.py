@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.types import StructType
 
@@ -14,7 +15,7 @@ from blobstate.reader.variables import TIMERS, StateReadError, declarations, ent
 
 def partition_rows(
     url: str, version: int, operator: str, partition: int, state_var: str, schema: StructType
-) -> Iterator[tuple]:
+) -> Iterator[tuple[Any, ...]]:
     """Restore ``partition`` at ``version`` into a temporary directory and yield its rows of ``state_var``
     (or of the timers), laid out as ``schema`` (:func:`blobstate.reader.schema.row_schema`)."""
     key_type = schema[KEY].dataType

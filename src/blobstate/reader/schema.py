@@ -37,6 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from blobstate.encoding.codec import Key
 from blobstate.reader.variables import StateVariable
 
 KEY = "key"
@@ -73,7 +74,7 @@ def python_type(value: Any) -> DataType | None:
     return StringType()
 
 
-def infer_key_schema(names: Sequence[str], keys: Iterable[tuple]) -> StructType:
+def infer_key_schema(names: Sequence[str], keys: Iterable[Key]) -> StructType:
     """A struct of the key columns typed by the first non-null value of each in ``keys`` (string if none)."""
     types: list[DataType | None] = [None] * len(names)
     for key in keys:
@@ -96,7 +97,9 @@ def row_schema(key_schema: StructType, var: StateVariable | None) -> StructType:
         elif var.kind == "list":
             fields.append(StructField(LIST_ELEMENT, var.value_type(), True))
         else:
-            fields.append(StructField(USER_MAP_KEY, var.user_key_type(), False))
+            user_key = var.user_key_type()
+            assert user_key is not None  # parse_declaration requires one of a map
+            fields.append(StructField(USER_MAP_KEY, user_key, False))
             fields.append(StructField(USER_MAP_VALUE, var.value_type(), True))
         if var.ttl:
             fields.append(StructField(EXPIRATION, LongType(), True))

@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from blobstate.encoding import codec, layout
+from blobstate.encoding.codec import Key
 from blobstate.encoding.values import StateCodec, UnsupportedTypeError
 from blobstate.errors import StateError
 from blobstate.stored_schema import StoredSchemaError, parse_declaration
@@ -76,7 +77,7 @@ def declarations(store: Any, *, where: str = "a partition's store") -> dict[str,
     return found
 
 
-def entries(store: Any, var: StateVariable, arity: int) -> Iterator[tuple]:
+def entries(store: Any, var: StateVariable, arity: int) -> Iterator[tuple[Any, ...]]:
     """The rows of ``var``: ``(key, value, expiry)`` for value state, ``(key, element, expiry)`` per list
     element, ``(key, user_key, value, expiry)`` per map entry; ``expiry`` is None without a TTL."""
     cf = layout.state_cf(var.name)
@@ -108,14 +109,14 @@ def entries(store: Any, var: StateVariable, arity: int) -> Iterator[tuple]:
             yield key, user_key, decode(data, never, key), values.expiry(data, key)
 
 
-def timers(store: Any, arity: int) -> Iterator[tuple[tuple, int]]:
+def timers(store: Any, arity: int) -> Iterator[tuple[Key, int]]:
     """The registered timers: ``(key, expiry ms)`` in key order, then time order."""
     for k, _ in store.items(layout.TIMERS_BY_KEY_CF):
         key, end = codec.decode_key(k, arity)
         yield key, codec.decode_ts(k, end)
 
 
-def any_key(store: Any, names: list[str], arity: int) -> tuple | None:
+def any_key(store: Any, names: list[str], arity: int) -> Key | None:
     """A grouping key stored in ``store`` (looking in ``names``' families, then the timers), or None."""
     for cf in [*names, layout.TIMERS_BY_KEY_CF]:
         for k, _ in store.items(cf):

@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from blobstate.lineage.commitlog import Commit, QueryMetadata
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 Progress = Callable[[int, int, str], None]
 """``progress(done, total, what)``: called as commits and snapshot indexes are read."""
@@ -231,8 +234,9 @@ class CheckpointSummary:
         return self.versions[-1] if self.versions else 0
 
 
-def _partition_entry(raw: Mapping[str, Any], partition: int) -> Mapping[str, Any] | None:
-    entry = raw.get(str(partition), raw.get(partition))  # type: ignore[call-overload]
+def _partition_entry(raw: Mapping[Any, object], partition: int) -> Mapping[str, Any] | None:
+    # keys are strings in metrics read back from JSON, ints in a commit's placement
+    entry = raw.get(str(partition), raw.get(partition))
     return entry if isinstance(entry, Mapping) else None
 
 
@@ -307,7 +311,7 @@ def _move(raw: object) -> Move | None:
         return None
 
     def text(key: str) -> str | None:
-        value = raw.get(key)  # type: ignore[union-attr]
+        value = raw.get(key)
         return value if isinstance(value, str) else None
 
     return Move(
@@ -433,9 +437,11 @@ def summarize(
     )
 
 
-def _read_all(items: Sequence[Any], read: Callable[[Any], Any], what: str, progress: Progress | None) -> list:
+def _read_all(
+    items: Sequence[_T], read: Callable[[_T], _R], what: str, progress: Progress | None
+) -> list[_R]:
     """``read`` every item on a few threads (blob stores are I/O bound), reporting progress in order."""
-    out: list[Any] = []
+    out: list[_R] = []
     if progress is not None:
         progress(0, len(items), what)
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="blobstate-report") as pool:
@@ -446,7 +452,9 @@ def _read_all(items: Sequence[Any], read: Callable[[Any], Any], what: str, progr
     return out
 
 
-def snapshot_sizes(store: Any, commits: Iterable[Commit], progress: Progress | None = None) -> dict:
+def snapshot_sizes(
+    store: Any, commits: Iterable[Commit], progress: Progress | None = None
+) -> dict[tuple[int, int], int]:
     """``(version, partition) -> bytes`` of every committed snapshot whose index can still be read, at
     the version the snapshot is of (a snapshot uploaded in the background is named by a later commit).
 

@@ -8,6 +8,7 @@ optional dependency: ``pip install 'blobstate[report]'``.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 from collections.abc import Callable, Sequence
@@ -59,6 +60,16 @@ def _series(rows: Sequence[BatchMetrics], get: Callable[[BatchMetrics], float | 
     return [float("nan") if (v := get(r)) is None else float(v) for r in rows]
 
 
+def _at_partition(
+    get: Callable[[BatchMetrics, int], float | None], partition: int, row: BatchMetrics
+) -> float | None:
+    return get(row, partition) if partition in row.partitions else None
+
+
+def _split_seconds(key: str, row: BatchMetrics) -> float | None:
+    return row.split.get(key)
+
+
 def _known(values: Sequence[float]) -> bool:
     return any(v == v for v in values)  # NaN != NaN
 
@@ -73,7 +84,7 @@ def _partition_lines(
     partitions = sorted({p for r in rows for p in r.partitions})
     if len(partitions) <= MAX_PARTITION_LINES:
         for p in partitions:
-            ys = _series(rows, lambda r, p=p: get(r, p) if p in r.partitions else None)
+            ys = _series(rows, functools.partial(_at_partition, get, p))
             if _known(ys):
                 ax.plot(batches, ys, marker=".", linewidth=1.2, label=f"partition {p}")
     else:
@@ -139,7 +150,7 @@ class _Figures:
         if any(v > 0 for v in recovery if v == v):  # only when some batch recovered from a failure
             ax.plot(self.batches, recovery, linestyle="-.", label="Spark recovery (retries)")
         for key in STAGE_SPLIT:
-            ys = _series(self.rows, lambda r, key=key: r.split.get(key))
+            ys = _series(self.rows, functools.partial(_split_seconds, key))
             if _known(ys):
                 ax.plot(self.batches, ys, linestyle=":", marker=".", label=key.replace("_", " "))
         restarts = [

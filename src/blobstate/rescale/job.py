@@ -385,13 +385,14 @@ def _build(spark: Any, plan: RescalePlan, fault: Fault | None, url: str) -> list
     sc = spark.sparkContext
     sc.setJobDescription(f"blobstate rescale {url} {plan.old_partitions} -> {n}")
     try:
-        return (
+        rows: list[dict[str, Any]] = (
             sc.parallelize(sources, len(sources))
             .mapPartitions(split)
             .partitionBy(targets, lambda key: key)
             .mapPartitionsWithIndex(build)
             .collect()
         )
+        return rows
     finally:
         sc.setJobDescription(None)
 

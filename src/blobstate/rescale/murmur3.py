@@ -44,6 +44,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from blobstate.encoding.codec import Key
 from blobstate.errors import ConfigurationError
 
 SEED = 42
@@ -168,7 +169,8 @@ def _micros(value: Any) -> int:
     ts = pd.Timestamp(value)
     if ts.tz is not None:
         ts = ts.tz_convert("UTC").tz_localize(None)
-    return ts.value // 1000
+    micros: int = ts.value // 1000
+    return micros
 
 
 def check_key_schema(schema: StructType) -> None:
@@ -207,7 +209,7 @@ def check_key_schema(schema: StructType) -> None:
             )
 
 
-def spark_hash(key: tuple, schema: StructType) -> int:
+def spark_hash(key: Key, schema: StructType) -> int:
     """``hash(key columns)`` as Spark computes it (a signed 32-bit int) for a decoded grouping key."""
     h = SEED
     for value, f in zip(key, schema.fields, strict=True):
@@ -215,7 +217,7 @@ def spark_hash(key: tuple, schema: StructType) -> int:
     return _signed(h)
 
 
-def spark_partition(key: tuple, schema: StructType, num_partitions: int) -> int:
+def spark_partition(key: Key, schema: StructType, num_partitions: int) -> int:
     """``pmod(hash(key columns), num_partitions)``: the partition Spark gives ``key``."""
     return spark_hash(key, schema) % num_partitions
 
@@ -239,7 +241,8 @@ def _np_fmix(h1: np.ndarray, length: int) -> np.ndarray:
     h1 = h1 * np.uint32(0x85EBCA6B)
     h1 = h1 ^ (h1 >> np.uint32(13))
     h1 = h1 * np.uint32(0xC2B2AE35)
-    return h1 ^ (h1 >> np.uint32(16))
+    mixed: np.ndarray = h1 ^ (h1 >> np.uint32(16))
+    return mixed
 
 
 def hash_int64_column(values: np.ndarray, seed: int | np.ndarray = SEED) -> np.ndarray:

@@ -14,6 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+_native_combine: Callable[[int, int, int], int] | None
 try:  # pragma: no cover - which branch runs depends on the environment
     from isal.isal_zlib import crc32 as _crc32
     from isal.isal_zlib import crc32_combine as _native_combine

@@ -322,7 +322,7 @@ class _Parser:
     def fail(self, where: str, message: str) -> SnapshotFormatError:
         return SnapshotFormatError(f"snapshot index {self.index_name!r}: {where}: {message}")
 
-    def obj(self, raw: object, where: str, required: set[str]) -> dict:
+    def obj(self, raw: object, where: str, required: set[str]) -> dict[str, Any]:
         # Fields this reader does not know are ignored (forward compatibility within a schema version: a
         # writer may add optional fields; anything that changes the meaning needs a new schema version).
         if not isinstance(raw, dict):
@@ -332,19 +332,19 @@ class _Parser:
             raise self.fail(where, f"missing required field(s) {sorted(missing)}")
         return raw
 
-    def int_(self, raw: dict, key: str, where: str) -> int:
+    def int_(self, raw: dict[str, Any], key: str, where: str) -> int:
         value = raw[key]
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(where, f"field {key!r} must be an integer, got {value!r}")
         return value
 
-    def str_(self, raw: dict, key: str, where: str) -> str:
+    def str_(self, raw: dict[str, Any], key: str, where: str) -> str:
         value = raw[key]
         if not isinstance(value, str):
             raise self.fail(where, f"field {key!r} must be a string, got {value!r}")
         return value
 
-    def list_(self, raw: dict, key: str, where: str) -> list:
+    def list_(self, raw: dict[str, Any], key: str, where: str) -> list[Any]:
         value = raw[key]
         if not isinstance(value, list):
             raise self.fail(where, f"field {key!r} must be a list, got {type(value).__name__}")

@@ -15,6 +15,7 @@ are fetched into memory, verified and written at their offsets (peak memory: wor
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import stat
 import time
@@ -370,12 +371,12 @@ def restore_directory(
                     pass
                 finish(d, 0)
             elif len(d.file.blobs) == 1:
-                jobs.append((d.file.size, lambda d=d: whole_file(d)))
+                jobs.append((d.file.size, functools.partial(whole_file, d)))
             else:
                 os.close(os.open(d.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
                 multi.append(d)
                 for blob, length in d.file.chunks():
-                    jobs.append((length, lambda job=(d, blob, length): chunk(job)))
+                    jobs.append((length, functools.partial(chunk, (d, blob, length))))
         jobs.sort(key=lambda j: j[0], reverse=True)
         run_bounded(store, lambda job: job[1](), jobs, workers)
         for d in multi:

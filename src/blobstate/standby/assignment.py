@@ -217,7 +217,7 @@ def plan_assignment(
     chosen: dict[int, list[ExecutorIdentity]] = {}
     for p in range(num_partitions):
         active = actives[p]
-        valid = []
+        valid: list[ExecutorIdentity] = []
         for r in kept[p]:
             if len(valid) < replicas and _allowed(r, active, valid, hosts, strict_hosts=True):
                 valid.append(r)

@@ -115,10 +115,11 @@ def sync_replica(
         if current == target:
             report.outcome = SYNC_CURRENT
             return report
+        target_commit = history.commit(target.version)
+        if target_commit is None:
+            raise _no_commit(history, target.version)
         # Only retained versions are sure to be restorable: the first step goes no lower than those.
-        first = max(
-            current.version + 1 if current is not None else 0, history.commit(target.version).retained_from
-        )
+        first = max(current.version + 1 if current is not None else 0, target_commit.retained_from)
         if current is None or current.version > target.version or target.version - first >= STEPWISE_MAX_LAG:
             steps = [target]
         else:
@@ -142,11 +143,15 @@ def sync_replica(
 def _committed(history: PartitionHistory, version: int) -> CheckpointId:
     uid = history.uid(version)
     if uid is None:
-        raise StateLoadError(
-            f"version {version} of {history.operator}/{history.partition} has no commit: its replica cannot"
-            " be synced to it"
-        )
+        raise _no_commit(history, version)
     return CheckpointId(version, uid)
+
+
+def _no_commit(history: PartitionHistory, version: int) -> StateLoadError:
+    return StateLoadError(
+        f"version {version} of {history.operator}/{history.partition} has no commit: its replica cannot"
+        " be synced to it"
+    )
 
 
 def _advance(copy: LocalCopy, step: CheckpointId, report: SyncReport) -> None:
