@@ -29,8 +29,6 @@ from blobstate.lineage.commitlog import CommitLog
 
 pytestmark = pytest.mark.spark
 
-MEMORY_STREAM = "org.apache.spark.sql.execution.streaming.runtime.MemoryStream"
-
 Batch = tuple[pa.Table, pa.Table, pa.Table]
 """One micro-batch's rows: profiles, discounts, clicks."""
 
@@ -52,7 +50,7 @@ BATCHES: list[Batch] = [
     ),
     # after the restart
     (profiles([("c", "bronze")]), discounts([("bronze", 3)]), clicks([])),  # side rows only
-    (profiles([("b", "gold")]), discounts([]), clicks([("b", 10), ("c", 11)])),
+    (profiles([("b", "gold")]), discounts([]), clicks([("b", 10), ("c", 11)])),  # b set again
 ]
 RESTART_AT = 3
 """The first batch of the second run (the query stopped and started again on its checkpoint)."""
@@ -70,10 +68,10 @@ class MemoryStreams:
         self.sources: list[Any] = []
         self.frames: list[Any] = []
         for schema in (PROFILES, DISCOUNTS, CLICKS):
-            # Scala's implicit Encoder is an ordinary parameter here
-            source = jvm.__getattr__(MEMORY_STREAM).apply(
-                jvm.org.apache.spark.sql.Encoders.STRING(), spark._jsparkSession
-            )
+            # Spark 4's companion (package ...streaming.runtime); Scala's implicit Encoder is an
+            # ordinary parameter from Python
+            memory_stream = jvm.org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+            source = memory_stream.apply(jvm.org.apache.spark.sql.Encoders.STRING(), spark._jsparkSession)
             raw = DataFrame(source.toDF(), spark)
             self.sources.append(source)
             self.frames.append(raw.select(F.from_json("value", schema).alias("r")).select("r.*"))
