@@ -13,7 +13,37 @@ Imports are lazy so the command line starts without loading Spark.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use (__getattr__)
+    from blobstate.adjunct import Adjunct as Adjunct
+    from blobstate.engine.config import QueryConfig as QueryConfig
+    from blobstate.engine.handle import BlobstateQueryError as BlobstateQueryError
+    from blobstate.engine.handle import ProcessorQueryError as ProcessorQueryError
+    from blobstate.engine.progress import progress_metrics as progress_metrics
+    from blobstate.engine.query import batch_reports as batch_reports
+    from blobstate.engine.query import transform_with_state as transform_with_state
+    from blobstate.engine.sinks import WriterSink as WriterSink
+    from blobstate.errors import BlobstateError as BlobstateError
+    from blobstate.errors import BlobStoreError as BlobStoreError
+    from blobstate.errors import ConfigurationError as ConfigurationError
+    from blobstate.errors import CorruptionError as CorruptionError
+    from blobstate.errors import ProcessorError as ProcessorError
+    from blobstate.errors import QueryError as QueryError
+    from blobstate.errors import StateError as StateError
+    from blobstate.processor import ArrowHandle as ArrowHandle
+    from blobstate.processor import ArrowStatefulProcessor as ArrowStatefulProcessor
+    from blobstate.processor import ExpiredTimerInfo as ExpiredTimerInfo
+    from blobstate.processor import ExpiredTimers as ExpiredTimers
+    from blobstate.processor import KeyedBatch as KeyedBatch
+    from blobstate.processor import ListState as ListState
+    from blobstate.processor import MapState as MapState
+    from blobstate.processor import StatefulProcessor as StatefulProcessor
+    from blobstate.processor import StatefulProcessorHandle as StatefulProcessorHandle
+    from blobstate.processor import TimerValues as TimerValues
+    from blobstate.processor import ValueState as ValueState
+    from blobstate.reader import read_state as read_state
+    from blobstate.reader import register_reader as register_reader
 
 __version__ = "0.1.0"
 

@@ -37,7 +37,7 @@ from blobstate.errors import BlobstateError, QueryError, first_line
 
 log = logging.getLogger("blobstate")
 
-Sink = Callable[[DataFrame, int], None]
+Sink = Callable[[DataFrame, int], object]
 
 
 class BatchError(QueryError, RuntimeError):
