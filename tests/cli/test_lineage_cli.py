@@ -158,13 +158,16 @@ def test_a_location_without_a_checkpoint_is_refused_like_every_other_command(
             (target / name).write_text("v1\n{}")
     else:
         target = tmp_path / "checkpont"
-    for args in (["lineage", str(target)], ["lineage", str(target), "--json"], ["verify", str(target)]):
+    lineage, report = ["lineage", str(target)], ["report", str(target), "--out", str(tmp_path / "report")]
+    for args in (lineage, [*lineage, "--json"], report, ["verify", str(target)]):
         with pytest.raises(SystemExit) as exited:
             main(args)
         err = capsys.readouterr().err.strip().splitlines()
-        if args[0] == "lineage":
+        if args[0] in ("lineage", "report"):
             assert exited.value.code == 1
             assert len(err) == 1 and err[0].startswith(f"error: {target} is not a query checkpoint"), err
+            # Spark's own checkpoint inside the query's location names the location to give instead
+            assert (f"give {url} " in err[0]) == (where == "spark"), err
         else:
             assert exited.value.code == 1  # verify refuses it too
     assert where == "spark" or not target.exists()

@@ -79,7 +79,8 @@ class BothApis(ArrowStatefulProcessor):
 def test_a_timer_callback_of_the_other_api_is_warned_about_before_init(
     store: Any, caplog: pytest.LogCaptureFixture, processor: type, api: str, defined: str, called: str
 ) -> None:
-    processor = type(processor.__name__, (processor,), {})  # a class not logged about yet in this process
+    # a class not warned about yet in this process
+    processor = type(f"{processor.__name__}_{api}", (processor,), {})
     data = pa.table({"key": ["a"], "value": [1]})
     with caplog.at_level(logging.WARNING), pytest.warns(CallbackNameWarning) as warned:
         assert run(processor(), store, data, api=api, batch_timestamp_ms=100, **TIMED) == []
@@ -90,6 +91,22 @@ def test_a_timer_callback_of_the_other_api_is_warned_about_before_init(
     assert message.startswith(f"{processor.__qualname__} defines {defined}, ")
     assert message.endswith(f"rename {defined} to {called}")
     assert caplog.messages.count(message) == 1  # logged once per class, however many batches
+
+
+def test_a_class_unpickled_again_for_each_task_is_warned_about_once(
+    store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Python worker gets a class defined in the driver's __main__ as a new class object in every
+    task; the warning and the log line must not repeat with every task and batch."""
+    copies = [type("PerKeyUnpickled", (PerKeyWithVectorizedName,), {}) for _ in range(3)]
+    data = pa.table({"key": ["a"], "value": [1]})
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", CallbackNameWarning)
+        for batch, cls in enumerate(copies):
+            run(cls(), store, data if batch == 0 else None, batch_timestamp_ms=100 * (batch + 1), **TIMED)
+    assert len([w for w in warned if issubclass(w.category, CallbackNameWarning)]) == 1
+    logged = [m for m in caplog.messages if m.startswith("PerKeyUnpickled defines handleExpiredTimers")]
+    assert len(logged) == 1
 
 
 def test_processors_that_name_their_callbacks_right_are_not_warned_about(store: Any) -> None:

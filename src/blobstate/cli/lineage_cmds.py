@@ -131,7 +131,24 @@ def require_checkpoint(store: Any, url: str) -> None:
     from blobstate.reader.checkpoint import is_query_checkpoint
 
     if not is_query_checkpoint(store):
-        raise NotACheckpointError(f"{url} is not a query checkpoint ({METADATA} is missing)")
+        raise NotACheckpointError(f"{url} is not a query checkpoint ({METADATA} is missing){_hint(url)}")
+
+
+def _hint(url: str) -> str:
+    """Where the checkpoint is when ``url`` is Spark's own ``_spark`` directory inside one, else ''."""
+    from blobstate.blobstore import open_blob_store
+    from blobstate.reader.checkpoint import is_query_checkpoint
+
+    head, sep, last = url.rstrip("/").rpartition("/")
+    if not sep or last != "_spark" or not head:
+        return ""
+    try:
+        with open_blob_store(head) as parent:
+            if not is_query_checkpoint(parent):
+                return ""
+    except Exception:  # the hint is a courtesy: the error above stands without it
+        return ""
+    return f": it is Spark's own offsets checkpoint inside the query checkpoint {head}; give {head}"
 
 
 def _restore(row: dict[str, Any]) -> str:

@@ -58,7 +58,9 @@ class CallbackNameWarning(UserWarning):
     """A processor defines a callback under the other processor API's name, which its API never calls."""
 
 
-_LOGGED: set[tuple[type, str]] = set()
+# Keyed by the class's module and qualified name, not the class object: a Python worker unpickles a
+# class defined in the driver's __main__ anew for every task, so one class reaches a worker as many objects.
+_LOGGED: set[tuple[str, str, str]] = set()
 _LOGGED_LOCK = threading.Lock()
 
 
@@ -69,19 +71,19 @@ def overrides(processor: Any, name: str, base: type) -> bool:
 
 
 def warn_other_api_callback(processor: Any, defined: str, called: str) -> None:
-    """Warn (``warnings.warn``, and a log line once per class and process) that ``processor`` defines
+    """Warn (``warnings.warn`` and a log line, once per class and process) that ``processor`` defines
     ``defined``, the other API's name, while its API calls ``called``, which it does not define."""
     cls = type(processor)
+    with _LOGGED_LOCK:
+        if (cls.__module__, cls.__qualname__, defined) in _LOGGED:
+            return
+        _LOGGED.add((cls.__module__, cls.__qualname__, defined))
     message = (
         f"{cls.__qualname__} defines {defined}, which this processor API never calls: its timers call "
         f"{called}, which {cls.__qualname__} does not define, so they fire and are deleted without running "
         f"its code; rename {defined} to {called}"
     )
     warnings.warn(message, CallbackNameWarning, stacklevel=3)
-    with _LOGGED_LOCK:
-        if (cls, defined) in _LOGGED:
-            return
-        _LOGGED.add((cls, defined))
     log.warning("%s", message)
 
 
