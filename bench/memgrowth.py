@@ -24,6 +24,7 @@ batch reports, which hide other growth in a short run: ``--recent-reports 10`` k
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -93,12 +94,44 @@ if os.environ.get("BLOBSTATE_MEMGROWTH_DIR") and os.environ.get("PYTHON_WORKER_F
 """
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            *("arena", "ordblks", "smblks", "hblks", "hblkhd"),
+            *("usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"),
+        )
+    ]
+
+
+def malloc_figures() -> dict[str, int]:
+    """glibc's view of the driver's heap (``mallinfo2``: bytes in use and free in its arenas, summed over
+    them), then what ``malloc_trim(0)`` gives back to the system: resident memory after the trim. Free but
+    unreturned memory (fragmented arenas) shows as ``malloc_free_bytes`` and comes back in the trim; a
+    leak stays in ``malloc_in_use_bytes``. Empty when the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return {}
+    return {
+        "malloc_arena_bytes": int(info.arena),
+        "malloc_in_use_bytes": int(info.uordblks),
+        "malloc_free_bytes": int(info.fordblks),
+        "malloc_mmapped_bytes": int(info.hblkhd),
+        "rss_after_trim_bytes": int(memory()["driver_rss_mb"] * 2**20),
+    }
+
+
 def driver_figures() -> dict[str, Any]:
     """The driver's side of one snapshot (without the tracemalloc snapshot itself)."""
     import pyarrow as pa
 
     out: dict[str, Any] = {
         "rss_bytes": int(memory()["driver_rss_mb"] * 2**20),
+        **malloc_figures(),
         "traced_bytes": tracemalloc.get_traced_memory()[0],
         "arrow_allocated_bytes": pa.total_allocated_bytes(),
         "types": dict(Counter(type(o).__qualname__ for o in gc.get_objects()).most_common(300)),
