@@ -17,16 +17,9 @@ __all__ = ["TIMERS", "StateReadError", "read_state", "register_reader"]
 
 
 def register_reader(spark: Any) -> None:
-    """Register the ``blobstate`` data source with ``spark`` unless the session has it already (PySpark
-    registers it at start-up from the installed ``pyspark_blobstate`` module; registering it again would
-    log that it replaced that one)."""
+    """Register the ``blobstate`` data source with ``spark`` (idempotent)."""
     from blobstate.reader.datasource import BlobstateDataSource
 
-    try:
-        if spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("blobstate"):
-            return
-    except Exception:  # no JVM session at hand (Spark Connect): register, as that is idempotent
-        pass
     spark.dataSource.register(BlobstateDataSource)
 
 
