@@ -17,7 +17,12 @@ __all__ = ["TIMERS", "StateReadError", "read_state", "register_reader"]
 
 
 def register_reader(spark: Any) -> None:
-    """Register the ``blobstate`` data source with ``spark`` (idempotent)."""
+    """Register the ``blobstate`` data source with ``spark`` (idempotent).
+
+    Registering again in a session where PySpark registered it at start-up (from the installed
+    ``pyspark_blobstate`` module) is deliberate, and Spark logs that it replaced that one: a registration
+    carries the Python workers' environment of its moment (``sparkContext.environment``, where
+    credentials for a blob store may have been set since the session started)."""
     from blobstate.reader.datasource import BlobstateDataSource
 
     spark.dataSource.register(BlobstateDataSource)
