@@ -18,8 +18,9 @@ pending and expire; a rerun starts again with new uids); a crash after it leaves
 cleanup any later run (the rescale again, ``gc``, a query start) finishes. Versions before R stay
 readable until retention removes them.
 
-Memory per task is bounded by a chunk per target (splitting) and by RocksDB's write buffers (building),
-not by the state's size.
+Memory per task is bounded by the restore of an old partition (one decoded delta at a time and RocksDB's
+write buffers), a chunk per target (splitting) and RocksDB's write buffers (building), not proportional
+to the state's size.
 """
 
 from __future__ import annotations
