@@ -253,6 +253,14 @@ def rows_of(frame: Any) -> list[Row]:
     return sorted((tuple(r) for r in frame.collect()), key=repr)
 
 
+def run_to_end(query: Any) -> None:
+    """Process every available input, then stop the query (re-raising its failure, if any)."""
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the query as a driver process (see the module docstring)."""
     parser = argparse.ArgumentParser()

@@ -20,6 +20,7 @@ from adjunct_jobs import (
     profiles,
     reference,
     rows_of,
+    run_to_end,
 )
 
 import blobstate
@@ -118,13 +119,6 @@ def start(streams: MemoryStreams, base: Path, sink: FeedingSink) -> Any:
     )
 
 
-def run(query: Any) -> None:
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-
-
 def expected(first: int, last: int) -> list[tuple[int, list[tuple[Any, ...]]]]:
     """The sink calls of batches ``first..last`` by the plain-Python reference."""
     side_profiles, side_discounts, main = (list(t) for t in zip(*BATCHES, strict=True))
@@ -138,14 +132,14 @@ def test_memory_side_streams_apply_each_batch_s_rows_before_its_main_rows_across
     streams = MemoryStreams(spark)
     streams.add(BATCHES[0])
     first = FeedingSink(streams, last=RESTART_AT - 1)
-    run(start(streams, tmp_path, first))
+    run_to_end(start(streams, tmp_path, first))
     assert first.calls == expected(0, RESTART_AT - 1)
 
     # The same memory streams (a memory source's data and offsets live in this driver only) on the same
     # checkpoint: the stores come back from the checkpoint and Spark resumes each source after its offset.
     streams.add(BATCHES[RESTART_AT])
     second = FeedingSink(streams, last=len(BATCHES) - 1)
-    run(start(streams, tmp_path, second))
+    run_to_end(start(streams, tmp_path, second))
     assert second.calls == expected(RESTART_AT, len(BATCHES) - 1)
 
     log = CommitLog(open_blob_store(str(tmp_path / "ckpt")))

@@ -10,7 +10,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from adjunct_jobs import CLICKS, DISCOUNTS, OUTPUT, PROFILES, Enrich, clicks, profiles, rows_of, start_query
+from adjunct_jobs import (
+    CLICKS,
+    DISCOUNTS,
+    OUTPUT,
+    PROFILES,
+    Enrich,
+    clicks,
+    profiles,
+    rows_of,
+    run_to_end,
+    start_query,
+)
 
 import blobstate
 from blobstate import Adjunct
@@ -70,13 +81,6 @@ def start(spark: Any, base: Path, sink: Any, persistent: bool) -> Any:
     )
 
 
-def run(query: Any) -> None:
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-
-
 def test_a_small_older_and_a_large_newer_file_of_one_batch_apply_in_the_source_s_order(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -96,14 +100,14 @@ def test_a_small_older_and_a_large_newer_file_of_one_batch_apply_in_the_source_s
     write(tmp_path / "clicks" / "c0.parquet", clicks([("k", 1)]), base + 3)
 
     steady = AllBatches()
-    run(start(spark, tmp_path, steady, persistent=True))
+    run_to_end(start(spark, tmp_path, steady, persistent=True))
     assert steady.calls == [(0, [("k", 1, 1, "gold", 20)])]
 
     # A non-persistent store is re-created at the restart and reloaded from the side streams' history:
     # the same files give the same values.
     write(tmp_path / "clicks" / "c1.parquet", clicks([("k", 2)]), base + 4)
     reloaded = AllBatches()
-    run(start(spark, tmp_path, reloaded, persistent=False))
+    run_to_end(start(spark, tmp_path, reloaded, persistent=False))
     assert reloaded.calls == [(1, [("k", 2, 2, "gold", 20)])]
     commit = CommitLog(open_blob_store(str(tmp_path / "ckpt"))).read_commit(2)
     for name in ("profiles", "discounts"):
