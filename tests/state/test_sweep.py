@@ -236,6 +236,39 @@ def test_openers_racing_repeated_sweeps_always_see_their_committed_state(tmp_pat
     assert sum(sweeps) >= 20  # (more: a directory being made, before its lock file, is empty and idle)
 
 
+def test_a_lock_whose_directory_a_sweep_removes_between_mkdirs_checks_is_taken_in_a_new_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mkdir`` finds the partition directory, a sweep removes it before ``mkdir`` checks that it is a
+    directory: the lock is still taken (in a directory made again), not failed with ``FileExistsError``."""
+    root = layout(tmp_path).root
+    root.mkdir(parents=True)
+    real_mkdir = os.mkdir
+    removed: list[str] = []
+
+    def mkdir_then_swept(path: os.PathLike[str] | str, mode: int = 0o777) -> None:
+        try:
+            real_mkdir(path, mode)
+        except FileExistsError:
+            if os.fspath(path) == str(root) and not removed:
+                os.rmdir(path)  # the sweep, between the failed mkdir and its is_dir check
+                removed.append(os.fspath(path))
+            raise
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swept)
+    lock = PartitionLock(root / "LOCK")
+    lock.acquire(timeout=5)
+    try:
+        assert removed == [str(root)]  # the fault fired
+        assert lock.held and (root / "LOCK").is_file()
+    finally:
+        lock.release()
+    other = tmp_path / "file-in-the-way"
+    other.write_text("")
+    with pytest.raises(FileExistsError):  # a file where the directory should be is an error, not a retry
+        PartitionLock(other / "LOCK").acquire(timeout=1)
+
+
 def test_sweep_idle_removes_what_is_idle_and_never_raises(tmp_path: Path) -> None:
     commit_partitions(tmp_path, 2)
     assert sweep_idle(tmp_path, 0.0, keep=(layout(tmp_path, 1).root,)) == 1

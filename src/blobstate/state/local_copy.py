@@ -32,7 +32,12 @@ from blobstate.state.errors import PartitionClosedError
 from blobstate.state.history import CommitCache, PartitionHistory
 from blobstate.state.loader import Loaded, LoadReport, catch_up
 from blobstate.state.localdirs import LineageInfo, mark_clean, read_checkpoint_id
-from blobstate.state.locking import DEFAULT_LOCK_TIMEOUT_SECONDS, PartitionLock, PartitionLockedError
+from blobstate.state.locking import (
+    DEFAULT_LOCK_TIMEOUT_SECONDS,
+    PartitionLock,
+    PartitionLockedError,
+    create_despite_sweeps,
+)
 from blobstate.state.sweep import STOP_FILE
 
 if TYPE_CHECKING:
@@ -63,13 +68,7 @@ def partition_history(
 def request_stop(layout: LocalPartitionLayout) -> Path:
     """Ask a running sync of this partition (on this host) to stop; returns the request's path."""
     path = layout.root / STOP_FILE
-    for _ in range(100):
-        try:
-            layout.root.mkdir(parents=True, exist_ok=True)
-            path.touch()
-            break
-        except FileNotFoundError:  # the idle-directory sweep removed the directory: make it again
-            continue
+    create_despite_sweeps(path, Path.touch)
     return path
 
 

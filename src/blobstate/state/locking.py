@@ -20,11 +20,15 @@ import errno
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from blobstate.errors import StateError
 
 DEFAULT_LOCK_TIMEOUT_SECONDS = 60.0
+
+T = TypeVar("T")
 
 
 class PartitionLockedError(StateError, TimeoutError):
@@ -39,15 +43,29 @@ class PartitionLockedError(StateError, TimeoutError):
         self.timeout = timeout
 
 
-def _open_lock_file(path: Path) -> int:
-    """Open (creating it and its directory) the lock file at ``path``."""
+def create_despite_sweeps(path: Path, create: Callable[[Path], T]) -> T:
+    """``create(path)`` after making ``path``'s directory, again while a sweep keeps removing the directory.
+
+    The idle-directory sweep may remove the directory at any moment between making it and creating
+    ``path`` in it (even inside ``mkdir``: it finds the directory, which is gone when it checks that it is
+    one). A file in the way of the directory is an error, not a removal.
+    """
     for _ in range(100):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            return create(path)
         except FileNotFoundError:  # a directory on the way was removed meanwhile: make it again
             continue
-    raise FileNotFoundError(f"cannot create lock file {str(path)!r}: its directory keeps disappearing")
+        except FileExistsError:
+            if os.path.lexists(path.parent):
+                raise
+            continue
+    raise FileNotFoundError(f"cannot create {str(path)!r}: its directory keeps disappearing")
+
+
+def _open_lock_file(path: Path) -> int:
+    """Open (creating it and its directory) the lock file at ``path``."""
+    return create_despite_sweeps(path, lambda p: os.open(p, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
 
 
 def is_current(fd: int, path: Path) -> bool:
