@@ -13,8 +13,9 @@ differences by line and the object types whose counts grew, and the resident mem
 batches (with the driver's traced heap: resident minus traced is native memory and tracemalloc's own).
 
 Tracing slows a process several times; ``--worker-frames 0`` (or ``--no-workers``) keeps the workers'
-figures without tracing them, ``--frames 1`` makes the driver's cheap. The driver keeps the last 1,000
-batch reports, which hide other growth in a short run: ``--recent-reports 10`` keeps fewer.
+figures without tracing them, ``--frames 1`` makes the driver's cheap and ``--frames 0`` turns it off
+(the resident memory and glibc's heap figures, sampled every 50 batches, remain). The driver keeps the
+last 1,000 batch reports, which hide other growth in a short run: ``--recent-reports 10`` keeps fewer.
 
     PYTHONPATH=src .venv/bin/python bench/memgrowth.py [--batches 600] [--snap 150,600] [--frames 8]
         [--worker-frames 8 | --no-workers] [--recent-reports N] [--trigger ""] [--rows 2000]
@@ -104,25 +105,28 @@ class _MallInfo2(ctypes.Structure):
     ]
 
 
-def malloc_figures() -> dict[str, int]:
+def malloc_figures(*, trim: bool = True) -> dict[str, int]:
     """glibc's view of the driver's heap (``mallinfo2``: bytes in use and free in its arenas, summed over
-    them), then what ``malloc_trim(0)`` gives back to the system: resident memory after the trim. Free but
-    unreturned memory (fragmented arenas) shows as ``malloc_free_bytes`` and comes back in the trim; a
-    leak stays in ``malloc_in_use_bytes``. Empty when the C library is not glibc."""
+    them), then (``trim``) what ``malloc_trim(0)`` gives back to the system: resident memory after the
+    trim. Free but unreturned memory (fragmented arenas) shows as ``malloc_free_bytes`` and comes back in
+    the trim; a leak stays in ``malloc_in_use_bytes``. Empty when the C library is not glibc."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallinfo2.restype = _MallInfo2
         info = libc.mallinfo2()
-        libc.malloc_trim(0)
+        if trim:
+            libc.malloc_trim(0)
     except (OSError, AttributeError):
         return {}
-    return {
+    figures = {
         "malloc_arena_bytes": int(info.arena),
         "malloc_in_use_bytes": int(info.uordblks),
         "malloc_free_bytes": int(info.fordblks),
         "malloc_mmapped_bytes": int(info.hblkhd),
-        "rss_after_trim_bytes": int(memory()["driver_rss_mb"] * 2**20),
     }
+    if trim:
+        figures["rss_after_trim_bytes"] = int(memory()["driver_rss_mb"] * 2**20)
+    return figures
 
 
 def driver_figures() -> dict[str, Any]:
@@ -175,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=600)
     parser.add_argument("--snap", default="150,600", help="batch counts to snapshot at (first, ..., last)")
-    parser.add_argument("--frames", type=int, default=8, help="tracemalloc frames kept per allocation")
+    parser.add_argument(
+        "--frames", type=int, default=8, help="tracemalloc frames kept per allocation (0: no tracing)"
+    )
     parser.add_argument(
         "--worker-frames", type=int, default=8, help="the same in the workers (0: no tracemalloc there)"
     )
@@ -196,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     points = [int(x) for x in args.snap.split(",")]
 
-    tracemalloc.start(args.frames)
+    if args.frames > 0:
+        tracemalloc.start(args.frames)
     workdir = Path(tempfile.mkdtemp(prefix="blobstate-memgrowth-"))
     hooks = workdir / "hook"
     hooks.mkdir()
@@ -221,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
         engine_driver.RECENT_REPORTS = args.recent_reports
     query = start_query(spark, spec, workdir / "local", batches.on_batch)
-    driver: dict[int, tuple[tracemalloc.Snapshot, dict[str, Any]]] = {}
+    driver: dict[int, tuple[tracemalloc.Snapshot | None, dict[str, Any]]] = {}
     rss: list[dict[str, Any]] = []
     started = time.monotonic()
     try:
@@ -236,12 +243,16 @@ def main(argv: list[str] | None = None) -> int:
                 traced_mb = tracemalloc.get_traced_memory()[0] / 2**20
                 rss.append({"batches": n, **{k: round(v, 2) for k, v in memory().items()}})
                 rss[-1]["driver_traced_mb"] = round(traced_mb, 3)
+                rss[-1].update(
+                    {k: round(v / 2**20, 2) for k, v in malloc_figures(trim=False).items()}
+                )  # in MB, like the rest of the line
                 log(json.dumps(rss[-1]))
                 next_rss = n + 50
             if n >= todo[0]:
                 label = str(todo.pop(0))
                 gc.collect()
-                driver[int(label)] = (tracemalloc.take_snapshot(), {"batches": n, **driver_figures()})
+                snapshot = tracemalloc.take_snapshot() if args.frames > 0 else None
+                driver[int(label)] = (snapshot, {"batches": n, **driver_figures()})
                 (workdir / f"request-{label}").touch()
                 log(f"snapshot {label} at {n} batches")
     finally:
@@ -259,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             "per_batch": per_batch(f0, f1, span),
             "gc_objects_per_batch": round((f1["gc_objects"] - f0["gc_objects"]) / span, 2),
             "types_grown": type_growth(f0["types"], f1["types"], args.top),
-            "by_line": compare(s0, s1, args.top, "lineno"),
-            "by_traceback": compare(s0, s1, 8, "traceback") if args.frames > 1 else [],
+            "by_line": compare(s0, s1, args.top, "lineno") if s0 and s1 else [],
+            "by_traceback": compare(s0, s1, 8, "traceback") if s0 and s1 and args.frames > 1 else [],
         },
         "workers": {},
     }
