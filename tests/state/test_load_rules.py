@@ -26,8 +26,11 @@ from blobstate.lineage.commitlog import CommitLog, CommitLogFormatError, content
 from blobstate.lineage.delta import encode_delta
 from blobstate.snapshot import read_snapshot_index
 from blobstate.state.errors import CorruptObjectError, LineageError, MissingObjectError
+from blobstate.state.history import CommitCache, PartitionHistory
+from blobstate.state.loader import catch_up
 from blobstate.state.localdirs import read_checkpoint_id
 from blobstate.state.partition import CommitResult
+from blobstate.state.store import RocksStateStore
 
 
 @pytest.fixture
@@ -503,7 +506,7 @@ def test_a_chain_of_deltas_is_decoded_one_delta_at_a_time_as_it_is_applied(
     store, results = three_versions(tmp_path)
     decoded: list[str] = []
     applied: list[tuple[int, int]] = []  # (decoded so far, deltas fetched so far) at each apply
-    real_decode = loader.decode_delta
+    real_decode = loader.open_delta
 
     def counting_decode(data: bytes, *, name: str) -> object:
         decoded.append(name)
@@ -521,7 +524,7 @@ def test_a_chain_of_deltas_is_decoded_one_delta_at_a_time_as_it_is_applied(
         def __getattr__(self, name: str) -> object:
             return getattr(self.inner, name)
 
-    monkeypatch.setattr(loader, "decode_delta", counting_decode)
+    monkeypatch.setattr(loader, "open_delta", counting_decode)
     layout = LocalPartitionLayout(tmp_path / "reader", QUERY_ID, OP, 0)
     history = PartitionHistory(CommitCache(CommitLog(store)), OP, 0)
     store.calls.clear()
@@ -535,3 +538,59 @@ def test_a_chain_of_deltas_is_decoded_one_delta_at_a_time_as_it_is_applied(
         loaded.store.close()
     assert applied == [(1, 3), (2, 3), (3, 3)]
     assert decoded == [r.delta_name for r in results]
+
+
+def test_a_big_delta_is_applied_a_slice_of_records_at_a_time_in_write_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore makes a delta's records into Python objects a slice at a time (a delta of a million
+    records once became a million tuples at once), in write order: a key put, deleted and put again
+    across slices ends with its last value, and a clear in the middle removes only what came before."""
+    import blobstate.lineage.delta as delta_module
+    from blobstate.state.local_copy import open_rocks
+
+    store = new_memory_store()
+    driver = Driver(store)
+    with open_p(store, tmp_path / "writer", None) as s:
+        for i in range(7):
+            s.store.put("a", b"k%d" % i, b"first")
+        s.store.put("b", b"gone", b"x")
+        s.store.delete("a", b"k1")
+        s.store.clear("b")
+        s.store.put("a", b"k1", b"again")
+        s.store.put("b", b"kept", b"y")
+        s.store.put("a", b"k2", b"last")
+        expected = dump(s)
+        first = s.commit()
+    driver.commit({0: first}, 1)
+    assert expected == {
+        **{("a", b"k%d" % i): b"first" for i in range(7)},
+        ("a", b"k1"): b"again",
+        ("a", b"k2"): b"last",
+        ("b", b"kept"): b"y",
+    }
+    sizes: list[int] = []
+
+    class Spy:
+        def __init__(self, inner: RocksStateStore) -> None:
+            self.inner = inner
+
+        def apply(self, records: list[object]) -> None:
+            sizes.append(len(records))
+            self.inner.apply(records)  # type: ignore[arg-type]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(delta_module, "APPLY_SLICE_RECORDS", 3)
+    layout = LocalPartitionLayout(tmp_path / "reader", QUERY_ID, OP, 0)
+    history = PartitionHistory(CommitCache(CommitLog(store)), OP, 0)
+    loaded = catch_up(
+        store, layout, layout.working, first.checkpoint_id, lambda p: Spy(open_rocks(p)), history
+    )
+    try:
+        assert sizes == [3, 3, 3, 3, 1]  # 13 records, 3 at a time
+        assert loaded.report.records_replayed == 13
+        assert dump(loaded.store.inner) == expected
+    finally:
+        loaded.store.close()

@@ -16,7 +16,7 @@ and decoding a million records take a fraction of a second in Python.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,6 +362,13 @@ def decode_delta(data: bytes | bytearray | memoryview, *, name: str) -> Delta:
     mismatch, a record count mismatch, a bad op, a bad lineage uid or any other malformation. Never
     returns part of a delta.
     """
+    opened = open_delta(data, name=name)
+    return Delta(opened.format_version, opened.lineage, opened.records(0, len(opened)))
+
+
+def open_delta(data: bytes | bytearray | memoryview, *, name: str) -> OpenedDelta:
+    """Verify a delta object completely (as :func:`decode_delta`) and return it with its records still in
+    columns, to be made into Python objects a slice at a time (:meth:`OpenedDelta.slices`)."""
     data = bytes(data)
     header = _parse_header(data, name)
     if len(data) < header.total_len:
@@ -381,8 +388,7 @@ def decode_delta(data: bytes | bytearray | memoryview, *, name: str) -> Delta:
             raise DeltaFormatError(name, f"corrupt record section: {error}") from error
     if len(body) != raw_len:
         raise DeltaFormatError(name, f"record section is {len(body)} bytes, the trailer says {raw_len}")
-    records = _decode_body(body, count, name)
-    return Delta(header.format_version, header.lineage, records)
+    return _parse_body(body, count, name, header)
 
 
 class _Reader:
@@ -408,7 +414,79 @@ class _Reader:
         return np.frombuffer(self.body, dtype=_WIDTH_DTYPES[width], count=count, offset=start)
 
 
-def _decode_body(body: bytes, count: int, name: str) -> list[ChangeRecord]:
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+APPLY_SLICE_RECORDS = 65536
+"""Records made into Python objects at a time by :meth:`OpenedDelta.slices` (a few MB of them)."""
+
+
+class OpenedDelta:
+    """A verified delta whose change records are still columns of its record section.
+
+    Every check of :func:`decode_delta` has passed when one exists, so any slice of its records is
+    valid; the records become Python objects only when asked for, a slice at a time, which keeps a
+    replay's memory to one slice of a delta however many records it holds.
+    """
+
+    def __init__(
+        self,
+        format_version: int,
+        lineage: list[str],
+        body: bytes,
+        table: list[str],
+        op_codes: np.ndarray,
+        cf_ids: np.ndarray | None,
+        key_lens: np.ndarray,
+        key_start: int,
+        value_lens: np.ndarray,
+        value_start: int,
+    ) -> None:
+        """Hold a parsed record section; use :func:`open_delta`."""
+        self.format_version = format_version
+        self.lineage = lineage
+        self._body, self._table, self._ops, self._cf_ids = body, table, op_codes, cf_ids
+        self._key_lens, self._key_start = key_lens, key_start
+        self._key_ends = np.cumsum(key_lens) if key_lens.size else _EMPTY
+        self._is_put = op_codes == ChangeOp.PUT
+        # puts before record i: record i's value, when it is a put, is value number _puts_before[i]
+        self._puts_before = np.concatenate(([0], np.cumsum(self._is_put))) if op_codes.size else _EMPTY
+        self._value_lens, self._value_start = value_lens, value_start
+        self._value_ends = np.cumsum(value_lens) if value_lens.size else _EMPTY
+
+    def __len__(self) -> int:
+        """The number of change records."""
+        return int(self._ops.size)
+
+    def records(self, start: int, stop: int) -> list[ChangeRecord]:
+        """Records ``start`` to ``stop`` (excluded), in write order."""
+        stop = min(stop, len(self))
+        if start >= stop:
+            return []
+        body = self._body
+        with gc_paused():
+            keys = _cut(body, self._key_start, self._key_lens, self._key_ends, start, stop)
+            first_put, end_put = int(self._puts_before[start]), int(self._puts_before[stop])
+            put_values = _cut(body, self._value_start, self._value_lens, self._value_ends, first_put, end_put)
+            if end_put - first_put == stop - start:
+                values: list[bytes | None] = put_values  # type: ignore[assignment]
+            else:
+                it = iter(put_values)
+                values = [next(it) if put else None for put in self._is_put[start:stop].tolist()]
+            ops = list(map(_OP_BY_CODE.__getitem__, self._ops[start:stop].tolist()))
+            if self._cf_ids is None:
+                cf_names = [self._table[0]] * (stop - start)
+            else:
+                cf_names = list(map(self._table.__getitem__, self._cf_ids[start:stop].tolist()))
+            return list(zip(ops, cf_names, keys, values, strict=True))
+
+    def slices(self, size: int | None = None) -> Iterator[list[ChangeRecord]]:
+        """Every record in write order, ``size`` (default :data:`APPLY_SLICE_RECORDS`) at a time."""
+        size = size or APPLY_SLICE_RECORDS
+        for start in range(0, len(self), size):
+            yield self.records(start, start + size)
+
+
+def _parse_body(body: bytes, count: int, name: str, header: _Header) -> OpenedDelta:
     r = _Reader(body, name)
     (cf_count,) = r.unpack(_BODY_CFS, "column family table")
     table: list[str] = []
@@ -425,7 +503,10 @@ def _decode_body(body: bytes, count: int, name: str) -> list[ChangeRecord]:
     if n == 0:
         if r.pos != len(body):
             raise DeltaFormatError(name, "corrupt record section: unexpected bytes after an empty record set")
-        return []
+        empty = np.zeros(0, dtype=np.uint8)
+        return OpenedDelta(
+            header.format_version, header.lineage, body, table, empty, None, _EMPTY, 0, _EMPTY, 0
+        )
     if n > len(body):
         raise DeltaFormatError(name, f"record count mismatch: {n} records cannot fit in {len(body)} bytes")
 
@@ -434,16 +515,15 @@ def _decode_body(body: bytes, count: int, name: str) -> list[ChangeRecord]:
     if bad_ops.size:
         i = int(bad_ops[0])
         raise DeltaFormatError(name, f"bad op {int(op_codes[i])} in record #{i}")
+    cf_ids: np.ndarray | None = None
     if cf_width == 0:
         if cf_count != 1:
             raise DeltaFormatError(name, f"corrupt record section: {cf_count} column families, no id column")
-        cf_names = [table[0]] * n
     else:
         cf_ids = r.column(n, cf_width, "column family column")
         if int(cf_ids.max()) >= cf_count:
             i = int(np.argmax(cf_ids >= cf_count))
             raise DeltaFormatError(name, f"record #{i} names column family #{int(cf_ids[i])} of {cf_count}")
-        cf_names = list(map(table.__getitem__, cf_ids.tolist()))
     key_lens = r.column(n, key_width, "key length column").astype(np.int64)
     is_put = op_codes == ChangeOp.PUT
     bad_clear = np.flatnonzero((op_codes == ChangeOp.CLEAR) & (key_lens != 0))
@@ -452,25 +532,33 @@ def _decode_body(body: bytes, count: int, name: str) -> list[ChangeRecord]:
     n_put = int(np.count_nonzero(is_put))
     value_lens = r.column(n_put, value_width, "value length column").astype(np.int64)
 
-    key_ends = np.cumsum(key_lens)
-    key_start = r.take(int(key_ends[-1]), "key data")
-    value_ends = np.cumsum(value_lens)
-    value_start = r.take(int(value_ends[-1]) if n_put else 0, "value data")
+    key_start = r.take(int(key_lens.sum()), "key data")
+    value_start = r.take(int(value_lens.sum()) if n_put else 0, "value data")
     if r.pos != len(body):
         raise DeltaFormatError(
             name, f"corrupt record section: {len(body) - r.pos} unexpected bytes at the end"
         )
+    return OpenedDelta(
+        header.format_version,
+        header.lineage,
+        body,
+        table,
+        op_codes,
+        cf_ids,
+        key_lens,
+        key_start,
+        value_lens,
+        value_start,
+    )
 
-    with gc_paused():
-        keys = _slices(body, key_start, key_lens, key_ends)
-        put_values = _slices(body, value_start, value_lens, value_ends)
-        if n_put == n:
-            values: list[bytes | None] = put_values  # type: ignore[assignment]
-        else:
-            it = iter(put_values)
-            values = [next(it) if put else None for put in is_put.tolist()]
-        ops = list(map(_OP_BY_CODE.__getitem__, op_codes.tolist()))
-        return list(zip(ops, cf_names, keys, values, strict=True))
+
+def _cut(body: bytes, start: int, lens: np.ndarray, ends: np.ndarray, first: int, stop: int) -> list[bytes]:
+    """Pieces ``first`` to ``stop`` of ``body[start:]`` cut into consecutive pieces of ``lens`` bytes
+    (``ends`` = ``cumsum(lens)``)."""
+    if first >= stop:
+        return []
+    offset = start + (int(ends[first - 1]) if first else 0)
+    return _slices(body, offset, lens[first:stop], ends[first:stop] - (int(ends[first - 1]) if first else 0))
 
 
 def _slices(body: bytes, start: int, lens: np.ndarray, ends: np.ndarray) -> list[bytes]:

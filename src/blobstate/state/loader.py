@@ -27,7 +27,7 @@ from typing import Any
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.ids import CheckpointId
 from blobstate.layout import CHECKPOINT_ID_FILE, LocalPartitionLayout, delta_name, snapshot_name
-from blobstate.lineage.delta import DeltaFormatError, decode_delta
+from blobstate.lineage.delta import DeltaFormatError, OpenedDelta, open_delta
 from blobstate.state.chain import Chain, delta_lineage, fetch_checked_delta, resolve_chain
 from blobstate.state.errors import CorruptObjectError, MissingObjectError, StateLoadError
 from blobstate.state.history import PartitionHistory
@@ -356,10 +356,11 @@ def _download_deltas(
     chain: Chain,
     data: dict[CheckpointId, bytes],
     report: LoadReport,
-) -> Iterator[tuple[CheckpointId, list[Any]]]:
+) -> Iterator[tuple[CheckpointId, OpenedDelta]]:
     """Download (in parallel) every delta of the chain and check each against the size and SHA-256 its
-    commit records, before anything is applied; returns an iterator that decodes them one at a time, in
-    order, as they are applied (one decoded delta in memory at a time, however long the chain)."""
+    commit records, before anything is applied; returns an iterator that verifies and opens them one at a
+    time, in order, as they are applied (a slice of one delta's records in memory at a time, however
+    long the chain and however big its deltas)."""
     todo = [cid for cid in chain.deltas if cid not in data]
     fetched = store.run_parallel(
         lambda cid: fetch_checked_delta(store, operator, partition, cid, chain.refs[cid], chain.target), todo
@@ -370,16 +371,19 @@ def _download_deltas(
         report.bytes_downloaded += len(raw)
         report.delta_bytes += len(raw)
 
-    def decode(cid: CheckpointId, raw: bytes) -> list[Any]:
+    def decode(cid: CheckpointId, raw: bytes) -> OpenedDelta:
         name = delta_name(operator, partition, cid)
         try:
-            return decode_delta(raw, name=name).records
+            return open_delta(raw, name=name)
         except DeltaFormatError as error:
             raise CorruptObjectError(name, cid, error.problem, chain.target) from error
 
-    def decoded() -> Iterator[tuple[CheckpointId, list[Any]]]:
-        for cid, raw in raws:
+    def decoded() -> Iterator[tuple[CheckpointId, OpenedDelta]]:
+        while raws:
+            cid, raw = raws.pop(0)
+            data.pop(cid, None)  # applied from here on: no later attempt of this load reads it again
             yield cid, decode(cid, raw)
+            del raw
 
     return decoded()
 
@@ -403,16 +407,18 @@ def _finish(
     working: Path,
     info: LineageInfo,
     report: LoadReport,
-    records: Iterable[tuple[CheckpointId, list[Any]]],
+    records: Iterable[tuple[CheckpointId, OpenedDelta]],
     started: float,
 ) -> Loaded:
     opened = open_store(working)
     try:
-        for _cid, recs in records:
-            opened.apply(recs)
+        for _cid, delta in records:
+            for piece in delta.slices():
+                opened.apply(piece)
+                del piece  # before the next slice is made
             report.deltas_replayed += 1
-            report.records_replayed += len(recs)
-            del recs  # before the next delta is decoded
+            report.records_replayed += len(delta)
+            del delta  # before the next delta is opened
     except BaseException:
         opened.close()
         raise
