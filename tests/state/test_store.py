@@ -23,6 +23,7 @@ from blobstate.state.store import (
     StateStoreError,
     StoreClosedError,
     StoreLockedError,
+    StoreTuning,
 )
 
 PUT, DELETE, CLEAR = ChangeOp.PUT, ChangeOp.DELETE, ChangeOp.CLEAR
@@ -457,8 +458,8 @@ def test_a_store_written_with_leveled_compaction_opens_and_compacts_with_the_cur
 
     original = store_module._cf_options
 
-    def leveled() -> Options:
-        options = original()
+    def leveled(*args: object) -> Options:
+        options = original(*args)  # type: ignore[arg-type]
         options.set_compaction_style(DBCompactionStyle.level())
         return options
 
@@ -481,6 +482,35 @@ def test_a_store_written_with_leveled_compaction_opens_and_compacts_with_the_cur
             store.flush()
     with RocksStateStore.open(tmp_path / "db") as store:
         assert {k: v for k, v in store.items("state") if k != b"other"} == expected
+
+
+def test_a_scratch_store_holds_its_write_buffers_whatever_it_is_given_and_compacts_when_asked(
+    tmp_path: Path,
+) -> None:
+    """A store written once and read once (a rescale's) keeps at most two small write buffers however
+    much it is given, flushes them into new files without compacting, and merges them into one sorted
+    run on :meth:`compact`; every record reads back."""
+    buffer = 256 * 1024
+    tuning = StoreTuning(write_buffer_bytes=buffer, auto_compactions=False, block_cache_bytes=1 << 20)
+    expected = {}
+    peak = 0
+    with RocksStateStore.open(tmp_path / "db", tuning=tuning) as store:
+        for batch in range(40):  # about 40 times the write buffers' bytes, in shuffled key order
+            keys = [b"key-%08d" % ((i * 7919 + batch * 104729) % 1_000_003) for i in range(2000)]
+            values = [b"v%d-" % batch + b"x" * 100] * len(keys)
+            store.apply((PUT, "state", k, v) for k, v in zip(keys, values, strict=True))
+            expected.update(zip(keys, values, strict=True))
+            db = store._open_db()
+            peak = max(peak, db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
+        files = len(store._open_db().live_files())
+        assert peak <= 2 * buffer + 64 * 1024  # two buffers (and the arena's last block) at most
+        assert files >= 10  # flushed into files, none merged
+        assert dict(store.items("state")) == expected
+        store.compact()
+        assert len(store._open_db().live_files()) == 1
+        assert dict(store.items("state")) == expected
+    with RocksStateStore.open(tmp_path / "db") as store:  # a query's options open it
+        assert dict(store.items("state")) == expected
 
 
 def test_put_columns_wins_over_earlier_writes_and_is_captured_in_order(store: RocksStateStore) -> None:

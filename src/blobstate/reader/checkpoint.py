@@ -21,7 +21,7 @@ from blobstate.ids import CheckpointId
 from blobstate.layout import METADATA, LocalPartitionLayout
 from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
 from blobstate.reader.variables import StateReadError
-from blobstate.state.local_copy import LocalCopy, partition_history
+from blobstate.state.local_copy import LocalCopy, Opener, open_rocks, partition_history
 
 
 @dataclass(frozen=True)
@@ -149,17 +149,19 @@ def restore_into(
     partition: int,
     target: Path,
     scratch: Path,
+    opener: Opener = open_rocks,
 ) -> Any:
     """Restore the partition's RocksDB at the checkpoint's version into ``target``.
 
     Returns the load's :class:`~blobstate.state.loader.Loaded` (``.store`` open, ``.report`` how it was
     loaded, ``.info`` its lineage). ``scratch`` is a private directory for the load's bookkeeping (its
-    partition layout root, whose lock the load holds). The caller closes the store.
+    partition layout root, whose lock the load holds); ``opener`` opens the store. The caller closes
+    the store.
     """
     cid: CheckpointId = checkpoint.commit.checkpoint_id(operator, partition)
     layout = LocalPartitionLayout(scratch, checkpoint.metadata.query_id, operator, partition)
     history = partition_history(store, operator, partition, {cid.version: checkpoint.commit})
-    with LocalCopy.open(store, layout, target, history=history) as copy:
+    with LocalCopy.open(store, layout, target, history=history, opener=opener) as copy:
         # Every commit up to the latest is durable: a snapshot of this version (or an older one on its
         # lineage) that a later commit named is committed, and retention keeps it while this version is.
         return copy.bring_to(cid, upto=checkpoint.latest)
@@ -167,12 +169,20 @@ def restore_into(
 
 @contextmanager
 def restored_partition(
-    store: BlobStore, checkpoint: CheckpointVersion, operator: str, partition: int
+    store: BlobStore,
+    checkpoint: CheckpointVersion,
+    operator: str,
+    partition: int,
+    opener: Opener = open_rocks,
 ) -> Iterator[Any]:
-    """The partition's store at the version, restored into a temporary directory removed afterwards."""
+    """The partition's store at the version, restored (opened with ``opener``) into a temporary directory
+    removed afterwards."""
     scratch = Path(tempfile.mkdtemp(prefix=f"blobstate-read-{partition}-"))
     try:
-        rocks = restore_into(store, checkpoint, operator, partition, scratch / "db", scratch / "load").store
+        loaded = restore_into(
+            store, checkpoint, operator, partition, scratch / "db", scratch / "load", opener
+        )
+        rocks = loaded.store
         try:
             yield rocks
         finally:

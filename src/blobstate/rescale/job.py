@@ -185,7 +185,7 @@ def split_partition(
     router = KeyRouter(schema, plan.new_partitions, plan.old_partitions, partition, where)
     base = plan.processors.index(op) * plan.new_partitions
     stats = SplitStats()
-    with restored_partition(store, checkpoint, op, partition) as rocks:
+    with restored_partition(store, checkpoint, op, partition, _open_scratch) as rocks:
         pending: tuple[int, bytes] | None = None
         for target, chunk in split_store(rocks, router, stats):
             if pending is not None:
@@ -197,6 +197,13 @@ def split_partition(
             yield pending
 
 
+def _open_scratch(path: Path) -> Any:
+    """Open an old partition's restore: it is written once (the load) and scanned once (the split)."""
+    from blobstate.state.store import SCRATCH, RocksStateStore
+
+    return RocksStateStore.open(path, tuning=SCRATCH)
+
+
 def build_partition(
     plan: RescalePlan, op: str, partition: int, chunks: Iterable[bytes], fault: Fault | None = None
 ) -> dict[str, Any]:
@@ -204,7 +211,7 @@ def build_partition(
     snapshot of version R (with an empty delta that names no lineage). Returns its uid and references."""
     from blobstate.state.localdirs import LineageInfo, write_info
     from blobstate.state.partition import upload_snapshot
-    from blobstate.state.store import RocksStateStore
+    from blobstate.state.store import SCRATCH, RocksStateStore
 
     store = open_blob_store(plan.store_url or plan.url)
     cid = CheckpointId(plan.new_version, new_uid())
@@ -213,7 +220,7 @@ def build_partition(
     meta: dict[bytes, bytes] = {}
     records = 0
     try:
-        rocks = RocksStateStore.open(scratch / "db")
+        rocks = RocksStateStore.open(scratch / "db", tuning=SCRATCH)
         try:
             for i, chunk in enumerate(chunks):
                 batch = chunk_records(chunk, f"{where}, chunk {i}")
@@ -229,6 +236,7 @@ def build_partition(
                     continue
                 records += rocks.apply(batch)
             rocks.apply((_put(META_CF, k, v) for k, v in sorted(meta.items())))
+            rocks.compact()  # one sorted run: the query that opens the snapshot does not compact first
             rocks.checkpoint(scratch / "snapshot")
         finally:
             rocks.close()

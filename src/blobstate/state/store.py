@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -51,6 +52,8 @@ from blobstate.gcpause import gc_paused
 from blobstate.lineage.changelog import Changelog, ChangeOp, ChangeRecord
 
 __all__ = [
+    "QUERY",
+    "SCRATCH",
     "ChangeOp",
     "ChangeRecord",
     "Changelog",
@@ -59,6 +62,7 @@ __all__ = [
     "StateStoreError",
     "StoreClosedError",
     "StoreLockedError",
+    "StoreTuning",
 ]
 
 SYNC_EVERY = 65536
@@ -139,9 +143,39 @@ def _shared_block_cache() -> Cache:
     return _block_cache
 
 
-def _cf_options() -> Options:
+@dataclass(frozen=True)
+class StoreTuning:
+    """How a store spends memory while it is written: RocksDB's write buffers, compactions, block cache.
+
+    The default is a query's working store. :data:`SCRATCH` is for a store that is written once and
+    then read once (a rescale restores each old partition to split it, and builds each new partition):
+    small write buffers and no compactions while it is written keep its memory the same whatever the
+    state's size (write buffers flush to new sorted files, merged only if asked, see
+    :meth:`RocksStateStore.compact`), and a small private block cache keeps a scan of millions of keys
+    from filling the process's shared one.
+    """
+
+    write_buffer_bytes: int | None = None
+    """Each column family's write buffer (memtable) size, two of them at most, and this many bytes for
+    all of a store's column families together; None: RocksDB's default (64 MiB per column family)."""
+    auto_compactions: bool = True
+    block_cache_bytes: int | None = None
+    """A block cache of this size for this store alone, holding the files' index and filter blocks too
+    (loaded when used, where RocksDB otherwise keeps every open file's in memory: a scan needs no filter,
+    and those grow with the number of keys); None: the process's shared cache."""
+
+
+QUERY = StoreTuning()
+"""A query's working store, a standby replica, a reader's restore: RocksDB's defaults."""
+
+SCRATCH = StoreTuning(write_buffer_bytes=16 * 1024 * 1024, auto_compactions=False, block_cache_bytes=8 << 20)
+"""A store written once and read once; see :class:`StoreTuning`."""
+
+
+def _cf_options(tuning: StoreTuning = QUERY, cache: Cache | None = None) -> Options:
     """Options of every state column family: raw bytes, bloom filters (most gets of new keys miss), and
-    universal compaction.
+    universal compaction, with ``tuning`` (``cache``: the store's own block cache, for a tuning that
+    asks for one).
 
     Every batch flushes its writes (a version must be on disk before it is marked clean), and state
     updates hit keys spread over the whole key space; with leveled compaction each L0 file then
@@ -151,10 +185,19 @@ def _cf_options() -> Options:
     with the other."""
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)
-    table.set_block_cache(_shared_block_cache())
+    table.set_block_cache(cache if cache is not None else _shared_block_cache())
+    if cache is not None:
+        table.set_cache_index_and_filter_blocks(True)
     options = Options(raw_mode=True)
     options.set_block_based_table_factory(table)
     options.set_compaction_style(DBCompactionStyle.universal())
+    if tuning.write_buffer_bytes is not None:
+        options.set_write_buffer_size(tuning.write_buffer_bytes)
+        options.set_max_write_buffer_number(2)
+        options.set_db_write_buffer_size(tuning.write_buffer_bytes * 2)
+    if not tuning.auto_compactions:
+        # RocksDB then neither compacts nor slows writes down for the number of files flushed
+        options.set_disable_auto_compactions(True)
     return options
 
 
@@ -168,8 +211,8 @@ INFO_LOG_MAX_BYTES = 1024 * 1024
 """Size at which RocksDB rolls a store's info log (a store open for long keeps dumping statistics)."""
 
 
-def _db_options(create: bool) -> Options:
-    options = _cf_options()
+def _db_options(create: bool, tuning: StoreTuning = QUERY, cache: Cache | None = None) -> Options:
+    options = _cf_options(tuning, cache)
     options.create_if_missing(create)
     options.set_max_background_jobs(2)
     options.set_keep_log_file_num(INFO_LOG_FILES_TO_KEEP)
@@ -222,6 +265,8 @@ class RocksStateStore:
         self._changelog = Changelog()
         self._pending = 0
         self.read_only = False
+        self._tuning = QUERY
+        self._cache: Cache | None = None
         """Opened with ``read_only``: nothing to flush on close, writes are refused by RocksDB."""
         for name in names:
             self._attach(name)
@@ -230,12 +275,18 @@ class RocksStateStore:
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, create: bool = True, read_only: bool = False
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        read_only: bool = False,
+        tuning: StoreTuning = QUERY,
     ) -> RocksStateStore:
         """Open the store at ``path``, creating an empty one if ``create`` and the path is absent or empty.
 
         ``read_only`` opens an existing store for reading only: any number of processes may hold it so
-        at once (a broadcast adjunct store shared by an executor's tasks); writes raise.
+        at once (a broadcast adjunct store shared by an executor's tasks); writes raise. ``tuning``: how
+        the store spends memory (:class:`StoreTuning`).
 
         Raises ``NotAStoreError`` when the path holds something other than a RocksDB store (or nothing
         and ``create`` is False), ``StoreLockedError`` when another open store holds it.
@@ -270,17 +321,18 @@ class RocksStateStore:
                         p, f"unexpected RocksDB column family {rocks_name!r}: not a blobstate state store"
                     )
                 names.append(rocks_name[len(_CF_PREFIX) :])
-        families = {_CF_PREFIX + name: _cf_options() for name in names}
+        cache = Cache(tuning.block_cache_bytes) if tuning.block_cache_bytes is not None else None
+        families = {_CF_PREFIX + name: _cf_options(tuning, cache) for name in names}
         try:
             if read_only:
                 db = Rdict(
                     str(p),
-                    _db_options(False),
+                    _db_options(False, tuning, cache),
                     column_families=families,
                     access_type=AccessType.read_only(error_if_log_file_exist=False),
                 )
             else:
-                db = Rdict(str(p), _db_options(create), column_families=families)
+                db = Rdict(str(p), _db_options(create, tuning, cache), column_families=families)
         except Exception as e:
             message = str(e)
             if "/LOCK" in message or "lock hold" in message:
@@ -292,6 +344,7 @@ class RocksStateStore:
             db.close()
             raise
         opened.read_only = read_only
+        opened._tuning, opened._cache = tuning, cache
         return opened
 
     def close(self) -> None:
@@ -350,7 +403,7 @@ class RocksStateStore:
             raise TypeError(f"column family name must be str, got {type(name).__name__}")
         db = self._open_db()
         try:
-            db.create_column_family(_CF_PREFIX + name, _cf_options())
+            db.create_column_family(_CF_PREFIX + name, _cf_options(self._tuning, self._cache))
         except Exception as e:
             raise StateStoreError(self.path, f"cannot create column family {name!r}: {e}") from e
         return self._attach(name)
@@ -614,6 +667,16 @@ class RocksStateStore:
             db.flush()
         except Exception as e:
             raise StateStoreError(self.path, f"flush failed: {e}") from e
+
+    def compact(self) -> None:
+        """Merge every column family's files into one sorted run (after writes made without
+        compactions, :data:`SCRATCH`, before the store is handed on as a snapshot)."""
+        self.flush()
+        try:
+            for family in self._cfs.values():
+                family.view.compact_range(None, None)
+        except Exception as e:
+            raise StateStoreError(self.path, f"compaction failed: {e}") from e
 
     def checkpoint(self, dest_dir: str | os.PathLike[str]) -> Path:
         """Make a RocksDB hard-link checkpoint of the current state at ``dest_dir`` (must not exist).
