@@ -129,6 +129,37 @@ def malloc_figures(*, trim: bool = True) -> dict[str, int]:
     return figures
 
 
+def obmalloc_figures() -> dict[str, int]:
+    """CPython's small-object allocator (``sys._debugmallocstats``, which writes to the C stderr): its
+    arenas (1 MiB each) now and at most, and the bytes in them. Arenas that stay allocated while the
+    objects in them are few are fragmentation tracemalloc does not see."""
+    import re
+    import sys as _sys
+
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            _sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read().decode("ascii", "replace")
+    figures: dict[str, int] = {"allocated_blocks": _sys.getallocatedblocks()}
+    for label, key in (
+        ("arenas allocated current", "obmalloc_arenas"),
+        ("arenas highwater mark", "obmalloc_arenas_highwater"),
+        ("bytes in allocated blocks", "obmalloc_used_bytes"),
+        ("bytes in available blocks", "obmalloc_free_bytes"),
+        ("unused pools", "obmalloc_unused_pools"),
+    ):
+        found = re.search(r"# " + label + r"\s*=\s*([\d,]+)", text)
+        if found:
+            figures[key] = int(found.group(1).replace(",", ""))
+    return figures
+
+
 def driver_figures() -> dict[str, Any]:
     """The driver's side of one snapshot (without the tracemalloc snapshot itself)."""
     import pyarrow as pa
@@ -246,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 rss[-1].update(
                     {k: round(v / 2**20, 2) for k, v in malloc_figures(trim=False).items()}
                 )  # in MB, like the rest of the line
+                rss[-1].update(obmalloc_figures())
                 log(json.dumps(rss[-1]))
                 next_rss = n + 50
             if n >= todo[0]:
