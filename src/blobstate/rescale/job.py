@@ -236,7 +236,6 @@ def build_partition(
                     continue
                 records += rocks.apply(batch)
             rocks.apply((_put(META_CF, k, v) for k, v in sorted(meta.items())))
-            rocks.compact()  # one sorted run: the query that opens the snapshot does not compact first
             rocks.checkpoint(scratch / "snapshot")
         finally:
             rocks.close()

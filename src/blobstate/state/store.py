@@ -150,9 +150,9 @@ class StoreTuning:
     The default is a query's working store. :data:`SCRATCH` is for a store that is written once and
     then read once (a rescale restores each old partition to split it, and builds each new partition):
     small write buffers and no compactions while it is written keep its memory the same whatever the
-    state's size (write buffers flush to new sorted files, merged only if asked, see
-    :meth:`RocksStateStore.compact`), and a small private block cache keeps a scan of millions of keys
-    from filling the process's shared one.
+    state's size (full write buffers are flushed to new files of their size, never merged), and a small
+    private block cache keeps a scan of millions of keys from filling the process's shared one. A query
+    that opens such a store later (a rescale's new partition) merges its files with its own compactions.
     """
 
     write_buffer_bytes: int | None = None
@@ -667,16 +667,6 @@ class RocksStateStore:
             db.flush()
         except Exception as e:
             raise StateStoreError(self.path, f"flush failed: {e}") from e
-
-    def compact(self) -> None:
-        """Merge every column family's files into one sorted run (after writes made without
-        compactions, :data:`SCRATCH`, before the store is handed on as a snapshot)."""
-        self.flush()
-        try:
-            for family in self._cfs.values():
-                family.view.compact_range(None, None)
-        except Exception as e:
-            raise StateStoreError(self.path, f"compaction failed: {e}") from e
 
     def checkpoint(self, dest_dir: str | os.PathLike[str]) -> Path:
         """Make a RocksDB hard-link checkpoint of the current state at ``dest_dir`` (must not exist).
