@@ -168,7 +168,7 @@ class StoreTuning:
 QUERY = StoreTuning()
 """A query's working store, a standby replica, a reader's restore: RocksDB's defaults."""
 
-SCRATCH = StoreTuning(write_buffer_bytes=16 * 1024 * 1024, auto_compactions=False, block_cache_bytes=8 << 20)
+SCRATCH = StoreTuning(write_buffer_bytes=8 * 1024 * 1024, auto_compactions=False, block_cache_bytes=8 << 20)
 """A store written once and read once; see :class:`StoreTuning`."""
 
 
