@@ -18,9 +18,10 @@ pending and expire; a rerun starts again with new uids); a crash after it leaves
 cleanup any later run (the rescale again, ``gc``, a query start) finishes. Versions before R stay
 readable until retention removes them.
 
-Memory per task is bounded by the restore of an old partition (one decoded delta at a time and RocksDB's
-write buffers), a chunk per target (splitting) and RocksDB's write buffers (building), not proportional
-to the state's size.
+Memory per task does not grow with the state: every store a task writes (the restore of an old
+partition, a new partition) is opened with :data:`~blobstate.state.store.SCRATCH` (small write buffers,
+no compactions, a small private block cache), a restore applies a slice of one delta at a time, and a
+split holds a chunk per target.
 """
 
 from __future__ import annotations
