@@ -73,6 +73,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
     * AdjunctError [adjunct.spec; also ValueError]
     * ProgressFormatError [engine.progress; also ValueError]
     * BackendNotInstalledError [blobstore.schemes; also ImportError]
+    * ExecutorPythonError [engine.executor_python; also ImportError]
     * HelperCompileError [engine.helper_jar; also RuntimeError]
     * PlacementUnavailableError [engine.placement; also RuntimeError]
       * SparkConnectUnsupportedError [engine.placement]

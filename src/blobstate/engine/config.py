@@ -114,6 +114,11 @@ class QueryConfig:
     """In Python workers, build pandas string columns with the object dtype (pandas < 3 behaviour,
     which PySpark 4.3 expects) instead of pandas 3's Arrow-backed ``str``: per-key DataFrames that a
     processor builds are about twice as cheap."""
+    check_executor_python: bool = True
+    """Before the query starts, run one Spark task that checks the executors' Python has blobstate and the
+    modules its tasks import (and the driver's blobstate version), once per SparkContext and worker
+    Python: a missing package is then one error at the start instead of a failed first batch. Off: no
+    such task."""
     blob_store_options: dict[str, Any] = field(default_factory=dict, hash=False)
     """Options of an ``s3://`` checkpoint's blob store (``connect_timeout``, ``read_timeout``,
     ``max_attempts``, ``endpoint_url``, ...; see :class:`blobstate.blobstore.s3_options.S3Settings`), for

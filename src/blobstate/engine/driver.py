@@ -27,6 +27,7 @@ from blobstate.blobstore import BlobStore
 from blobstate.engine.batch_versions import committed_batch, version_of_batch
 from blobstate.engine.commit import CommitContext, build_commit
 from blobstate.engine.config import QueryConfig
+from blobstate.engine.executor_python import worker_error
 from blobstate.engine.replay import SourceProgress, check_batch
 from blobstate.engine.spark_checkpoint import SparkCheckpoint
 from blobstate.engine.stage import (
@@ -36,7 +37,6 @@ from blobstate.engine.stage import (
     SinkFailedError,
     Stage,
     StageRun,
-    worker_error,
 )
 from blobstate.engine.task import TaskSpec
 from blobstate.engine.ticks import Ticks, wants_another_batch

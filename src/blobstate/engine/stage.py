@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from blobstate.batch.contracts import TaskResult
 from blobstate.batch.steps import Placement
-from blobstate.engine.executor_python import explain_missing_module
+from blobstate.engine.executor_python import worker_error
 from blobstate.engine.outputs import (
     AttemptMismatchError,
     StageFailedError,
@@ -59,17 +59,6 @@ class ProcessorFailedError(BatchError):
 
 class SinkFailedError(BatchError):
     """The user's sink raised; the batch was not committed and is handed to the sink again on restart."""
-
-
-def worker_error(text: str) -> str:
-    """The exception lines of a Python worker's traceback text (the last exception and its notes)."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    tail: list[str] = []
-    for line in reversed(lines):
-        if line.startswith((" ", "\t")) or line.startswith("Traceback"):
-            break
-        tail.append(line)
-    return explain_missing_module(" ".join(reversed(tail)) or (lines[-1] if lines else text))
 
 
 @dataclass
