@@ -160,6 +160,15 @@ def obmalloc_figures() -> dict[str, int]:
     return figures
 
 
+def _os_threads() -> int:
+    """The driver process's threads (Python's and native ones), from /proc."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return -1
+
+
 def driver_figures() -> dict[str, Any]:
     """The driver's side of one snapshot (without the tracemalloc snapshot itself)."""
     import pyarrow as pa
@@ -278,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                     {k: round(v / 2**20, 2) for k, v in malloc_figures(trim=False).items()}
                 )  # in MB, like the rest of the line
                 rss[-1].update(obmalloc_figures())
+                rss[-1]["threads"] = _os_threads()
                 log(json.dumps(rss[-1]))
                 next_rss = n + 50
             if n >= todo[0]:
