@@ -158,6 +158,12 @@ BRANCHES: tuple[type[BlobstateError], ...] = (
 """The direct children of :class:`BlobstateError`; every other blobstate error descends from one."""
 
 
+def process_ending(error: BaseException) -> bool:
+    """Whether ``error`` says the process is shutting its thread pools down (an interpreter at exit, or
+    a pool shut meanwhile): work in the background stops there, and a later run finishes it."""
+    return isinstance(error, RuntimeError) and "cannot schedule new futures after" in str(error)
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an exception's message (its type's name when the message is empty): for one-line
     reports of errors whose text (Spark's, py4j's) may run to pages."""

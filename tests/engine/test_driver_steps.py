@@ -6,6 +6,8 @@ commit log is a real in-memory blob store.
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -123,6 +125,60 @@ def test_a_batch_runs_its_steps_around_the_stage_and_the_commit_in_order() -> No
     assert stage.specs[1].plan.uids == commit.checkpoints["0"] and calls[-1] == "post-commit 2"
     driver.stop()
     assert calls[-2:] == ["a.stop", "b.stop"]
+
+
+def test_stop_waits_for_the_last_batchs_post_commit_work_in_the_background() -> None:
+    """``stop`` returns once the cleanup after the last commit has finished (it once returned at once,
+    and a script that ended right after it cut the cleanup of many partitions short, each logged)."""
+    calls: list[str] = []
+    driver, _ = make_driver(calls)
+    driver.post_commit.in_background = True
+    release = threading.Event()
+
+    def slow_cleanup(commit: object) -> None:
+        release.wait(30)
+        calls.append("post-commit done")
+
+    driver.post_commit.steps = [("slow", slow_cleanup)]
+    driver(FRAME, 0)  # type: ignore[arg-type]
+    assert "post-commit done" not in calls  # still running in the background
+    stopper = threading.Thread(target=driver.stop)
+    stopper.start()
+    stopper.join(0.5)
+    assert stopper.is_alive() and "a.stop" not in calls  # stop waits
+    release.set()
+    stopper.join(30)
+    assert not stopper.is_alive()
+    assert calls[-3:] == ["post-commit done", "a.stop", "b.stop"]
+
+
+def test_a_cleanup_cut_short_by_the_process_ending_is_one_line_not_one_per_partition(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A script that ends while the cleanup of many partitions runs in the background: the I/O pool is
+    shut, every partition's cleanup would fail alike; one info line says so (the next run finishes it)."""
+    from blobstate.state.retention import after_commit
+
+    calls: list[str] = []
+    driver, _ = make_driver(calls)
+    driver(FRAME, 0)  # type: ignore[arg-type]
+    commit = driver.commit_log.read_commit(1)
+    store = driver.commit_log.store
+    real_get = store.get
+
+    def shut_pool(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    store.get = shut_pool  # type: ignore[method-assign]
+    driver.post_commit.steps = [("cleanup", lambda c: after_commit(store, c, commit_log=driver.commit_log))]
+    with caplog.at_level(logging.INFO, logger="blobstate"):
+        driver.post_commit.start(commit)
+        driver.post_commit.wait()
+    store.get = real_get  # type: ignore[method-assign]
+    lines = [r.getMessage() for r in caplog.records if "version 1" in r.getMessage()]
+    assert lines == [
+        "post-commit cleanup of version 1 stopped: the process is ending; the next run finishes it"
+    ]
 
 
 def test_a_replayed_batch_that_is_already_committed_runs_no_step() -> None:

@@ -40,7 +40,7 @@ from blobstate.engine.stage import (
 )
 from blobstate.engine.task import TaskSpec
 from blobstate.engine.ticks import Ticks, wants_another_batch
-from blobstate.errors import BlobstateError
+from blobstate.errors import BlobstateError, process_ending
 from blobstate.lineage.commitlog import Commit, CommitLog
 
 log = logging.getLogger("blobstate")
@@ -190,7 +190,15 @@ class PostCommit:
             for name, step in self.steps:
                 try:
                     step(commit)
-                except Exception:
+                except Exception as error:
+                    if process_ending(error):
+                        log.info(
+                            "post-commit %s of version %d stopped: the process is ending; the next run "
+                            "finishes it",
+                            name,
+                            commit.version,
+                        )
+                        return
                     log.exception(
                         "post-commit %s of version %d failed; it is retried later", name, commit.version
                     )
@@ -254,7 +262,9 @@ class BatchDriver:
         return next((s for s in self.steps if isinstance(s, kind)), None)
 
     def stop(self) -> None:
-        """Stop what the steps run in the background and forget the ticks channel."""
+        """Wait for the post-commit work of the last batch (Spark has stopped the query: no batch starts
+        any more), stop what the steps run in the background and forget the ticks channel."""
+        self.post_commit.wait()
         for step in self.steps:
             step.stop()
         if self.ticks is not None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
-from blobstate.errors import StateError
+from blobstate.errors import StateError, process_ending
 from blobstate.ids import CheckpointId
 from blobstate.layout import METADATA, blob_prefix, delta_name, snapshot_name
 from blobstate.lineage.refs import PartitionObjects
@@ -435,6 +435,8 @@ def after_commit(
                 total.add(stats)
                 kept |= stats.keep_objects
             except Exception as error:
+                if process_ending(error):
+                    raise  # one line from the caller, not one per partition
                 log.warning(
                     "cleanup of %s/%s after version %d failed: %s", operator, partition, commit.version, error
                 )
@@ -455,6 +457,8 @@ def after_commit(
                     )
                 )
             except Exception as error:
+                if process_ending(error):
+                    raise
                 log.warning(
                     "removing %s/%s of the layout before version %d failed: %s",
                     operator,
