@@ -168,7 +168,7 @@ class StoreTuning:
 QUERY = StoreTuning()
 """A query's working store, a standby replica, a reader's restore: RocksDB's defaults."""
 
-SCRATCH = StoreTuning(write_buffer_bytes=8 * 1024 * 1024, auto_compactions=False, block_cache_bytes=8 << 20)
+SCRATCH = StoreTuning(write_buffer_bytes=8 << 20, auto_compactions=False, block_cache_bytes=8 << 20)
 """A store written once and read once; see :class:`StoreTuning`."""
 
 
@@ -265,9 +265,9 @@ class RocksStateStore:
         self._changelog = Changelog()
         self._pending = 0
         self.read_only = False
+        """Opened with ``read_only``: nothing to flush on close, writes are refused by RocksDB."""
         self._tuning = QUERY
         self._cache: Cache | None = None
-        """Opened with ``read_only``: nothing to flush on close, writes are refused by RocksDB."""
         for name in names:
             self._attach(name)
 
