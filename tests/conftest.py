@@ -320,3 +320,28 @@ def cutting_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any, A
         request.getfixturevalue("azurite_endpoint")
         yield "azure", lambda prefix: azure_url_through(proxy, new_container(), prefix), proxy
     proxy.disarm()
+
+
+BARE_BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
+"""The interpreter the bare environment is made from (this Python's version, as PySpark requires of
+its workers)."""
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python without blobstate or any of its dependencies: a fresh venv without pip or site-packages,
+    run by a wrapper that keeps only Spark's own zips (pyspark's and py4j's, what Spark puts on every
+    Python worker's path) on ``PYTHONPATH`` (the shared session's workers inherit a ``PYTHONPATH``
+    holding this checkout and its venv)."""
+    import shlex
+
+    import pyspark
+
+    zips = sorted(str(p) for p in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
+    root = tmp_path_factory.mktemp("bare-python")
+    subprocess.run([BARE_BASE_PYTHON, "-m", "venv", "--without-pip", root / "venv"], check=True)
+    python = root / "venv" / "bin" / "python"
+    wrapper = root / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(os.pathsep.join(zips))} exec {python} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper

@@ -7,13 +7,11 @@ import ast
 import importlib.metadata
 import os
 import platform
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 from engine_helpers import (
     KV_DDL,
@@ -72,29 +70,6 @@ def test_other_worker_errors_are_unchanged() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- at start
-BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
-"""The interpreter this test's virtual environment was made from (this Python's version, as PySpark
-requires of its workers)."""
-SPARK_ZIPS = sorted(str(p) for p in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
-"""pyspark.zip and py4j's zip: what Spark puts on every Python worker's path."""
-
-
-@pytest.fixture(scope="module")
-def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Python without blobstate or any of its dependencies: a fresh venv without pip or site-packages,
-    run by a wrapper that keeps only Spark's own zips on ``PYTHONPATH`` (the shared session's workers
-    inherit a ``PYTHONPATH`` holding this checkout and its venv)."""
-    root = tmp_path_factory.mktemp("bare-python")
-    subprocess.run([BASE_PYTHON, "-m", "venv", "--without-pip", root / "venv"], check=True)
-    python = root / "venv" / "bin" / "python"
-    wrapper = root / "python"
-    wrapper.write_text(
-        f'#!/bin/sh\nPYTHONPATH={shlex.quote(os.pathsep.join(SPARK_ZIPS))} exec {python} "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    return wrapper
-
-
 def _venv_python(wrapper: Path) -> Path:
     return wrapper.parent / "venv" / "bin" / "python"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rescale_checkpoints import QUERY_ID, batches, run_batches
@@ -91,6 +92,30 @@ def test_a_key_schema_that_does_not_fit_the_stored_keys_stops_the_rescale(tmp_pa
         assert {n for n in store.list("") if n.startswith("commits/")} == {
             n for n in before if n.startswith("commits/")
         }
+
+
+def test_the_cli_refuses_a_rescale_its_workers_python_cannot_run_in_one_line(
+    spark: Any,
+    bare_python: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``blobstate rescale`` checks the executors' Python before its job (it once failed inside the job
+    with a worker's whole traceback), and changes nothing."""
+    url = str(tmp_path / "ckpt")
+    run_batches(url, batches(2, seed=3), tmp_path / "local", 2)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", str(bare_python))
+    with pytest.raises(SystemExit) as exit_:
+        main(["rescale", url, "--partitions", "3"])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "error: the rescale did not start: the executors run the Python"
+    )
+    assert "cannot import 'blobstate'" in err[0]
+    with open_blob_store(url) as store:
+        assert CommitLog(store).latest_commit().version == 2  # nothing committed
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -11,17 +13,25 @@ from blobstate.cli.urls import URL_FORMS
 
 
 def _spark(master: str | None) -> Any:
+    """The session the rescale job runs on: the active one, or a new one on ``master`` (default: the
+    Spark conf's, else ``local[*]``). A new local session's Python workers run this command's own
+    interpreter unless ``PYSPARK_PYTHON`` says otherwise (the ``python3`` on the PATH may not have
+    blobstate); every session's workers are checked before the job runs."""
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    from blobstate.engine.executor_python import check_executors_python
+
     builder = SparkSession.builder.appName("blobstate rescale")
+    if SparkSession.getActiveSession() is None:
+        master = master or SparkConf().get("spark.master", None) or "local[*]"
+        if master.startswith("local"):
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master:
         builder = builder.master(master)
-    elif SparkSession.getActiveSession() is None:
-        from pyspark import SparkConf
-
-        if not SparkConf().contains("spark.master"):
-            builder = builder.master("local[*]")
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    check_executors_python(spark, "the rescale did not start")
+    return spark
 
 
 def rescale(

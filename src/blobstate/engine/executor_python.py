@@ -136,18 +136,20 @@ def driver_blobstate_version() -> str | None:
         return None
 
 
-def worker_problem(report: Mapping[str, Any], driver_version: str | None) -> str | None:
+def worker_problem(
+    report: Mapping[str, Any], driver_version: str | None, refused: str = "the query did not start"
+) -> str | None:
     """What keeps the worker of ``report`` (:func:`probe_worker`'s) from running blobstate's tasks, as one
-    line, or None: modules it cannot import, or a blobstate version other than ``driver_version`` (when
-    both are known)."""
+    line starting with ``refused``, or None: modules it cannot import, or a blobstate version other than
+    ``driver_version`` (when both are known)."""
     python = f"{report['executable']} ({report['python']})"
     missing = [name for name, found in report["found"].items() if not found]
     if missing:
-        return f"the query did not start: {cannot_import(python, missing)}"
+        return f"{refused}: {cannot_import(python, missing)}"
     worker_version = report.get("blobstate")
     if driver_version and worker_version and worker_version != driver_version:
         return (
-            f"the query did not start: the driver runs blobstate {driver_version} and the executors' Python"
+            f"{refused}: the driver runs blobstate {driver_version} and the executors' Python"
             f" {python} has blobstate {worker_version}: install the same version on both, see the README's"
             ' "Upgrading"'
         )
@@ -158,10 +160,10 @@ _CHECKED: set[tuple[str, str, str | None]] = set()
 """The (application, worker Python, driver's blobstate version) whose check passed in this process."""
 
 
-def check_executors_python(spark: SparkSession) -> None:
+def check_executors_python(spark: SparkSession, refused: str = "the query did not start") -> None:
     """Run :func:`probe_worker` as one Spark task; raise :class:`ExecutorPythonError` (one line) when the
     worker's Python misses a module of :data:`WORKER_MODULES`, holds another blobstate version than the
-    driver, or cannot run the task.
+    driver, or cannot run the task; the message starts with ``refused`` (what did not start).
 
     A check that passed is not repeated for the same SparkContext and worker Python (both fixed when
     the context was created); one that failed is, so a query started again after the fix runs. Nothing
@@ -182,12 +184,12 @@ def check_executors_python(spark: SparkSession) -> None:
         (report,) = context.parallelize([0], 1).mapPartitions(by_value(probe_worker)).collect()
     except Py4JJavaError as error:
         raise ExecutorPythonError(
-            f"the query did not start: the executors could not run a task in the Python {executors_python()}:"
+            f"{refused}: the executors could not run a task in the Python {executors_python()}:"
             f" {_task_failure(error)}"
         ) from None
     finally:
         context.setLocalProperty("spark.job.description", description)  # type: ignore[arg-type]
-    problem = worker_problem(report, driver_version)
+    problem = worker_problem(report, driver_version, refused)
     if problem is not None:
         raise ExecutorPythonError(problem)
     _CHECKED.add(checked)
