@@ -557,8 +557,8 @@ def _cut(body: bytes, start: int, lens: np.ndarray, ends: np.ndarray, first: int
     (``ends`` = ``cumsum(lens)``)."""
     if first >= stop:
         return []
-    offset = start + (int(ends[first - 1]) if first else 0)
-    return _slices(body, offset, lens[first:stop], ends[first:stop] - (int(ends[first - 1]) if first else 0))
+    before = int(ends[first - 1]) if first else 0  # bytes of the pieces before ``first``
+    return _slices(body, start + before, lens[first:stop], ends[first:stop] - before)
 
 
 def _slices(body: bytes, start: int, lens: np.ndarray, ends: np.ndarray) -> list[bytes]:
