@@ -57,7 +57,8 @@ def create_despite_sweeps(path: Path, create: Callable[[Path], T]) -> T:
         except FileNotFoundError:  # a directory on the way was removed meanwhile: make it again
             continue
         except FileExistsError:
-            if os.path.lexists(path.parent):
+            # a non-directory in the way is an error; gone, or made again meanwhile by another opener: retry
+            if os.path.lexists(path.parent) and not os.path.isdir(path.parent):
                 raise
             continue
     raise FileNotFoundError(f"cannot create {str(path)!r}: its directory keeps disappearing")
