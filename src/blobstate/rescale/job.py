@@ -199,7 +199,8 @@ def split_partition(
 
 
 def _open_scratch(path: Path) -> Any:
-    """Open an old partition's restore: it is written once (the load) and scanned once (the split)."""
+    """Open a store of a rescale task, written once and read once: an old partition's restore (the load,
+    then the split's scan) or a new partition (its chunks, then its upload)."""
     from blobstate.state.store import SCRATCH, RocksStateStore
 
     return RocksStateStore.open(path, tuning=SCRATCH)
@@ -212,8 +213,6 @@ def build_partition(
     snapshot of version R (with an empty delta that names no lineage). Returns its uid and references."""
     from blobstate.state.localdirs import LineageInfo, write_info
     from blobstate.state.partition import upload_snapshot
-    from blobstate.state.store import SCRATCH, RocksStateStore
-
     store = open_blob_store(plan.store_url or plan.url)
     cid = CheckpointId(plan.new_version, new_uid())
     where = f"operator {op} new partition {partition} of version {cid.version} of {plan.url}"
@@ -221,7 +220,7 @@ def build_partition(
     meta: dict[bytes, bytes] = {}
     records = 0
     try:
-        rocks = RocksStateStore.open(scratch / "db", tuning=SCRATCH)
+        rocks = _open_scratch(scratch / "db")
         try:
             for i, chunk in enumerate(chunks):
                 batch = chunk_records(chunk, f"{where}, chunk {i}")
