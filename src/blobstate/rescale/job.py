@@ -213,6 +213,7 @@ def build_partition(
     snapshot of version R (with an empty delta that names no lineage). Returns its uid and references."""
     from blobstate.state.localdirs import LineageInfo, write_info
     from blobstate.state.partition import upload_snapshot
+
     store = open_blob_store(plan.store_url or plan.url)
     cid = CheckpointId(plan.new_version, new_uid())
     where = f"operator {op} new partition {partition} of version {cid.version} of {plan.url}"
