@@ -14,8 +14,10 @@ batches (with the driver's traced heap: resident minus traced is native memory a
 
 Tracing slows a process several times; ``--worker-frames 0`` (or ``--no-workers``) keeps the workers'
 figures without tracing them, ``--frames 1`` makes the driver's cheap and ``--frames 0`` turns it off
-(the resident memory and glibc's heap figures, sampled every 50 batches, remain). The driver keeps the
-last 1,000 batch reports, which hide other growth in a short run: ``--recent-reports 10`` keeps fewer.
+(the resident memory and glibc's heap figures, sampled every 50 batches, remain). Each 50-batch sample
+also names the driver's memory mappings whose resident size changed since the one before (smaps). The
+driver keeps the last 1,000 batch reports, which hide other growth in a short run: ``--recent-reports 10``
+keeps fewer.
 
     PYTHONPATH=src .venv/bin/python bench/memgrowth.py [--batches 600] [--snap 150,600] [--frames 8]
         [--worker-frames 8 | --no-workers] [--recent-reports N] [--trigger ""] [--rows 2000]
@@ -160,6 +162,50 @@ def obmalloc_figures() -> dict[str, int]:
     return figures
 
 
+def smaps_rss() -> dict[str, int]:
+    """The driver's resident kilobytes per memory mapping (``/proc/self/smaps``), keyed by address range,
+    size and name, for the mappings with any resident pages."""
+    out: dict[str, int] = {}
+    key = ""
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split(maxsplit=5)
+            if "-" in head[0] and not head[0].endswith(":"):
+                start, end = (int(x, 16) for x in head[0].split("-"))
+                name = head[5].strip() if len(head) > 5 else "[anon]"
+                key = f"{head[0]} {(end - start) // 1024}kB {name}"
+            elif head[0] == "Rss:" and int(head[1]):
+                out[key] = int(head[1])
+    return out
+
+
+def smaps_changes(before: dict[str, int], after: dict[str, int], floor_kb: int = 128) -> dict[str, int]:
+    """Mappings whose resident kilobytes changed by at least ``floor_kb`` (new ones and gone ones too)."""
+    changed = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+    return dict(sorted(((k, d) for k, d in changed.items() if abs(d) >= floor_kb), key=lambda x: -abs(x[1])))
+
+
+def malloc_arenas() -> int:
+    """How many malloc arenas glibc has made in this process (``malloc_info``'s heaps; -1: not glibc).
+    A thread takes a free arena when it first allocates and creates one when every arena is in use
+    by a live thread; an arena is never given back."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.fopen.restype = ctypes.c_void_p
+        libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return -1
+    with tempfile.NamedTemporaryFile(suffix=".xml") as out:
+        stream = libc.fopen(out.name.encode(), b"w")
+        if not stream:
+            return -1
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+        return Path(out.name).read_text().count("<heap nr=")
+
+
 def _os_threads() -> int:
     """The driver process's threads (Python's and native ones), from /proc."""
     with open("/proc/self/status") as status:
@@ -274,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         todo = list(points)
         next_rss = 0
+        previous_smaps: dict[str, int] = {}
         while todo:
             time.sleep(0.2)
             if not query.isActive:
@@ -288,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
                 )  # in MB, like the rest of the line
                 rss[-1].update(obmalloc_figures())
                 rss[-1]["threads"] = _os_threads()
+                rss[-1]["malloc_arenas"] = malloc_arenas()
+                mapped = smaps_rss()
+                if previous_smaps:
+                    rss[-1]["smaps_changes_kb"] = smaps_changes(previous_smaps, mapped)
+                previous_smaps = mapped
                 log(json.dumps(rss[-1]))
                 next_rss = n + 50
             if n >= todo[0]:

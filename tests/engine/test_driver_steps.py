@@ -152,6 +152,25 @@ def test_stop_waits_for_the_last_batchs_post_commit_work_in_the_background() -> 
     assert calls[-3:] == ["post-commit done", "a.stop", "b.stop"]
 
 
+def test_the_background_post_commit_work_of_every_batch_runs_on_one_thread_that_stop_ends() -> None:
+    """A query that runs for years must not start a thread per batch: in the driver, a thread that
+    allocates and ends every batch now and then makes glibc create one more malloc arena, whose free
+    memory stays resident (the soak's driver grew about 2 MB every ~1,000 batches)."""
+    calls: list[str] = []
+    driver, _ = make_driver(calls)
+    driver.post_commit.in_background = True
+    ran_on: list[threading.Thread] = []
+    driver.post_commit.steps = [("record", lambda commit: ran_on.append(threading.current_thread()))]
+    before = threading.active_count()
+    for batch_id in range(5):
+        driver(FRAME, batch_id)  # type: ignore[arg-type]
+        driver.post_commit.wait()
+    assert len(ran_on) == 5 and len(set(ran_on)) == 1 and ran_on[0] is not threading.current_thread()
+    assert threading.active_count() == before + 1
+    driver.stop()
+    assert not ran_on[0].is_alive() and threading.active_count() == before
+
+
 def test_a_cleanup_cut_short_by_the_process_ending_is_one_line_not_one_per_partition(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
