@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from soak import Batches, build_spark, log, memory, start_query
+from soak import Batches, build_spark, driver_threads, glibc_heaps, log, malloc_arenas, memory, start_query
 
 HOOK_ENV = "BLOBSTATE_MEMGROWTH_DIR"
 FRAMES_ENV = "BLOBSTATE_MEMGROWTH_FRAMES"
@@ -185,36 +185,6 @@ def smaps_changes(before: dict[str, int], after: dict[str, int], floor_kb: int =
     return dict(sorted(((k, d) for k, d in changed.items() if abs(d) >= floor_kb), key=lambda x: -abs(x[1])))
 
 
-def malloc_arenas() -> int:
-    """How many malloc arenas glibc has made in this process (``malloc_info``'s heaps; -1: not glibc).
-    A thread takes a free arena when it first allocates and creates one when every arena is in use
-    by a live thread; an arena is never given back."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.fopen.restype = ctypes.c_void_p
-        libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-        libc.fclose.argtypes = [ctypes.c_void_p]
-        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
-    except (OSError, AttributeError):
-        return -1
-    with tempfile.NamedTemporaryFile(suffix=".xml") as out:
-        stream = libc.fopen(out.name.encode(), b"w")
-        if not stream:
-            return -1
-        libc.malloc_info(0, stream)
-        libc.fclose(stream)
-        return Path(out.name).read_text().count("<heap nr=")
-
-
-def _os_threads() -> int:
-    """The driver process's threads (Python's and native ones), from /proc."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    return -1
-
-
 def driver_figures() -> dict[str, Any]:
     """The driver's side of one snapshot (without the tracemalloc snapshot itself)."""
     import pyarrow as pa
@@ -334,8 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                     {k: round(v / 2**20, 2) for k, v in malloc_figures(trim=False).items()}
                 )  # in MB, like the rest of the line
                 rss[-1].update(obmalloc_figures())
-                rss[-1]["threads"] = _os_threads()
+                rss[-1]["threads"] = driver_threads()
                 rss[-1]["malloc_arenas"] = malloc_arenas()
+                rss[-1]["glibc_heaps"] = glibc_heaps()
                 mapped = smaps_rss()
                 if previous_smaps:
                     rss[-1]["smaps_changes_kb"] = smaps_changes(previous_smaps, mapped)

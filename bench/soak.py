@@ -10,6 +10,8 @@ samples:
 * the median batch latency of the window (``BatchReport.seconds``) and the median interval between
   batch completions;
 * resident memory of the driver's Python process, of the JVM and of the Python workers (their sum);
+  the driver's threads and glibc's malloc arenas and heaps in it (a heap appearing is memory its arena
+  keeps resident);
 * the local directory's bytes and files (``local_dir``: working stores, local checkpoints);
 * the checkpoint's objects and bytes (blobstate's own, and Spark's offsets under ``_spark/``);
 * the machine's 1-minute load average (the machine is shared).
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import itertools
 import json
 import os
@@ -133,6 +136,50 @@ def memory() -> dict[str, float]:
         "python_workers_rss_mb": sum(_rss_bytes(p) for p in workers) / 2**20,
         "python_workers": len(workers),
     }
+
+
+def malloc_arenas() -> int:
+    """How many malloc arenas glibc has made in this process (``malloc_info``'s heaps; -1: not glibc).
+    A thread takes a free arena when it first allocates and creates one when every arena is in use
+    by a live thread; an arena is never given back."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.fopen.restype = ctypes.c_void_p
+        libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return -1
+    with tempfile.NamedTemporaryFile(suffix=".xml") as out:
+        stream = libc.fopen(out.name.encode(), b"w")
+        if not stream:
+            return -1
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+        return Path(out.name).read_text().count("<heap nr=")
+
+
+def glibc_heaps() -> int:
+    """How many glibc malloc heaps this process has mapped (each arena but the main one has one or
+    more, 64 MiB-aligned reservations): a new one is memory an arena keeps."""
+    starts = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) == 5 and fields[4] == "0":  # anonymous, no name
+                start = int(fields[0].split("-")[0], 16)
+                if start % (64 * 2**20) == 0:
+                    starts.add(start)
+    return len(starts)
+
+
+def driver_threads() -> int:
+    """The driver process's threads (Python's and native ones), from /proc."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return -1
 
 
 def disk(path: Path) -> tuple[int, int]:
@@ -552,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
                     "batch_seconds": round(statistics.median(batches.seconds[window]), 4),
                     "interval_seconds": round(statistics.median(intervals), 4) if intervals else None,
                     **{k: round(v, 3) for k, v in memory().items()},
+                    "driver_threads": driver_threads(),
+                    "driver_malloc_arenas": malloc_arenas(),
+                    "driver_glibc_heaps": glibc_heaps(),
                     "local_dir_mb": round(local_bytes / 2**20, 3),
                     "local_dir_files": local_files,
                     **{k: round(v, 3) for k, v in checkpoint_objects(checkpoint).items()},
