@@ -28,7 +28,8 @@ The JSON (stdout, and ``--out`` rewritten at every sample so an interrupted run 
 gives every sample, each figure's least-squares slope per 1,000 batches over the samples after
 ``--warmup`` batches with its standard error, the slope relative to the figure's mean, the restart
 times and their ratio (end over early), batches per second, and the load average at start and end.
-``--png`` draws the curves (matplotlib; ``--replot JSON`` draws them again from a run's JSON).
+``--png`` draws the curves (matplotlib; ``--replot JSON`` draws them again from a run's JSON;
+``--resummarize JSON --warmup N`` computes the slopes again over the samples after N batches).
 Progress lines go to stderr. A file ``FINISH`` created in the work directory ends the run at its next
 sample, with the end restarts measured as usual.
 
@@ -484,6 +485,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--png", type=Path, default=None)
     parser.add_argument("--workdir", type=Path, default=None, help="kept after the run")
     parser.add_argument("--replot", type=Path, default=None, help="only draw --png from this JSON")
+    parser.add_argument(
+        "--resummarize",
+        type=Path,
+        default=None,
+        help="only compute the slopes of this run's JSON again, over the samples after --warmup batches",
+    )
     parser.add_argument("--probe", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--keep-early", action="store_true", help="keep a copy of the checkpoint at the early restart"
@@ -511,6 +518,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.replot is not None:
         plot(json.loads(args.replot.read_text()), args.png or args.replot.with_suffix(".png"))
+        return 0
+    if args.resummarize is not None:
+        earlier = json.loads(args.resummarize.read_text())
+        earlier["config"]["warmup"] = args.warmup
+        summarize(earlier, args.warmup)
+        text = json.dumps(earlier, indent=1)
+        if args.out is not None:
+            args.out.write_text(text)
+        print(text)
         return 0
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="blobstate-soak-"))
