@@ -204,13 +204,15 @@ class _Busy(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
+        # Counted before answering: once the last answer is sent, the client may give up and the test
+        # read the count before this handler's thread runs again.
+        self.server.requests += 1  # type: ignore[attr-defined]
         body = b"<?xml version='1.0'?><Error><Code>ServerBusy</Code><Message>slow down</Message></Error>"
         self.send_response(503)
         self.send_header("x-ms-error-code", "ServerBusy")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        self.server.requests += 1  # type: ignore[attr-defined]
 
     do_GET = do_PUT = do_HEAD = do_DELETE = _busy
 
