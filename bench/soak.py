@@ -99,7 +99,8 @@ def _processes() -> dict[int, tuple[int, str]]:
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            with open(f"/proc/{entry}/stat") as source:  # not pathlib: it interns every pid it sees
+                stat = source.read()
         except OSError:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
@@ -109,7 +110,8 @@ def _processes() -> dict[int, tuple[int, str]]:
 
 def _rss_bytes(pid: int) -> int:
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+        with open(f"/proc/{pid}/statm") as source:
+            return int(source.read().split()[1]) * PAGE
     except (OSError, IndexError, ValueError):
         return 0
 
