@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | Path) -> None:
     """Flush the directory ``path`` itself, so that a rename or unlink in it survives a power cut."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

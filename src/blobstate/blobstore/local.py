@@ -6,6 +6,11 @@ object. ``put_if_absent`` hard-links the temporary file to the final name, which
 name exists, so it is create-only across threads and processes. TTLs are recorded by the store itself
 as files ``.blobstate-ttl/<name>`` holding the expiry time in epoch seconds; :meth:`LocalBlobStore.expire`
 (run by ``blobstate gc``) deletes the objects whose recorded expiry has passed.
+
+Paths inside the store are plain strings, not :class:`pathlib.Path`: Python 3.11's pathlib interns every
+path part, and the parts of per-version object and temporary names come and go every batch. That churn
+rebuilds Python's interned-string table every few hundred batches (a 1.9 MB block each time), and in a
+long-running driver those blocks were left resident in one thread's malloc arena after another.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ def root_from_url(url: str) -> Path:
     return Path(path).expanduser().resolve()
 
 
-def _fsync_file(path: Path) -> None:
+def _fsync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -68,32 +73,34 @@ class LocalBlobStore(BlobStore):
         """Open the store at ``url``. ``fsync=False`` skips fsyncs (only for scratch stores and tests)."""
         super().__init__(url, **options)  # type: ignore[arg-type]
         self.root = root_from_url(url)
+        self._root = str(self.root)
+        self._root_prefix = self._root if self._root.endswith(os.sep) else self._root + os.sep
         self.fsync = fsync
 
     # ----------------------------------------------------------------- paths
-    def _inside(self, name: str, path: Path) -> Path:
+    def _inside(self, name: str, path: str) -> str:
         """``path`` if it resolves inside the root, else an error: a symlink in the root points out."""
-        resolved = path.resolve()
-        if not resolved.is_relative_to(self.root):
+        resolved = os.path.realpath(path)
+        if resolved != self._root and not resolved.startswith(self._root_prefix):
             raise InvalidBlobNameError(
-                f"blob {name!r} in {self.url} resolves to {str(resolved)!r}, outside the store root "
-                f"{str(self.root)!r} (a symlink inside the root points out of it)"
+                f"blob {name!r} in {self.url} resolves to {resolved!r}, outside the store root "
+                f"{self._root!r} (a symlink inside the root points out of it)"
             )
         return path
 
-    def _object_path(self, name: str) -> Path:
-        return self._inside(name, self.root / name)
+    def _object_path(self, name: str) -> str:
+        return self._inside(name, os.path.join(self._root, name))
 
-    def _ttl_path(self, name: str) -> Path:
-        return self._inside(name, self.root / TTL_DIR / name)
+    def _ttl_path(self, name: str) -> str:
+        return self._inside(name, os.path.join(self._root, TTL_DIR, name))
 
-    def _tmp_path(self) -> Path:
-        tmp_dir = self.root / TMP_DIR
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        return self._inside(TMP_DIR, tmp_dir) / f"{uuid.uuid4().hex}.tmp"
+    def _tmp_path(self) -> str:
+        tmp_dir = os.path.join(self._root, TMP_DIR)
+        os.makedirs(tmp_dir, exist_ok=True)
+        return os.path.join(self._inside(TMP_DIR, tmp_dir), f"{uuid.uuid4().hex}.tmp")
 
     # ----------------------------------------------------------------- writing
-    def _write_tmp(self, fill: Callable[[Path], object], *, durable: bool = True) -> Path:
+    def _write_tmp(self, fill: Callable[[str], object], *, durable: bool = True) -> str:
         """A fresh temporary file filled by ``fill`` (fsynced if ``durable``); removed if filling fails."""
         tmp = self._tmp_path()
         try:
@@ -101,11 +108,11 @@ class LocalBlobStore(BlobStore):
             if durable and self.fsync:
                 _fsync_file(tmp)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            _unlink_quietly(tmp)
             raise
         return tmp
 
-    def _place(self, name: str, tmp: Path, final: Path, *, exclusive: bool, durable: bool = True) -> bool:
+    def _place(self, name: str, tmp: str, final: str, *, exclusive: bool, durable: bool = True) -> bool:
         """Move ``tmp`` to ``final`` (replacing it, or only creating it when ``exclusive``).
 
         Parent directories are created as needed; a concurrent delete may prune them between ``mkdir``
@@ -113,10 +120,10 @@ class LocalBlobStore(BlobStore):
         """
         for attempt in range(_MKDIR_RETRIES):
             try:
-                final.parent.mkdir(parents=True, exist_ok=True)
+                os.makedirs(os.path.dirname(final), exist_ok=True)
             except (FileExistsError, NotADirectoryError) as error:
                 raise BlobStoreError(
-                    f"cannot write blob {name!r} in {self.url}: a parent of {str(final)!r} is an object, "
+                    f"cannot write blob {name!r} in {self.url}: a parent of {final!r} is an object, "
                     "not a directory"
                 ) from error
             self._inside(name, final)
@@ -133,47 +140,47 @@ class LocalBlobStore(BlobStore):
                 continue
             except IsADirectoryError as error:
                 raise BlobStoreError(
-                    f"cannot write blob {name!r} in {self.url}: {str(final)!r} is a directory"
+                    f"cannot write blob {name!r} in {self.url}: {final!r} is a directory"
                 ) from error
             if durable and self.fsync:
-                fsync_dir(final.parent)
+                fsync_dir(os.path.dirname(final))
             return True
         raise AssertionError("unreachable")
 
     def _write_atomic(
-        self, name: str, final: Path, fill: Callable[[Path], object], *, durable: bool = True
+        self, name: str, final: str, fill: Callable[[str], object], *, durable: bool = True
     ) -> None:
         tmp = self._write_tmp(fill, durable=durable)
         try:
             self._place(name, tmp, final, exclusive=False, durable=durable)
         finally:
-            tmp.unlink(missing_ok=True)
+            _unlink_quietly(tmp)
 
     def _record_ttl(self, name: str, ttl: float) -> None:
         expiry = f"{time.time() + ttl!r}\n".encode()
         # Not fsynced: losing a fresh record in a power cut only leaks a pending object (which a full gc
         # of unreferenced objects still finds); syncing it would halve the rate of small pending puts.
-        self._write_atomic(name, self._ttl_path(name), lambda tmp: tmp.write_bytes(expiry), durable=False)
+        self._write_atomic(name, self._ttl_path(name), _writer(expiry), durable=False)
 
     def _drop_ttl_record(self, name: str) -> None:
         path = self._ttl_path(name)
         try:
-            path.unlink()
+            os.unlink(path)
         except FileNotFoundError:
             return
         # Durable before returning: a record that came back after a crash would expire a committed object.
         if self.fsync:
-            directory = path.parent
+            directory = os.path.dirname(path)
             while True:
                 try:
                     fsync_dir(directory)
                     break
                 except FileNotFoundError:
                     # A concurrent call pruned the emptied directory: make that removal durable instead.
-                    directory = directory.parent
-        self._prune(path.parent, self.root / TTL_DIR)
+                    directory = os.path.dirname(directory)
+        self._prune(os.path.dirname(path), os.path.join(self._root, TTL_DIR))
 
-    def _put(self, name: str, ttl: float | None, fill: Callable[[Path], object]) -> None:
+    def _put(self, name: str, ttl: float | None, fill: Callable[[str], object]) -> None:
         final = self._object_path(name)
         if ttl is None:
             self._write_atomic(name, final, fill)
@@ -193,12 +200,12 @@ class LocalBlobStore(BlobStore):
 
     def _read_record(self, name: str) -> bytes | None:
         try:
-            return self._ttl_path(name).read_bytes()
+            return _read_bytes(self._ttl_path(name))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
 
     def _put_bytes(self, name: str, data: bytes | memoryview, ttl: float | None) -> None:
-        self._put(name, ttl, lambda tmp: tmp.write_bytes(data))
+        self._put(name, ttl, _writer(data))
 
     def _put_file(self, name: str, path: Path, ttl: float | None) -> None:
         self._put(name, ttl, lambda tmp: shutil.copyfile(path, tmp))
@@ -211,7 +218,7 @@ class LocalBlobStore(BlobStore):
             # Only the winner touches the TTL record, so a loser can never make the winner's object pending.
             self._drop_ttl_record(name)
             return True
-        if final.is_file():
+        if os.path.isfile(final):
             return False
         # The record goes first, as in put: a crash between the two steps leaves a record without an
         # object, which expire drops; the other order would leave a pending object that never expires.
@@ -226,68 +233,68 @@ class LocalBlobStore(BlobStore):
                 self._restore_record(name, previous)
         return created
 
-    def _create(self, name: str, final: Path, data: bytes) -> bool:
+    def _create(self, name: str, final: str, data: bytes) -> bool:
         """Create ``final`` holding ``data`` unless it exists; whether this call created it."""
-        tmp = self._write_tmp(lambda t: t.write_bytes(data))
+        tmp = self._write_tmp(_writer(data))
         try:
             return self._place(name, tmp, final, exclusive=True)
         finally:
-            tmp.unlink(missing_ok=True)
+            _unlink_quietly(tmp)
 
     def _restore_record(self, name: str, previous: bytes | None) -> None:
         """Give ``name``'s TTL record back the state it had (none, or ``previous``)."""
         if previous is None:
             self._drop_ttl_record(name)
         else:
-            self._write_atomic(name, self._ttl_path(name), lambda tmp: tmp.write_bytes(previous))
+            self._write_atomic(name, self._ttl_path(name), _writer(previous))
 
     # ----------------------------------------------------------------- reading
     def _get_bytes(self, name: str) -> bytes:
         try:
-            return self._object_path(name).read_bytes()
+            return _read_bytes(self._object_path(name))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise BlobNotFoundError(name, self.url) from None
 
     def _get_file(self, name: str, path: Path) -> int:
         source = self._object_path(name)
-        if not source.is_file():
+        if not os.path.isfile(source):
             raise BlobNotFoundError(name, self.url)
         try:
             shutil.copyfile(source, path)
         except FileNotFoundError:
-            if not source.is_file():
+            if not os.path.isfile(source):
                 raise BlobNotFoundError(name, self.url) from None
             raise
         return path.stat().st_size
 
     def _exists(self, name: str) -> bool:
-        return self._object_path(name).is_file()
+        return os.path.isfile(self._object_path(name))
 
-    def _require(self, name: str) -> Path:
+    def _require(self, name: str) -> str:
         path = self._object_path(name)
-        if not path.is_file():
+        if not os.path.isfile(path):
             raise BlobNotFoundError(name, self.url)
         return path
 
     def _has_ttl(self, name: str) -> bool:
         self._require(name)
-        return self._ttl_path(name).is_file()
+        return os.path.isfile(self._ttl_path(name))
 
     def _list(self, prefix: str) -> list[str]:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        start = self._inside(prefix, self.root / base) if base else self.root
+        start = self._inside(prefix, os.path.join(self._root, base)) if base else self._root
         return [name for name in self._walk(start, base) if name.startswith(prefix)]
 
     def _list_sizes(self, prefix: str) -> dict[str, int]:
         sizes: dict[str, int] = {}
         for name in self._list(prefix):
             try:
-                sizes[name] = self._object_path(name).stat().st_size
+                sizes[name] = os.stat(self._object_path(name)).st_size
             except FileNotFoundError:
                 continue  # deleted since it was listed
         return sizes
 
-    def _walk(self, directory: Path, relative: str) -> Iterator[str]:
+    def _walk(self, directory: str, relative: str) -> Iterator[str]:
         """Names of regular files under ``directory``; skips symlinks and the reserved directories."""
         try:
             entries = list(os.scandir(directory))
@@ -298,32 +305,33 @@ class LocalBlobStore(BlobStore):
                 continue
             name = f"{relative}/{entry.name}" if relative else entry.name
             if entry.is_dir(follow_symlinks=False):
-                yield from self._walk(Path(entry.path), name)
+                yield from self._walk(entry.path, name)
             elif entry.is_file(follow_symlinks=False):
                 yield name
 
     # ----------------------------------------------------------------- deleting and TTLs
-    def _prune(self, directory: Path, stop: Path) -> None:
+    def _prune(self, directory: str, stop: str) -> None:
         """Remove empty directories from ``directory`` upwards, never ``stop`` or anything above it."""
-        while directory != stop and directory.is_relative_to(stop):
+        stop = stop.rstrip(os.sep)
+        while directory != stop and directory.startswith(stop + os.sep):
             try:
-                directory.rmdir()
+                os.rmdir(directory)
             except OSError as error:
                 if error.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.EBUSY):
                     return
                 raise
-            directory = directory.parent
+            directory = os.path.dirname(directory)
 
     def _delete(self, name: str) -> None:
         path = self._object_path(name)
-        if not path.is_file():
+        if not os.path.isfile(path):
             raise BlobNotFoundError(name, self.url)
         try:
-            path.unlink()
+            os.unlink(path)
         except FileNotFoundError:
             raise BlobNotFoundError(name, self.url) from None
         self._drop_ttl_record(name)
-        self._prune(path.parent, self.root)
+        self._prune(os.path.dirname(path), self._root)
 
     def _remove_ttl(self, name: str) -> None:
         self._drop_ttl_record(name)
@@ -348,29 +356,29 @@ class LocalBlobStore(BlobStore):
         for name in self._pending_names():
             record = self._ttl_path(name)
             try:
-                expiry = float(record.read_text())
+                expiry = float(_read_bytes(record))
             except FileNotFoundError:
                 continue
             except ValueError as error:
-                raise BlobStoreError(f"corrupt TTL record {str(record)!r} for blob {name!r}") from error
-            if expiry <= now and self._object_path(name).is_file():
+                raise BlobStoreError(f"corrupt TTL record {record!r} for blob {name!r}") from error
+            if expiry <= now and os.path.isfile(self._object_path(name)):
                 out.append(name)
         return sorted(out)
 
     def _pending_names(self) -> list[str]:
-        ttl_root = self.root / TTL_DIR
-        if not ttl_root.is_dir():
+        ttl_root = os.path.join(self._root, TTL_DIR)
+        if not os.path.isdir(ttl_root):
             return []
         return list(self._walk(ttl_root, ""))
 
     def _expire_one(self, name: str, now: float) -> bool:
         record = self._ttl_path(name)
         try:
-            expiry = float(record.read_text())
+            expiry = float(_read_bytes(record))
         except FileNotFoundError:
             return False
         except ValueError as error:
-            raise BlobStoreError(f"corrupt TTL record {str(record)!r} for blob {name!r}") from error
+            raise BlobStoreError(f"corrupt TTL record {record!r} for blob {name!r}") from error
         if expiry > now:
             return False
         # Claim the record by renaming it, so concurrent expire calls delete each object once and a
@@ -381,28 +389,48 @@ class LocalBlobStore(BlobStore):
         except FileNotFoundError:
             return False
         try:
-            if float(claimed.read_text()) > now:  # re-written by a new put in between: put it back
+            if float(_read_bytes(claimed)) > now:  # re-written by a new put in between: put it back
                 with contextlib.suppress(FileExistsError):
                     os.link(claimed, record)
                 return False
-            self._prune(record.parent, self.root / TTL_DIR)
+            self._prune(os.path.dirname(record), os.path.join(self._root, TTL_DIR))
             path = self._object_path(name)
             try:
-                path.unlink()
+                os.unlink(path)
             except FileNotFoundError:
                 return False
-            self._prune(path.parent, self.root)
+            self._prune(os.path.dirname(path), self._root)
             return True
         finally:
-            claimed.unlink(missing_ok=True)
+            _unlink_quietly(claimed)
 
     def _drop_stale_tmp(self) -> None:
         # Judged by the real clock, not expire's ``now``: an in-flight write must never look stale.
-        tmp_dir = self.root / TMP_DIR
-        if not tmp_dir.is_dir():
+        tmp_dir = os.path.join(self._root, TMP_DIR)
+        if not os.path.isdir(tmp_dir):
             return
         cutoff = time.time() - STALE_TMP_SECONDS
         for entry in os.scandir(tmp_dir):
             with contextlib.suppress(FileNotFoundError):
                 if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
                     os.unlink(entry.path)
+
+
+def _writer(data: bytes | memoryview) -> Callable[[str], object]:
+    """A ``fill`` for a temporary file: write ``data`` to it."""
+
+    def fill(path: str) -> None:
+        with open(path, "wb") as out:
+            out.write(data)
+
+    return fill
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as source:
+        return source.read()
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
