@@ -74,14 +74,13 @@ class LocalBlobStore(BlobStore):
         super().__init__(url, **options)  # type: ignore[arg-type]
         self.root = root_from_url(url)
         self._root = str(self.root)
-        self._root_prefix = self._root if self._root.endswith(os.sep) else self._root + os.sep
         self.fsync = fsync
 
     # ----------------------------------------------------------------- paths
     def _inside(self, name: str, path: str) -> str:
         """``path`` if it resolves inside the root, else an error: a symlink in the root points out."""
         resolved = os.path.realpath(path)
-        if resolved != self._root and not resolved.startswith(self._root_prefix):
+        if resolved != self._root and not _below(resolved, self._root):
             raise InvalidBlobNameError(
                 f"blob {name!r} in {self.url} resolves to {resolved!r}, outside the store root "
                 f"{self._root!r} (a symlink inside the root points out of it)"
@@ -312,8 +311,7 @@ class LocalBlobStore(BlobStore):
     # ----------------------------------------------------------------- deleting and TTLs
     def _prune(self, directory: str, stop: str) -> None:
         """Remove empty directories from ``directory`` upwards, never ``stop`` or anything above it."""
-        stop = stop.rstrip(os.sep)
-        while directory != stop and directory.startswith(stop + os.sep):
+        while _below(directory, stop):
             try:
                 os.rmdir(directory)
             except OSError as error:
@@ -414,6 +412,12 @@ class LocalBlobStore(BlobStore):
             with contextlib.suppress(FileNotFoundError):
                 if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
                     os.unlink(entry.path)
+
+
+def _below(path: str, directory: str) -> bool:
+    """Whether the normalized ``path`` lies strictly below ``directory`` (``/`` included)."""
+    prefix = directory if directory.endswith(os.sep) else directory + os.sep
+    return path != directory and path.startswith(prefix)
 
 
 def _writer(data: bytes | memoryview) -> Callable[[str], object]:
