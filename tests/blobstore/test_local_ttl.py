@@ -201,3 +201,26 @@ def test_scratch_store_without_fsync_keeps_the_same_contract(root: Path) -> None
     assert store.put_if_absent("c", b"2") is False
     store.remove_ttl("c")
     assert (store.get("c"), store.has_ttl("c"), store.list()) == (b"1", False, ["c"])
+
+
+def test_object_operations_intern_no_strings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that runs for years: every interned name that comes and goes makes Python rebuild its
+    interned-string table now and then (1.9 MB blocks that stayed resident); pathlib interns every path
+    part, so the store's per-object work must not build paths."""
+    import sys
+
+    store = open_blob_store(str(tmp_path / "store"))
+    store.put("commits/0.json", b"c")  # the store's own directories exist before counting
+    interned: list[str] = []
+    real_intern = sys.intern
+    monkeypatch.setattr(sys, "intern", lambda s: interned.append(s) or real_intern(s))
+    for version in range(1, 4):
+        name = f"state/0/{version}_{version:032x}.delta"
+        store.put(name, b"d", ttl=60)
+        store.put_if_absent(f"commits/{version}.json", b"c")
+        store.remove_ttl(name)
+        assert store.get(name) == b"d" and store.exists(name)
+        assert f"commits/{version}.json" in store.list("commits/")
+        store.delete(name)
+    store.expire()
+    assert interned == []
