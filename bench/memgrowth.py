@@ -41,7 +41,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from soak import Batches, build_spark, driver_threads, glibc_heaps, log, malloc_arenas, memory, start_query
+from soak import (
+    Batches,
+    build_spark,
+    driver_threads,
+    glibc_heaps,
+    interned_strings,
+    log,
+    malloc_arenas,
+    memory,
+    start_query,
+)
 
 HOOK_ENV = "BLOBSTATE_MEMGROWTH_DIR"
 FRAMES_ENV = "BLOBSTATE_MEMGROWTH_FRAMES"
@@ -296,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             if not query.isActive:
                 raise RuntimeError(f"the query stopped: {query.exception()}")
             n = len(batches)
+            batches.take_window()  # the soak's per-batch figures are not this report's
             if n >= next_rss:
                 traced_mb = tracemalloc.get_traced_memory()[0] / 2**20
                 rss.append({"batches": n, **{k: round(v, 2) for k, v in memory().items()}})
@@ -307,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 rss[-1]["threads"] = driver_threads()
                 rss[-1]["malloc_arenas"] = malloc_arenas()
                 rss[-1]["glibc_heaps"] = glibc_heaps()
+                rss[-1].update(interned_strings())
                 mapped = smaps_rss()
                 if previous_smaps:
                     rss[-1]["smaps_changes_kb"] = smaps_changes(previous_smaps, mapped)

@@ -176,6 +176,62 @@ def glibc_heaps() -> int:
     return len(starts)
 
 
+def _interned_table_address() -> int | None:
+    """Where CPython 3.11 keeps its interned-string dict (the ``interned`` static of unicodeobject.c),
+    from the symbol table of the library or executable that holds it; None when it cannot be found."""
+    if sys.version_info[:2] != (3, 11) or shutil.which("nm") is None:
+        return None
+    binary, base = None, None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) == 6 and fields[2] == "00000000" and "libpython3.11" in fields[5]:
+                binary, base = fields[5], int(fields[0].split("-")[0], 16)
+                break
+    if binary is None:  # a statically linked interpreter
+        binary = os.path.realpath(sys.executable)
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                if len(fields) == 6 and fields[2] == "00000000" and fields[5] == binary:
+                    base = int(fields[0].split("-")[0], 16)
+                    break
+    if base is None:
+        return None
+    listing = subprocess.run(["nm", binary], capture_output=True, text=True, check=False).stdout
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[2] == "interned" and fields[1] in "bBdD":
+            return base + int(fields[0], 16)
+    return None
+
+
+_INTERNED: list[int | None] = []
+
+
+def interned_strings() -> dict[str, int]:
+    """This process's interned-string table (CPython 3.11 only; empty elsewhere): the strings in it,
+    its slots, and its entries used since it was last rebuilt (deleted ones included). Python rebuilds
+    the table, in a new block from the allocating thread's malloc arena, when the entries reach two
+    thirds of the slots: entries climbing while the strings stay flat is churn, strings climbing a leak.
+    """
+    if not _INTERNED:
+        _INTERNED.append(_interned_table_address())
+    address = _INTERNED[0]
+    if address is None:
+        return {}
+    table = ctypes.c_void_p.from_address(address).value
+    if not table:
+        return {}
+    # PyDictObject: ob_refcnt, ob_type, ma_used, ma_version_tag, ma_keys. PyDictKeysObject: dk_refcnt,
+    # dk_log2_size (a byte), ..., dk_usable, dk_nentries.
+    used = ctypes.c_ssize_t.from_address(table + 16).value
+    keys = ctypes.c_void_p.from_address(table + 32).value or 0
+    log2_size = ctypes.c_uint8.from_address(keys + 8).value
+    entries = ctypes.c_ssize_t.from_address(keys + 24).value
+    return {"interned_strings": used, "interned_slots": 1 << log2_size, "interned_entries": entries}
+
+
 def driver_threads() -> int:
     """The driver process's threads (Python's and native ones), from /proc."""
     with open("/proc/self/status") as status:
@@ -287,16 +343,20 @@ def start_query(spark: Any, spec: dict[str, Any], local_dir: Path, on_batch: Any
 
 
 class Batches:
-    """The committed batches of the running query: completion times and latencies, appended by
-    ``on_batch`` (the driver's batch thread) and read by the sampling loop."""
+    """The committed batches of the running query: how many, and the completion times and latencies
+    since the sampling loop last took them (``on_batch`` runs on the driver's batch thread). Only the
+    current window is kept: a list that grew with every batch would be growth the soak itself made."""
 
     def __init__(self) -> None:
-        self.done_at: list[float] = []
-        self.seconds: list[float] = []
+        self.count = 0
+        self.first_seconds: float | None = None
         self.state_keys = 0
         self.replayed = 0
         self.first = threading.Event()
         self.first_batch_id = -1
+        self._lock = threading.Lock()
+        self._done_at: list[float] = []
+        self._seconds: list[float] = []
 
     def on_batch(self, report: Any) -> None:
         """``transform_with_state``'s callback. A batch that blobstate had committed before (a restart
@@ -304,15 +364,25 @@ class Batches:
         if report.skipped:
             self.replayed += 1
             return
-        self.seconds.append(report.seconds)
-        self.done_at.append(time.monotonic())
+        with self._lock:
+            self._seconds.append(report.seconds)
+            self._done_at.append(time.monotonic())
+            self.count += 1
         self.state_keys = report.state_keys
         if not self.first.is_set():
             self.first_batch_id = report.batch_id
+            self.first_seconds = report.seconds
             self.first.set()
 
+    def take_window(self) -> tuple[list[float], list[float]]:
+        """(completion times, latencies) of the batches since the last call, forgetting them."""
+        with self._lock:
+            window = (self._done_at, self._seconds)
+            self._done_at, self._seconds = [], []
+            return window
+
     def __len__(self) -> int:
-        return len(self.done_at)
+        return self.count
 
 
 def time_to_first_batch(start: Any, batches: Batches, timeout: float) -> tuple[Any, float]:
@@ -342,7 +412,7 @@ def probe(spec_path: Path) -> int:
             lambda: start_query(spark, spec, base / "local", batches.on_batch), batches, 600
         )
         result["seconds_to_first_batch"] = round(seconds, 3)
-        result["first_batch_seconds"] = round(batches.seconds[0], 3)
+        result["first_batch_seconds"] = round(batches.first_seconds or 0.0, 3)
         result["replayed_batches"] = batches.replayed
         # Stop once Spark has committed the batch too, so the next start does not replay it.
         deadline = time.monotonic() + 60
@@ -607,19 +677,19 @@ def main(argv: list[str] | None = None) -> int:
                 restarted_early = True
                 continue
             if n - sampled >= args.sample_every or n >= args.batches:
-                window = slice(sampled, n)
-                done = batches.done_at[window]
+                done, latencies = batches.take_window()
                 intervals = [b - a for a, b in itertools.pairwise(done)]
                 local_bytes, local_files = disk(local_dir)
                 sample: dict[str, Any] = {
                     "batches": n,
                     "elapsed_seconds": round(time.monotonic() - started, 1),
-                    "batch_seconds": round(statistics.median(batches.seconds[window]), 4),
+                    "batch_seconds": round(statistics.median(latencies), 4) if latencies else None,
                     "interval_seconds": round(statistics.median(intervals), 4) if intervals else None,
                     **{k: round(v, 3) for k, v in memory().items()},
                     "driver_threads": driver_threads(),
                     "driver_malloc_arenas": malloc_arenas(),
                     "driver_glibc_heaps": glibc_heaps(),
+                    **interned_strings(),
                     "local_dir_mb": round(local_bytes / 2**20, 3),
                     "local_dir_files": local_files,
                     **{k: round(v, 3) for k, v in checkpoint_objects(checkpoint).items()},
