@@ -159,7 +159,8 @@ def malloc_arenas() -> int:
             return -1
         libc.malloc_info(0, stream)
         libc.fclose(stream)
-        return Path(out.name).read_text().count("<heap nr=")
+        with open(out.name) as xml:  # not pathlib: it would intern the temporary file's unique name
+            return xml.read().count("<heap nr=")
 
 
 def glibc_heaps() -> int:
@@ -253,12 +254,19 @@ def disk(path: Path) -> tuple[int, int]:
     return total, files
 
 
+_STORES: dict[str, Any] = {}
+
+
 def checkpoint_objects(url: str) -> dict[str, float]:
-    """Objects and MB of the checkpoint: blobstate's own, and Spark's under ``_spark/``."""
+    """Objects and MB of the checkpoint: blobstate's own, and Spark's under ``_spark/``. One store per
+    checkpoint for the whole run: a store opened per sample would churn the measured process's
+    interned-string table (a new store's I/O pool interns a name as it starts)."""
     from blobstate.blobstore import open_blob_store
 
-    with open_blob_store(url) as store:
-        sizes = store.list_sizes("")
+    store = _STORES.get(url)
+    if store is None:
+        store = _STORES[url] = open_blob_store(url)
+    sizes = store.list_sizes("")
     ours = {n: s for n, s in sizes.items() if not n.startswith("_spark/")}
     spark = {n: s for n, s in sizes.items() if n.startswith("_spark/")}
     return {
