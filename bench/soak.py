@@ -12,6 +12,9 @@ samples:
 * resident memory of the driver's Python process, of the JVM and of the Python workers (their sum);
   the driver's threads and glibc's malloc arenas and heaps in it (a heap appearing is memory its arena
   keeps resident);
+* the interned-string tables (CPython 3.11) of the driver and, summed, of the Python workers: their
+  entries used since the table was last rebuilt (a rebuild allocates a new block; see
+  ``interned_strings``), read from ``/proc/<pid>/mem``;
 * the local directory's bytes and files (``local_dir``: working stores, local checkpoints);
 * the checkpoint's objects and bytes (blobstate's own, and Spark's offsets under ``_spark/``);
 * the machine's 1-minute load average (the machine is shared).
@@ -116,8 +119,8 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def memory() -> dict[str, float]:
-    """Resident memory (MB) of this process, its JVM and the Python workers under the JVM."""
+def _python_workers() -> tuple[list[int], list[int]]:
+    """(JVM pids under this process, Python worker pids under those JVMs)."""
     procs = _processes()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in procs.items():
@@ -132,7 +135,12 @@ def memory() -> dict[str, float]:
         return found
 
     jvms = [p for p in below(os.getpid()) if procs[p][1] == "java"]
-    workers = [p for j in jvms for p in below(j) if procs[p][1].startswith("python")]
+    return jvms, [p for j in jvms for p in below(j) if procs[p][1].startswith("python")]
+
+
+def memory() -> dict[str, float]:
+    """Resident memory (MB) of this process, its JVM and the Python workers under the JVM."""
+    jvms, workers = _python_workers()
     return {
         "driver_rss_mb": _rss_bytes(os.getpid()) / 2**20,
         "jvm_rss_mb": sum(_rss_bytes(p) for p in jvms) / 2**20,
@@ -177,60 +185,77 @@ def glibc_heaps() -> int:
     return len(starts)
 
 
-def _interned_table_address() -> int | None:
-    """Where CPython 3.11 keeps its interned-string dict (the ``interned`` static of unicodeobject.c),
-    from the symbol table of the library or executable that holds it; None when it cannot be found."""
+def _interned_table_address(pid: int) -> int | None:
+    """Where CPython 3.11 keeps process ``pid``'s interned-string dict (the ``interned`` static of
+    unicodeobject.c), from the symbol table of the library or executable that holds it; None when it
+    cannot be found."""
     if sys.version_info[:2] != (3, 11) or shutil.which("nm") is None:
         return None
-    binary, base = None, None
-    with open("/proc/self/maps") as maps:
+    found: dict[str, int] = {}
+    with open(f"/proc/{pid}/maps") as maps:
         for line in maps:
             fields = line.split()
-            if len(fields) == 6 and fields[2] == "00000000" and "libpython3.11" in fields[5]:
-                binary, base = fields[5], int(fields[0].split("-")[0], 16)
-                break
-    if binary is None:  # a statically linked interpreter
-        binary = os.path.realpath(sys.executable)
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                fields = line.split()
-                if len(fields) == 6 and fields[2] == "00000000" and fields[5] == binary:
-                    base = int(fields[0].split("-")[0], 16)
-                    break
-    if base is None:
+            if len(fields) == 6 and fields[2] == "00000000":
+                found.setdefault(fields[5], int(fields[0].split("-")[0], 16))
+    candidates = [f for f in found if "libpython3.11" in f] or [os.path.realpath(sys.executable)]
+    binary = candidates[0]
+    if binary not in found:
         return None
     listing = subprocess.run(["nm", binary], capture_output=True, text=True, check=False).stdout
     for line in listing.splitlines():
         fields = line.split()
         if len(fields) == 3 and fields[2] == "interned" and fields[1] in "bBdD":
-            return base + int(fields[0], 16)
+            return found[binary] + int(fields[0], 16)
     return None
 
 
-_INTERNED: list[int | None] = []
+_INTERNED: dict[int, int | None] = {}
 
 
-def interned_strings() -> dict[str, int]:
-    """This process's interned-string table (CPython 3.11 only; empty elsewhere): the strings in it,
-    its slots, and its entries used since it was last rebuilt (deleted ones included). Python rebuilds
-    the table, in a new block from the allocating thread's malloc arena, when the entries reach two
-    thirds of the slots: entries climbing while the strings stay flat is churn, strings climbing a leak.
-    """
-    if not _INTERNED:
-        _INTERNED.append(_interned_table_address())
-    address = _INTERNED[0]
-    if address is None:
+def interned_strings(pid: int | None = None) -> dict[str, int]:
+    """A process's interned-string table (CPython 3.11 only; empty elsewhere or when unreadable): the
+    strings in it, its slots, and its entries used since it was last rebuilt (deleted ones included).
+    Python rebuilds the table, in a new block from the allocating thread's malloc arena, when the
+    entries reach two thirds of the slots: entries climbing while the strings stay flat is churn
+    (unique strings interned and freed, as pathlib does with every path part), strings climbing a leak.
+    Read from ``/proc/<pid>/mem`` (this process by default)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        if pid not in _INTERNED:
+            _INTERNED[pid] = _interned_table_address(pid)
+        address = _INTERNED[pid]
+        if address is None:
+            return {}
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+
+            def word(at: int) -> int:
+                mem.seek(at)
+                return int.from_bytes(mem.read(8), sys.byteorder, signed=True)
+
+            table = word(address)
+            if not table:
+                return {}
+            # PyDictObject: ob_refcnt, ob_type, ma_used, ma_version_tag, ma_keys. PyDictKeysObject:
+            # dk_refcnt, dk_log2_size (a byte), ..., dk_usable, dk_nentries.
+            used, keys = word(table + 16), word(table + 32)
+            mem.seek(keys + 8)
+            log2_size = mem.read(1)[0]
+            entries = word(keys + 24)
+    except (OSError, IndexError, ValueError):
         return {}
-    table = ctypes.c_void_p.from_address(address).value
-    if not table:
-        return {}
-    # PyDictObject: ob_refcnt, ob_type, ma_used, ma_version_tag, ma_keys. PyDictKeysObject: dk_refcnt,
-    # dk_log2_size (a byte), ..., dk_usable, dk_nentries.
-    used = ctypes.c_ssize_t.from_address(table + 16).value
-    keys = ctypes.c_void_p.from_address(table + 32).value or 0
-    log2_size = ctypes.c_uint8.from_address(keys + 8).value
-    entries = ctypes.c_ssize_t.from_address(keys + 24).value
     return {"interned_strings": used, "interned_slots": 1 << log2_size, "interned_entries": entries}
+
+
+def workers_interned_entries() -> int | None:
+    """The interned-table entries used since the last rebuild, summed over the Python workers under
+    this process's JVM: its growth between samples is the workers' churn (None: unreadable)."""
+    total, seen = 0, False
+    for pid in _python_workers()[1]:
+        figures = interned_strings(pid)
+        if figures:
+            total += figures["interned_entries"]
+            seen = True
+    return total if seen else None
 
 
 def driver_threads() -> int:
@@ -698,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
                     "driver_malloc_arenas": malloc_arenas(),
                     "driver_glibc_heaps": glibc_heaps(),
                     **interned_strings(),
+                    "python_workers_interned_entries": workers_interned_entries(),
                     "local_dir_mb": round(local_bytes / 2**20, 3),
                     "local_dir_files": local_files,
                     **{k: round(v, 3) for k, v in checkpoint_objects(checkpoint).items()},
