@@ -224,3 +224,35 @@ def test_object_operations_intern_no_strings(tmp_path: Path, monkeypatch: pytest
         store.delete(name)
     store.expire()
     assert interned == []
+
+
+def test_a_symlink_to_a_sibling_whose_name_extends_the_root_is_outside(
+    store: LocalBlobStore, root: Path
+) -> None:
+    """Containment is by path components: ``<root>-evil`` starts with the root's text but is outside."""
+    sibling = root.with_name(root.name + "-evil")
+    sibling.mkdir()
+    (sibling / "secret").write_bytes(b"secret")
+    store.put("ok", b"1")
+    (root / "link").symlink_to(sibling / "secret")
+    with pytest.raises(InvalidBlobNameError, match="outside the store root"):
+        store.get("link")
+    assert (sibling / "secret").read_bytes() == b"secret"
+
+
+@pytest.mark.parametrize(
+    ("path", "directory", "below"),
+    [
+        ("/a", "/", True),  # a store rooted at / prunes up to, never including, /
+        ("/", "/", False),
+        ("/a/b", "/a", True),
+        ("/a", "/a", False),
+        ("/ab", "/a", False),
+        ("/a", "/a/b", False),
+    ],
+)
+def test_below_is_strictly_inside_by_components(path: str, directory: str, below: bool) -> None:
+    """The rule the symlink check and the pruning of emptied directories share."""
+    from blobstate.blobstore.local import _below
+
+    assert _below(path, directory) is below
