@@ -138,9 +138,10 @@ def _python_workers() -> tuple[list[int], list[int]]:
     return jvms, [p for j in jvms for p in below(j) if procs[p][1].startswith("python")]
 
 
-def memory() -> dict[str, float]:
-    """Resident memory (MB) of this process, its JVM and the Python workers under the JVM."""
-    jvms, workers = _python_workers()
+def memory(processes: tuple[list[int], list[int]] | None = None) -> dict[str, float]:
+    """Resident memory (MB) of this process, its JVM and the Python workers under the JVM
+    (``processes``: those pids as ``_python_workers`` found them, else found now)."""
+    jvms, workers = processes or _python_workers()
     return {
         "driver_rss_mb": _rss_bytes(os.getpid()) / 2**20,
         "jvm_rss_mb": sum(_rss_bytes(p) for p in jvms) / 2**20,
@@ -197,7 +198,7 @@ def _interned_table_address(pid: int) -> int | None:
             fields = line.split()
             if len(fields) == 6 and fields[2] == "00000000":
                 found.setdefault(fields[5], int(fields[0].split("-")[0], 16))
-    candidates = [f for f in found if "libpython3.11" in f] or [os.path.realpath(sys.executable)]
+    candidates = [f for f in found if "libpython3.11" in f] or [os.path.realpath(f"/proc/{pid}/exe")]
     binary = candidates[0]
     if binary not in found:
         return None
@@ -246,11 +247,11 @@ def interned_strings(pid: int | None = None) -> dict[str, int]:
     return {"interned_strings": used, "interned_slots": 1 << log2_size, "interned_entries": entries}
 
 
-def workers_interned_entries() -> int | None:
-    """The interned-table entries used since the last rebuild, summed over the Python workers under
-    this process's JVM: its growth between samples is the workers' churn (None: unreadable)."""
+def workers_interned_entries(workers: list[int]) -> int | None:
+    """The interned-table entries used since the last rebuild, summed over the Python worker pids
+    ``workers``: its growth between samples is the workers' churn (None: unreadable)."""
     total, seen = 0, False
-    for pid in _python_workers()[1]:
+    for pid in workers:
         figures = interned_strings(pid)
         if figures:
             total += figures["interned_entries"]
@@ -284,8 +285,8 @@ _STORES: dict[str, Any] = {}
 
 def checkpoint_objects(url: str) -> dict[str, float]:
     """Objects and MB of the checkpoint: blobstate's own, and Spark's under ``_spark/``. One store per
-    checkpoint for the whole run: a store opened per sample would churn the measured process's
-    interned-string table (a new store's I/O pool interns a name as it starts)."""
+    checkpoint for the whole run: with a store opened and closed per sample, each sample added an
+    entry to the measured process's interned-string table (measured; the cause was not traced)."""
     from blobstate.blobstore import open_blob_store
 
     store = _STORES.get(url)
@@ -445,7 +446,8 @@ def probe(spec_path: Path) -> int:
             lambda: start_query(spark, spec, base / "local", batches.on_batch), batches, 600
         )
         result["seconds_to_first_batch"] = round(seconds, 3)
-        result["first_batch_seconds"] = round(batches.first_seconds or 0.0, 3)
+        assert batches.first_seconds is not None  # set before time_to_first_batch returns
+        result["first_batch_seconds"] = round(batches.first_seconds, 3)
         result["replayed_batches"] = batches.replayed
         # Stop once Spark has committed the batch too, so the next start does not replay it.
         deadline = time.monotonic() + 60
@@ -713,17 +715,18 @@ def main(argv: list[str] | None = None) -> int:
                 done, latencies = batches.take_window()
                 intervals = [b - a for a, b in itertools.pairwise(done)]
                 local_bytes, local_files = disk(local_dir)
+                processes = _python_workers()
                 sample: dict[str, Any] = {
                     "batches": n,
                     "elapsed_seconds": round(time.monotonic() - started, 1),
                     "batch_seconds": round(statistics.median(latencies), 4) if latencies else None,
                     "interval_seconds": round(statistics.median(intervals), 4) if intervals else None,
-                    **{k: round(v, 3) for k, v in memory().items()},
+                    **{k: round(v, 3) for k, v in memory(processes).items()},
                     "driver_threads": driver_threads(),
                     "driver_malloc_arenas": malloc_arenas(),
                     "driver_glibc_heaps": glibc_heaps(),
                     **interned_strings(),
-                    "python_workers_interned_entries": workers_interned_entries(),
+                    "python_workers_interned_entries": workers_interned_entries(processes[1]),
                     "local_dir_mb": round(local_bytes / 2**20, 3),
                     "local_dir_files": local_files,
                     **{k: round(v, 3) for k, v in checkpoint_objects(checkpoint).items()},

@@ -9,8 +9,8 @@ as files ``.blobstate-ttl/<name>`` holding the expiry time in epoch seconds; :me
 
 Paths inside the store are plain strings, not :class:`pathlib.Path`: Python 3.11's pathlib interns every
 path part, and the parts of per-version object and temporary names come and go every batch. That churn
-rebuilds Python's interned-string table every few hundred batches (a 1.9 MB block each time), and in a
-long-running driver those blocks were left resident in one thread's malloc arena after another.
+rebuilt Python's interned-string table about every 900 batches of a soak (a 1.9 MB block each time), and
+in a long-running driver those blocks were left resident in one thread's malloc arena after another.
 """
 
 from __future__ import annotations
