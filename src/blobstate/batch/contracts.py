@@ -83,7 +83,8 @@ class RunSpec:
     ``late_watermark_ms`` the one for dropping late rows (Spark uses the previous batch's; default
     ``watermark_ms``); ``event_time_column`` the input's event-time column;
     ``initial_state_key_columns`` the initial state's key columns (default ``key_columns``);
-    ``timezone`` the zone of naive pandas timestamps.
+    ``timezone`` the zone of naive pandas timestamps; ``instant_keys`` the positions of the key's
+    TIMESTAMP columns (instants: stored by their UTC reading, handed to handlers in ``timezone``).
     """
 
     key_columns: tuple[str, ...]
@@ -99,10 +100,11 @@ class RunSpec:
     initial_state_key_columns: tuple[str, ...] | None = None
     max_rows_per_frame: int = defaults.MAX_ROWS_PER_FRAME
     flush_rows: int = defaults.FLUSH_ROWS
+    instant_keys: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         # A single column name is accepted for a key, as Spark's groupBy does; lists become tuples.
-        for name in ("key_columns", "initial_state_key_columns"):
+        for name in ("key_columns", "initial_state_key_columns", "instant_keys"):
             value = getattr(self, name)
             if isinstance(value, str):
                 object.__setattr__(self, name, (value,))

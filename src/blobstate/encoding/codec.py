@@ -156,12 +156,12 @@ def _encode_component(v: Any, out: bytearray) -> None:
         if ts is pd.NaT:
             out.append(_T_NONE)
             return
-        tz = "" if ts.tz is None else str(ts.tz)
-        body = tz.encode()
+        # An aware time is an instant: its UTC reading, with no zone, so the same instant is the same key
+        # whatever zone it came in (Spark's TIMESTAMP is microseconds since the epoch). A naive time is
+        # stored as read: a TIMESTAMP_NTZ, or an instant its caller already took to UTC.
         out.append(_T_TIMESTAMP)
         out += (ts.value + _OFFSET).to_bytes(8, "big")
-        out += _varint(len(body))
-        out += body
+        out.append(0)  # the length of a zone name: none (keys of earlier releases may carry one)
     elif isinstance(v, _dt.date):
         out.append(_T_DATE)
         out += ((v - _EPOCH_DATE).days + _OFFSET).to_bytes(8, "big")

@@ -103,4 +103,7 @@ def build_commit(
         # A rescaled checkpoint's layout carries forward: every commit after a rescale records it.
         num_partitions=None if previous is None else previous.num_partitions,
         layout_from=1 if previous is None else previous.layout_from,
+        # A query keyed by a TIMESTAMP stores it as an instant (a checkpoint of an earlier release was
+        # converted at the start); the mark carries forward.
+        instant_keys=bool(plan.run.instant_keys) or (previous is not None and previous.instant_keys),
     )

@@ -161,6 +161,8 @@ class QueryTasks:
     initial_state_key_columns: tuple[str, ...] | None = None
     """Set when the query started with an ``initial_state``: its key columns (first batch only)."""
     adjuncts: tuple[AdjunctSpec, ...] = ()
+    instant_keys: tuple[int, ...] = ()
+    """The positions in ``key_columns`` of TIMESTAMP columns (``RunSpec.instant_keys``)."""
 
 
 class PostCommit:
@@ -414,6 +416,7 @@ class BatchDriver:
             watermark_ms=watermark,
             late_watermark_ms=late_watermark,
             initial_state_key_columns=self.tasks.initial_state_key_columns if first_batch else None,
+            instant_keys=self.tasks.instant_keys,
         )
         writes_through = self.stage.writes_through
         return BatchPlan(

@@ -243,6 +243,7 @@ def transform_with_state(
             key_columns,
             initial_keys if initial_frame is not None else None,
             tuple(adjunct_specs),
+            instant_keys(df, key_columns),
         ),
         stage=Stage(
             spark,
@@ -340,6 +341,14 @@ def _struct_type(spark: SparkSession, schema: StructType | str) -> StructType:
     if not isinstance(parsed, StructType):
         raise QueryConfigError(f"output_schema must describe a struct, got {schema!r}")
     return parsed
+
+
+def instant_keys(df: DataFrame, key_columns: Sequence[str]) -> tuple[int, ...]:
+    """The positions of ``df``'s TIMESTAMP key columns: instants, stored by their UTC reading."""
+    from pyspark.sql.types import TimestampType
+
+    types = {f.name: f.dataType for f in df.schema.fields}
+    return tuple(i for i, k in enumerate(key_columns) if isinstance(types.get(k), TimestampType))
 
 
 def _session_time_zone(spark: SparkSession) -> str:

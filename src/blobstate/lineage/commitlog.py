@@ -48,7 +48,13 @@ RESCALED_COMMIT_FORMAT = 4
 be below ``version - 1``). Commits of a checkpoint never rescaled stay format 3, so older builds read them;
 older builds refuse format 4 as written by a newer blobstate."""
 
-COMMIT_FORMATS_READ = (2, 3, 4)
+INSTANT_KEYS_COMMIT_FORMAT = 5
+"""The format of commits of a query keyed by a TIMESTAMP from the release that stores such keys as
+instants (by their UTC reading) on (5: ``instant_keys``; ``num_partitions`` and ``layout_from`` always
+present, ``layout_from`` 1 until a rescale). Earlier releases stored them as wall-clock readings of the
+session's zone and refuse format 5 as written by a newer blobstate, so they never mix the two forms."""
+
+COMMIT_FORMATS_READ = (2, 3, 4, 5)
 """The ``commits/<v>.json`` format versions this build reads (2: with object references, never pruned)."""
 
 T = TypeVar("T")
@@ -192,6 +198,10 @@ class Commit:
     layout_from: int = 1
     """The version whose commit made this version's partition layout: 1, or the version of the newest
     rescale at or below this one. A rescale commit has ``layout_from == version``; no lineage crosses it."""
+    instant_keys: bool = False
+    """Whether the grouping keys' TIMESTAMP columns are stored as instants (their UTC reading): set by
+    every commit of a query keyed by a TIMESTAMP from this release on (format 5). False with such a key:
+    an earlier release's wall-clock readings, converted at the query's next start."""
 
     def __post_init__(self) -> None:
         batch_id = cast("int | None", self.batch_id)  # typed int for readers; None until derived here
@@ -208,6 +218,9 @@ class Commit:
                 )
             if self.format_version == COMMIT_FORMAT_VERSION:
                 object.__setattr__(self, "format_version", RESCALED_COMMIT_FORMAT)
+        if self.instant_keys and self.format_version < INSTANT_KEYS_COMMIT_FORMAT:
+            object.__setattr__(self, "format_version", INSTANT_KEYS_COMMIT_FORMAT)
+        if self.layout_from > 1:
             if batch_id is None or not 0 <= batch_id <= self.version - 1:
                 raise ValueError(
                     f"commit of version {self.version}: a rescaled layout needs a batch_id in "
@@ -278,6 +291,7 @@ class Commit:
                 if self.format_version >= RESCALED_COMMIT_FORMAT
                 else {}
             ),
+            **({"instant_keys": True} if self.format_version >= INSTANT_KEYS_COMMIT_FORMAT else {}),
         }
 
     def same_content(self, other: Commit) -> bool:
@@ -396,11 +410,19 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
     rescaled_format = format_version >= RESCALED_COMMIT_FORMAT
     layout_from = 1
     num_partitions: int | None = None
-    if rescaled_format:
+    instant_keys = format_version >= INSTANT_KEYS_COMMIT_FORMAT
+    if instant_keys:
+        f.get("instant_keys", lambda v: v is True, "true (format version 5)")
+        num_partitions = f.integer("num_partitions", minimum=1, optional=True)
+        layout_from = f.integer("layout_from", minimum=1)
+        if layout_from > 1 and num_partitions is None:
+            f.fail("num_partitions", f"missing: layout_from {layout_from} is a rescaled layout")
+    elif rescaled_format:
         num_partitions = f.integer("num_partitions", minimum=1)
         layout_from = f.integer("layout_from", minimum=2)
-        if layout_from > version:
-            f.fail("layout_from", f"{layout_from} is above the commit's version {version}")
+    if layout_from > version:
+        f.fail("layout_from", f"{layout_from} is above the commit's version {version}")
+    if layout_from > 1:
         if batch_id is None or not 0 <= batch_id <= version - 1:
             f.fail("batch_id", f"{batch_id} is not a batch of version {version} (0..{version - 1})")
     elif batch_id != version - 1:
@@ -472,6 +494,7 @@ def parse_commit(data: bytes, name: str, version: int, metadata: QueryMetadata) 
         horizon=1 if horizon is None else horizon,
         num_partitions=num_partitions,
         layout_from=layout_from,
+        instant_keys=instant_keys,
     )
 
 

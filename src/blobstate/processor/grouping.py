@@ -140,10 +140,37 @@ def sort_by_key(table: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, 
     return table, starts.tolist(), ends.tolist()
 
 
+def instants(column: pa.ChunkedArray | pa.Array) -> list[object]:
+    """A TIMESTAMP column's values as instants: naive UTC readings (``pd.Timestamp``) or None, the form
+    :func:`codec.encode_key` stores an instant in, whatever zone the column's type names."""
+    micros = (
+        column.cast(pa.int64())
+        if column.type.unit == "us"
+        else column.cast(pa.timestamp("us")).cast(pa.int64())
+    )
+    return [None if v is None else pd.Timestamp(v, unit="us") for v in micros.to_pylist()]
+
+
+def instant_key_columns(schema: pa.Schema, key_columns: Sequence[str]) -> tuple[int, ...]:
+    """The positions in ``key_columns`` of Spark TIMESTAMP columns (an Arrow timestamp with a zone):
+    their keys are instants, stored by their UTC reading, not by the session zone's wall clock."""
+    out = []
+    for i, name in enumerate(key_columns):
+        t = schema.field(name).type
+        if pa.types.is_timestamp(t) and t.tz is not None:
+            out.append(i)
+    return tuple(out)
+
+
 def group_by_key(
     table: pa.Table, key_columns: Sequence[str], timezone: str, max_rows: int = DEFAULT_MAX_ROWS_PER_FRAME
 ) -> Groups:
-    """Sort ``table`` by ``key_columns`` and find each key's row range."""
+    """Sort ``table`` by ``key_columns`` and find each key's row range.
+
+    The keys handed to handlers are pandas values, as Spark's worker gives them (a TIMESTAMP as a naive
+    time of ``timezone``); the stored key bytes take a TIMESTAMP column's instant from the Arrow data, so
+    two instants that read alike in the zone (the repeated hour when clocks go back) stay two keys and a
+    restart under another zone finds the same keys."""
     from pyspark.sql.conversion import ArrowBatchTransformer
 
     table, starts, ends = sort_by_key(_widen(table), key_columns)
@@ -161,7 +188,15 @@ def group_by_key(
         key_values.append(values)
     keys = list(zip(*key_values, strict=True))
     encode = codec.encode_key
-    return Groups(frame, keys, [encode(k) for k in keys], starts, ends, max_rows)
+    stored = instant_key_columns(table.schema, key_columns)
+    if not stored:
+        return Groups(frame, keys, [encode(k) for k in keys], starts, ends, max_rows)
+    stored_values = list(key_values)
+    taken = pa.array(starts, type=pa.int64())
+    for i in stored:
+        stored_values[i] = instants(table.column(key_columns[i]).take(taken))
+    key_bytes = [encode(k) for k in zip(*stored_values, strict=True)]
+    return Groups(frame, keys, key_bytes, starts, ends, max_rows)
 
 
 def _slice_iloc(frame: pd.DataFrame, start: int, stop: int) -> pd.DataFrame:

@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
+import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _SparkStatefulProcessor
 
 from blobstate import defaults
 from blobstate.batch.contracts import RunSpec
 from blobstate.encoding import codec, layout
+from blobstate.encoding.codec import Key
 from blobstate.processor import arrow_runner, grouping
 from blobstate.processor import rows as row_api
 from blobstate.processor.api import (
@@ -298,7 +300,7 @@ def _run(
             ts8 = codec.encode_ts(ts)
             if store.get(layout.TIMERS_BY_KEY_CF, kb + ts8) is None:
                 continue  # deleted by an earlier handler in this batch
-            key = codec.decode_key(kb, arity)[0]
+            key = handler_key(codec.decode_key(kb, arity)[0], run.instant_keys, api, timezone)
             session.set_key(key, kb)
             info = ExpiredTimerInfo(ts)
             result = _call(proc.handleExpiredTimer, "handleExpiredTimer", key, timer_values, info)
@@ -319,6 +321,23 @@ def _run(
         yield last
     stats.output_rows = collector.total_rows
     stats.seconds = time.perf_counter() - started
+
+
+def handler_key(key: Key, instant_keys: tuple[int, ...], api: str, timezone: str) -> Key:
+    """A decoded grouping key as handlers get it from the input: each TIMESTAMP (an instant, stored by its
+    UTC reading) as a naive time of ``timezone`` (pandas, as Spark's worker hands it) or an aware one
+    (rows, as Arrow's ``as_py`` gives it)."""
+    if not instant_keys:
+        return key
+    out = list(key)
+    for i in instant_keys:
+        value = out[i]
+        if value is None:
+            continue
+        ts = pd.Timestamp(value)
+        local = (ts.tz_localize("UTC") if ts.tz is None else ts).tz_convert(timezone)
+        out[i] = local.to_pydatetime() if api == "row" else local.tz_localize(None)
+    return tuple(out)
 
 
 def _group(

@@ -26,6 +26,7 @@ split holds a chunk per target.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
@@ -42,6 +43,7 @@ from blobstate.layout import delta_name
 from blobstate.lineage.commitlog import Commit, CommitLog, IncompleteCommitLogError, QueryMetadata
 from blobstate.lineage.delta import encode_delta
 from blobstate.lineage.refs import ObjectRef, PartitionObjects
+from blobstate.rescale.keys import KeyForm, timestamp_positions
 from blobstate.rescale.split import KeyRouter, RescaleError, SplitStats, chunk_records, split_store
 from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
@@ -74,6 +76,16 @@ class RescalePlan:
     pending_ttl: float
     store_url: str = ""
     """The URL tasks open the store with (with a query's blob store options); empty: :attr:`url`."""
+    legacy_zone: str | None = None
+    """Convert TIMESTAMP keys an earlier release stored as wall-clock readings to instants, taking naive
+    readings in this zone (None: the keys are kept as stored)."""
+    instant_keys: bool = False
+    """Whether the new version's TIMESTAMP keys are instants (``Commit.instant_keys``)."""
+
+    def key_form(self, op: str) -> KeyForm:
+        """How the stored grouping keys of operator ``op`` become the keys the new version stores."""
+        schema = parse_stored_schema(self.key_schemas[op], where=f"key_schema of operator {op}")
+        return KeyForm(len(schema.fields), timestamp_positions(schema), self.legacy_zone)
 
     @property
     def new_version(self) -> int:
@@ -118,12 +130,51 @@ def _processors(metadata: QueryMetadata) -> list[str]:
     return sorted(op for op, spec in metadata.operators.items() if "partitions" not in spec)
 
 
-def plan_rescale(
-    store: BlobStore, partitions: int, *, pending_ttl: float = DEFAULT_PENDING_TTL_SECONDS
-) -> tuple[RescalePlan, Commit]:
-    """Check the checkpoint and fix the plan; raises :class:`RescaleError` naming what is wrong."""
+MAX_PARTITIONS = 10_000
+"""The most state partitions a checkpoint may have (a query's ``num_partitions``, a rescale's target):
+each is a RocksDB store, a task and a delta per batch; far more than a cluster's cores only adds that."""
+
+
+def check_partition_count(partitions: object, what: str = "the number of partitions") -> int:
+    """``partitions`` if it is an integer in ``1..MAX_PARTITIONS``; else :class:`RescaleError` saying so."""
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-        raise RescaleError(f"the number of partitions must be a positive integer, not {partitions!r}")
+        raise RescaleError(f"{what} must be a positive integer, not {partitions!r}")
+    if partitions > MAX_PARTITIONS:
+        raise RescaleError(
+            f"{what} is {partitions}, above blobstate's limit of {MAX_PARTITIONS} state partitions (each is"
+            " a RocksDB store, a task and a delta in every batch)"
+        )
+    return partitions
+
+
+def needs_key_conversion(metadata: QueryMetadata, newest: Commit | None, operator: str) -> bool:
+    """Whether the checkpoint's newest version stores an earlier release's TIMESTAMP keys (wall-clock
+    readings) that this release stores as instants: a TIMESTAMP key column and a commit before format 5."""
+    if newest is None or newest.instant_keys:
+        return False
+    recorded = metadata.operators.get(operator, {}).get("key_schema")
+    if recorded is None:
+        return False
+    try:
+        schema = parse_stored_schema(recorded, where=f"key_schema of operator {operator}")
+    except StoredSchemaError:
+        return False
+    return bool(timestamp_positions(schema))
+
+
+def plan_rescale(
+    store: BlobStore,
+    partitions: int,
+    *,
+    pending_ttl: float = DEFAULT_PENDING_TTL_SECONDS,
+    legacy_zone: str | None = None,
+) -> tuple[RescalePlan, Commit]:
+    """Check the checkpoint and fix the plan; raises :class:`RescaleError` naming what is wrong.
+
+    A checkpoint of an earlier release keyed by a TIMESTAMP stores wall-clock readings of the zone its
+    query ran in; its keys become instants in the same job, which needs that zone (``legacy_zone``: a
+    query's start passes its session's zone). Without it such a checkpoint is refused."""
+    check_partition_count(partitions)
     log = CommitLog(store)
     try:
         metadata = log.read_metadata()
@@ -141,6 +192,14 @@ def plan_rescale(
         )
     processors = _processors(metadata)
     m = newest.partitions_of(processors[0], metadata) if processors else metadata.num_partitions
+    legacy = [op for op in processors if needs_key_conversion(metadata, newest, op)]
+    if legacy and legacy_zone is None:
+        raise RescaleError(
+            f"cannot rescale {store.url}: an earlier blobstate release stored its TIMESTAMP keys (operator "
+            f"{legacy[0]}) as wall-clock readings of its session's time zone; start the query once with "
+            "this release, with spark.sql.session.timeZone set as when it last ran (the start converts "
+            "the keys to instants), then rescale"
+        )
     schemas: dict[str, Any] = {}
     for op in processors:
         recorded = metadata.operators[op].get("key_schema")
@@ -168,6 +227,8 @@ def plan_rescale(
         old_uids={op: dict(newest.checkpoints[op]) for op in processors},
         key_schemas=schemas,
         pending_ttl=pending_ttl,
+        legacy_zone=legacy_zone if legacy else None,
+        instant_keys=newest.instant_keys or bool(legacy),
     )
     return plan, newest
 
@@ -188,7 +249,7 @@ def split_partition(
     stats = SplitStats()
     with restored_partition(store, checkpoint, op, partition, _open_scratch) as rocks:
         pending: tuple[int, bytes] | None = None
-        for target, chunk in split_store(rocks, router, stats):
+        for target, chunk in split_store(rocks, router, stats, plan.key_form(op)):
             if pending is not None:
                 yield pending
             pending = (base + target, chunk)
@@ -206,57 +267,95 @@ def _open_scratch(path: Path) -> Any:
     return RocksStateStore.open(path, tuning=SCRATCH)
 
 
+class PartitionBuilder:
+    """Stage 2, one new partition: its records written into a fresh store (:meth:`add`), then uploaded,
+    pending, as the snapshot of version R with an empty delta that names no lineage (:meth:`finish`)."""
+
+    def __init__(self, plan: RescalePlan, op: str, partition: int) -> None:
+        self.plan, self.op, self.partition = plan, op, partition
+        self.cid = CheckpointId(plan.new_version, new_uid())
+        self.where = f"operator {op} new partition {partition} of version {self.cid.version} of {plan.url}"
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"blobstate-rescale-{partition}-"))
+        self.meta: dict[bytes, bytes] = {}
+        self.records = 0
+        self.rocks: Any = _open_scratch(self.scratch / "db")
+
+    def add_meta(self, key: bytes, value: bytes) -> None:
+        """One ``$meta`` entry of an old partition (every old partition sends them: they must agree)."""
+        if self.meta.setdefault(key, value) != value:
+            raise RescaleError(
+                f"{self.where}: $meta entry {key.decode('utf-8', 'replace')!r} differs between old "
+                "partitions; run the query for a batch (every partition then declares its state variables "
+                "alike) and rescale again"
+            )
+
+    def add(self, records: Iterable[Any]) -> None:
+        """Records (change records or put blocks) of the processor's column families."""
+        self.records += self.rocks.apply(records)
+
+    def add_chunk(self, chunk: bytes, index: int) -> None:
+        """One chunk of records from a split task (:func:`split_partition`)."""
+        batch = chunk_records(chunk, f"{self.where}, chunk {index}")
+        if batch and batch[0][1] == META_CF:
+            for _, _, key, value in batch:
+                assert value is not None
+                self.add_meta(key, value)
+            return
+        self.add(batch)
+
+    def finish(self, fault: Fault | None = None) -> dict[str, Any]:
+        """Upload the partition, pending; returns its uid and references. Removes the scratch directory."""
+        from blobstate.state.localdirs import LineageInfo, write_info
+        from blobstate.state.partition import upload_snapshot
+
+        plan, op, partition, cid, scratch = self.plan, self.op, self.partition, self.cid, self.scratch
+        try:
+            try:
+                self.rocks.apply((_put(META_CF, k, v) for k, v in sorted(self.meta.items())))
+                self.rocks.checkpoint(scratch / "snapshot")
+            finally:
+                self.rocks.close()
+            store = open_blob_store(plan.store_url or plan.url)
+            write_info(scratch / "snapshot", LineageInfo(cid, (cid.uid,), 0, 0))
+            result = upload_snapshot(
+                store, scratch / "snapshot", op, partition, cid, (), ttl=plan.pending_ttl
+            )
+            if fault is not None:
+                fault(f"build:{op}/{partition}")
+            delta = encode_delta([], ())
+            store.put(delta_name(op, partition, cid), delta, ttl=plan.pending_ttl)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return {
+            "op": op,
+            "partition": partition,
+            "uid": cid.uid,
+            "delta": ObjectRef.of(delta).to_json(),
+            "snapshot": ObjectRef(result.index_size, result.index_sha256).to_json(),
+            "records": self.records,
+            "bytes_uploaded": result.stats.bytes_uploaded + result.index_size + len(delta),
+        }
+
+    def abort(self) -> None:
+        """Close the store and remove the scratch directory (a failed build)."""
+        with contextlib.suppress(Exception):  # already closed by a failed finish
+            self.rocks.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
 def build_partition(
     plan: RescalePlan, op: str, partition: int, chunks: Iterable[bytes], fault: Fault | None = None
 ) -> dict[str, Any]:
-    """Stage 2, one new partition: write its records into a fresh store and upload it, pending, as the
-    snapshot of version R (with an empty delta that names no lineage). Returns its uid and references."""
-    from blobstate.state.localdirs import LineageInfo, write_info
-    from blobstate.state.partition import upload_snapshot
-
-    store = open_blob_store(plan.store_url or plan.url)
-    cid = CheckpointId(plan.new_version, new_uid())
-    where = f"operator {op} new partition {partition} of version {cid.version} of {plan.url}"
-    scratch = Path(tempfile.mkdtemp(prefix=f"blobstate-rescale-{partition}-"))
-    meta: dict[bytes, bytes] = {}
-    records = 0
+    """Stage 2 of the in-process rescale, one new partition, from the split tasks' chunks
+    (:class:`PartitionBuilder`). Returns its uid and references."""
+    builder = PartitionBuilder(plan, op, partition)
     try:
-        rocks = _open_scratch(scratch / "db")
-        try:
-            for i, chunk in enumerate(chunks):
-                batch = chunk_records(chunk, f"{where}, chunk {i}")
-                if batch and batch[0][1] == META_CF:
-                    for _, _, key, value in batch:
-                        assert value is not None
-                        if meta.setdefault(key, value) != value:
-                            raise RescaleError(
-                                f"{where}: $meta entry {key.decode('utf-8', 'replace')!r} differs "
-                                "between old partitions; run the query for a batch (every partition "
-                                "then declares its state variables alike) and rescale again"
-                            )
-                    continue
-                records += rocks.apply(batch)
-            rocks.apply((_put(META_CF, k, v) for k, v in sorted(meta.items())))
-            rocks.checkpoint(scratch / "snapshot")
-        finally:
-            rocks.close()
-        write_info(scratch / "snapshot", LineageInfo(cid, (cid.uid,), 0, 0))
-        result = upload_snapshot(store, scratch / "snapshot", op, partition, cid, (), ttl=plan.pending_ttl)
-        if fault is not None:
-            fault(f"build:{op}/{partition}")
-        delta = encode_delta([], ())
-        store.put(delta_name(op, partition, cid), delta, ttl=plan.pending_ttl)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return {
-        "op": op,
-        "partition": partition,
-        "uid": cid.uid,
-        "delta": ObjectRef.of(delta).to_json(),
-        "snapshot": ObjectRef(result.index_size, result.index_sha256).to_json(),
-        "records": records,
-        "bytes_uploaded": result.stats.bytes_uploaded + result.index_size + len(delta),
-    }
+        for i, chunk in enumerate(chunks):
+            builder.add_chunk(chunk, i)
+    except BaseException:
+        builder.abort()
+        raise
+    return builder.finish(fault)
 
 
 def _put(cf: str, key: bytes, value: bytes) -> Any:
@@ -290,8 +389,12 @@ def rescale_checkpoint(
     *,
     fault: Fault | None = None,
     pending_ttl: float = DEFAULT_PENDING_TTL_SECONDS,
+    legacy_zone: str | None = None,
 ) -> RescaleResult:
     """Rescale the checkpoint at ``url`` to ``partitions`` partitions (see the module docstring).
+
+    ``legacy_zone``: the session time zone an earlier release's query ran in; with it, TIMESTAMP keys that
+    release stored as wall-clock readings become instants (also at an unchanged partition count).
 
     Runs as a Spark job on ``spark``'s executors (``spark=None``: in this process, holding every chunk in
     memory, for tests and small checkpoints). When the newest version already has ``partitions``
@@ -303,11 +406,11 @@ def rescale_checkpoint(
 
     started = time.monotonic()
     store = open_blob_store(url)
-    plan, newest = plan_rescale(store, partitions, pending_ttl=pending_ttl)
+    plan, newest = plan_rescale(store, partitions, pending_ttl=pending_ttl, legacy_zone=legacy_zone)
     plan = replace(plan, store_url=url)
     log = CommitLog(store)
     result = RescaleResult(store.url, plan.old_partitions, partitions, newest.version, newest.version)
-    if plan.old_partitions == partitions:
+    if plan.old_partitions == partitions and plan.legacy_zone is None:
         after_commit(store, newest, commit_log=log)
         result.already = True
         result.previous_version = newest.layout_from - 1 if newest.layout_from > 1 else newest.version
@@ -355,6 +458,7 @@ def rescale_checkpoint(
                 "from_version": plan.version,
                 "records": result.records,
                 "bytes_uploaded": result.bytes_uploaded,
+                **({"keys_from_zone": plan.legacy_zone} if plan.legacy_zone is not None else {}),
             },
         },
         source=newest.source,
@@ -362,6 +466,7 @@ def rescale_checkpoint(
         horizon=newest.horizon,
         num_partitions=partitions,
         layout_from=plan.new_version,
+        instant_keys=plan.instant_keys,
     )
     log.write_commit(commit)
     result.version = commit.version
@@ -391,19 +496,9 @@ def _build(spark: Any, plan: RescalePlan, fault: Fault | None, url: str) -> list
         for key, chunk in split(sources):
             chunks.setdefault(key, []).append((key, chunk))
         return [row for t in range(targets) for row in build(t, chunks.get(t, []))]
-    sc = spark.sparkContext
-    sc.setJobDescription(f"blobstate rescale {url} {plan.old_partitions} -> {n}")
-    try:
-        rows: list[dict[str, Any]] = (
-            sc.parallelize(sources, len(sources))
-            .mapPartitions(split)
-            .partitionBy(targets, lambda key: key)
-            .mapPartitionsWithIndex(build)
-            .collect()
-        )
-        return rows
-    finally:
-        sc.setJobDescription(None)
+    from blobstate.rescale.spark_job import build_with_spark
+
+    return build_with_spark(spark, plan, fault, url)
 
 
 def _step(fault: Fault | None, name: str) -> None:

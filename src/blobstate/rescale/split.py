@@ -30,6 +30,7 @@ from blobstate.encoding.layout import META_CF, TIMERS_BY_KEY_CF, TIMERS_CF, TTL_
 from blobstate.errors import StateError
 from blobstate.lineage.changelog import ChangeOp, PutBlock
 from blobstate.lineage.delta import decode_delta, encode_delta
+from blobstate.rescale.keys import KeyForm
 from blobstate.rescale.murmur3 import (
     hash_bytes_column,
     hash_int32_column,
@@ -101,25 +102,7 @@ class KeyRouter:
 
     def grouping_keys(self, cf: str, keys: list[bytes], offset: int) -> list[bytes]:
         """The encoded grouping key inside each of ``keys`` (of column family ``cf``) at ``offset``."""
-        out = []
-        for k in keys:
-            tag = k[offset] if self.arity == 1 and len(k) > offset else None
-            if tag in (_TAG_STR, _TAG_BYTES):  # one text component: up to its terminator
-                end = k.find(_TERM, offset + 1)
-                if end >= 0:
-                    out.append(k[offset : end + 2])
-                    continue
-            elif tag == _TAG_INT and len(k) >= offset + 9:
-                out.append(k[offset : offset + 9])
-                continue
-            try:
-                _, end = decode_key(k, self.arity, offset)
-            except (ValueError, IndexError) as error:
-                raise RescaleError(
-                    f"{self.where}: a key of column family {cf!r} is not a grouping key: {error}"
-                ) from None
-            out.append(k[offset:end])
-        return out
+        return grouping_keys(cf, keys, offset, self.arity, self.where)
 
     def hashes(self, kbs: list[bytes]) -> np.ndarray:
         """Spark's hash of each encoded grouping key."""
@@ -180,32 +163,55 @@ class KeyRouter:
         return pmod(hashes, self.n)
 
 
-def grouping_key(cf: str, key: bytes, arity: int) -> bytes:
-    """The encoded grouping key inside ``key`` of column family ``cf``."""
-    offset = key_offset(cf)
-    assert offset is not None
-    _, end = decode_key(key, arity, offset)
-    return key[offset:end]
+def grouping_keys(cf: str, keys: list[bytes], offset: int, arity: int, where: str) -> list[bytes]:
+    """The encoded grouping key inside each of ``keys`` (of column family ``cf``) at ``offset``."""
+    out = []
+    for k in keys:
+        tag = k[offset] if arity == 1 and len(k) > offset else None
+        if tag in (_TAG_STR, _TAG_BYTES):  # one text component: up to its terminator
+            end = k.find(_TERM, offset + 1)
+            if end >= 0:
+                out.append(k[offset : end + 2])
+                continue
+        elif tag == _TAG_INT and len(k) >= offset + 9:
+            out.append(k[offset : offset + 9])
+            continue
+        try:
+            _, end = decode_key(k, arity, offset)
+        except (ValueError, IndexError) as error:
+            raise RescaleError(
+                f"{where}: a key of column family {cf!r} is not a grouping key: {error}"
+            ) from None
+        out.append(k[offset:end])
+    return out
 
 
-def split_store(store: Any, router: KeyRouter, stats: SplitStats) -> Iterator[tuple[int, bytes]]:
-    """``(new partition, chunk)`` pairs holding every record of ``store`` (a RocksStateStore), each
-    record in the chunks of its key's new partition, ``$meta`` in every new partition's."""
-    n = router.n
+@dataclass
+class RecordBlock:
+    """Records of one column family in the order stored, keyed as this release stores them."""
+
+    cf: str
+    keys: list[bytes]
+    values: list[bytes]
+    grouping: list[bytes] | None
+    """Each record's encoded grouping key (None: ``$meta``, which every new partition gets)."""
+
+
+def record_blocks(store: Any, form: KeyForm, where: str) -> Iterator[RecordBlock]:
+    """Every record of ``store`` (a RocksStateStore) in blocks of at most :data:`CHUNK_RECORDS` records
+    or about :data:`CHUNK_BYTES` bytes, each record's grouping key converted by ``form``."""
     for cf in sorted(store.column_families()):
-        offset = key_offset(cf) if cf != DEFERRED_CF else -1
-        if offset == -1:
+        if cf == DEFERRED_CF:
             if next(iter(store.items(cf)), None) is not None:
                 raise RescaleError(
-                    f"{router.where}: main rows are held back while an adjunct store bootstraps "
+                    f"{where}: main rows are held back while an adjunct store bootstraps "
                     f"({DEFERRED_CF}); run the query until the bootstrap finished, then rescale"
                 )
             continue
+        offset = key_offset(cf)
         if offset is None:
-            meta = [(ChangeOp.PUT, cf, k, v) for k, v in store.items(cf)]
-            for target in range(n):
-                stats.chunks += 1
-                yield target, encode_delta(meta, ())
+            items = list(store.items(cf))
+            yield RecordBlock(cf, [k for k, _ in items], [v for _, v in items], None)
             continue
         keys: list[bytes] = []
         values: list[bytes] = []
@@ -215,16 +221,58 @@ def split_store(store: Any, router: KeyRouter, stats: SplitStats) -> Iterator[tu
             values.append(v)
             size += len(k) + len(v)
             if len(keys) >= CHUNK_RECORDS or size >= CHUNK_BYTES:
-                yield from _route(cf, keys, values, offset, router, stats)
+                yield _keyed_block(cf, keys, values, offset, form, where)
                 keys, values, size = [], [], 0
         if keys:
-            yield from _route(cf, keys, values, offset, router, stats)
+            yield _keyed_block(cf, keys, values, offset, form, where)
+
+
+def _keyed_block(
+    cf: str, keys: list[bytes], values: list[bytes], offset: int, form: KeyForm, where: str
+) -> RecordBlock:
+    kbs = grouping_keys(cf, keys, offset, form.arity, where)
+    if not form.converts:
+        return RecordBlock(cf, keys, values, kbs)
+    memo: dict[bytes, bytes] = {}
+    new_keys, new_kbs = [], []
+    for k, kb in zip(keys, kbs, strict=True):
+        new = memo.get(kb)
+        if new is None:
+            new = memo[kb] = form.convert(kb)[0]
+        new_kbs.append(new)
+        new_keys.append(k[:offset] + new + k[offset + len(kb) :])
+    return RecordBlock(cf, new_keys, values, new_kbs)
+
+
+def grouping_key(cf: str, key: bytes, arity: int) -> bytes:
+    """The encoded grouping key inside ``key`` of column family ``cf``."""
+    offset = key_offset(cf)
+    assert offset is not None
+    _, end = decode_key(key, arity, offset)
+    return key[offset:end]
+
+
+def split_store(
+    store: Any, router: KeyRouter, stats: SplitStats, form: KeyForm | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """``(new partition, chunk)`` pairs holding every record of ``store`` (a RocksStateStore), each
+    record in the chunks of its key's new partition, ``$meta`` in every new partition's; keys converted
+    by ``form`` (default: kept)."""
+    n = router.n
+    for block in record_blocks(store, form or KeyForm(router.arity), router.where):
+        if block.grouping is None:
+            meta = [(ChangeOp.PUT, block.cf, k, v) for k, v in zip(block.keys, block.values, strict=True)]
+            for target in range(n):
+                stats.chunks += 1
+                yield target, encode_delta(meta, ())
+            continue
+        yield from _route(block.cf, block.keys, block.values, block.grouping, router, stats)
 
 
 def _route(
-    cf: str, keys: list[bytes], values: list[bytes], offset: int, router: KeyRouter, stats: SplitStats
+    cf: str, keys: list[bytes], values: list[bytes], kbs: list[bytes], router: KeyRouter, stats: SplitStats
 ) -> Iterator[tuple[int, bytes]]:
-    targets = router.targets(router.grouping_keys(cf, keys, offset))
+    targets = router.targets(kbs)
     stats.records += len(keys)
     stats.keys_checked = router.checked
     order = np.argsort(targets, kind="stable")
@@ -253,10 +301,13 @@ __all__ = [
     "CHUNK_BYTES",
     "CHUNK_RECORDS",
     "KeyRouter",
+    "RecordBlock",
     "RescaleError",
     "SplitStats",
     "chunk_records",
     "grouping_key",
+    "grouping_keys",
     "key_offset",
+    "record_blocks",
     "split_store",
 ]
