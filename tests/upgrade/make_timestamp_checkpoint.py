@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 ZONE = "America/Los_Angeles"
 NUM_PARTITIONS = 2
 APIS = ("pandas", "arrow")
-_BASE = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+_BASE = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 
 
 def instant(hours: float) -> dt.datetime:
@@ -60,11 +60,14 @@ def write_inputs(directory: Path, batches: list[list[tuple[Any, int]]], first: i
         os.replace(tmp, directory / f"batch-{i:05d}.parquet")
 
 
-def run_query(spark: Any, root: Path, local_dir: Path, api: str) -> dict[int, list[list[Any]]]:
+def run_query(
+    spark: Any, root: Path, local_dir: Path, api: str, num_partitions: int | None = NUM_PARTITIONS
+) -> dict[int, list[list[Any]]]:
     """Count per ``ts`` over every file of ``root/input`` into ``root/checkpoint``; each batch id's
     outputs as sorted ``[epoch microseconds, count, total]`` rows (independent of the session zone)."""
-    import blobstate
     from ts_count import TS_COUNT_OUTPUT, ArrowTsCount, TsCount
+
+    import blobstate
 
     outputs: dict[int, list[list[Any]]] = {}
 
@@ -82,7 +85,7 @@ def run_query(spark: Any, root: Path, local_dir: Path, api: str) -> dict[int, li
         output_schema=TS_COUNT_OUTPUT,
         checkpoint=str(root / "checkpoint"),
         sink=sink,
-        num_partitions=NUM_PARTITIONS,
+        num_partitions=num_partitions,
         local_dir=str(local_dir),
         api=api,
         snapshot_every=2,

@@ -36,7 +36,12 @@ def _spark(master: str | None) -> Any:
 
 def rescale(
     url: Annotated[str, typer.Argument(help=f"A query checkpoint: {URL_FORMS}.")],
-    partitions: Annotated[int, typer.Option("--partitions", help="The new number of state partitions.")],
+    partitions: Annotated[
+        str,
+        typer.Option(
+            "--partitions", help="The new number of state partitions (1 to 10000).", metavar="INTEGER"
+        ),
+    ],
     master: Annotated[
         str | None,
         typer.Option("--master", help="Spark master to run the rescale job on (default: local[*])."),
@@ -55,15 +60,17 @@ def rescale(
     from blobstate.rescale import rescale_checkpoint
     from blobstate.rescale.job import plan_rescale
 
+    count = _partition_count(partitions)
     with open_blob_store(url) as store:
-        plan_rescale(store, partitions)  # a checkpoint that cannot be rescaled is refused before Spark starts
-    result = rescale_checkpoint(_spark(master), url, partitions)
+        plan_rescale(store, count)  # a checkpoint that cannot be rescaled is refused before Spark starts
+    result = rescale_checkpoint(_spark(master), url, count)
+    partitions_done = result.new_partitions
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return
     if result.already:
         typer.echo(
-            f"checkpoint {result.url}: version {result.version} already has {partitions} partitions; "
+            f"checkpoint {result.url}: version {result.version} already has {partitions_done} partitions; "
             "post-commit cleanup finished"
         )
         return
@@ -72,6 +79,18 @@ def rescale(
         f"{result.old_partitions} to {result.new_partitions} partitions as version {result.version} "
         f"({result.records} records, {result.bytes_uploaded} bytes uploaded, {result.seconds:.1f}s)"
     )
+
+
+def _partition_count(text: str) -> int:
+    """``--partitions`` as an integer in the allowed range, else one :class:`RescaleError` line."""
+    from blobstate.rescale import RescaleError
+    from blobstate.rescale.job import check_partition_count
+
+    try:
+        value = int(text.strip().replace("_", ""), 10)
+    except ValueError:
+        raise RescaleError(f"--partitions must be a positive integer, not {text!r}") from None
+    return check_partition_count(value, "--partitions")
 
 
 def register(app: typer.Typer) -> None:

@@ -37,6 +37,7 @@ from blobstate.engine.watermark import input_watermark
 from blobstate.errors import ArgumentTypeError, QueryError
 from blobstate.layout import METADATA
 from blobstate.lineage.commitlog import Commit, CommitLog, MetadataConflictError, QueryMetadata
+from blobstate.rescale.limits import MAX_PARTITIONS
 from blobstate.standby.step import StandbySettings, StandbyStep
 from blobstate.standby.syncer import StandbySyncer
 
@@ -122,6 +123,12 @@ def transform_with_state(
         not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1
     ):
         raise QueryConfigError(f"num_partitions must be a positive integer, not {num_partitions!r}")
+    if num_partitions is not None and num_partitions > MAX_PARTITIONS:
+        raise QueryConfigError(
+            f"num_partitions is {num_partitions}, above blobstate's limit of {MAX_PARTITIONS} state"
+            " partitions"
+            " (each is a RocksDB store, a task and a delta in every batch)"
+        )
     if not isinstance(allow_rescale, bool):
         raise ArgumentTypeError(f"allow_rescale must be True or False, not {allow_rescale!r}")
     spark = df.sparkSession
@@ -434,12 +441,34 @@ def _layout_at_start(
     """The query's partition count and whether the checkpoint was rescaled to it now: the newest
     commit's count (which a rescale may have changed since ``metadata.json`` was written), or
     ``requested`` after rescaling to it when asked and allowed."""
+    from blobstate.rescale import rescale_checkpoint
+    from blobstate.rescale.job import needs_key_conversion
+
     current = newest.partitions_of(operator, metadata) if newest is not None else metadata.num_partitions
+    if needs_key_conversion(metadata, newest, operator):
+        # An earlier release stored the TIMESTAMP keys as wall-clock readings of its session's zone: take
+        # them to instants now (a rescale's job, at the requested or the current count), reading them in
+        # this session's zone, which the README asks to be the zone the query last ran in.
+        zone = _session_time_zone(spark)
+        wanted = current
+        if requested is not None and check_partition_count(
+            checkpoint_location(store_url), current, newest, requested, allow_rescale
+        ):
+            wanted = requested
+        result = rescale_checkpoint(spark, store_url, wanted, legacy_zone=zone)
+        log.warning(
+            "converted the TIMESTAMP keys of %s, stored by an earlier blobstate release as wall-clock "
+            "readings, to instants, reading them in the session time zone %s: version %d (%d records)",
+            result.url,
+            zone,
+            result.version,
+            result.records,
+        )
+        return wanted, True
     if requested is None:
         return current, False
     if not check_partition_count(checkpoint_location(store_url), current, newest, requested, allow_rescale):
         return requested, False
-    from blobstate.rescale import rescale_checkpoint
 
     result = rescale_checkpoint(spark, store_url, requested)
     log.info(

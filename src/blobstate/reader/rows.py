@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql.types import StructType
+import pandas as pd
+from pyspark.sql.types import ArrayType, DataType, StructType, TimestampNTZType, TimestampType
 
 from blobstate.blobstore import open_blob_store
 from blobstate.reader.checkpoint import open_version, restored_partition
@@ -26,7 +27,7 @@ def partition_rows(
         with restored_partition(store, checkpoint, operator, partition) as rocks:
             if state_var == TIMERS:
                 for key, ts in timers(rocks, arity):
-                    yield key, ts, partition
+                    yield spark_value(key, key_type), ts, partition
                 return
             var = declarations(rocks, where=checkpoint.describe(operator, partition)).get(state_var)
             if var is None:  # not declared in this partition: it holds none of it
@@ -40,4 +41,23 @@ def partition_rows(
                 )
             ttl = var.ttl
             for entry in entries(rocks, var, arity):
-                yield (*entry, partition) if ttl else (*entry[:-1], partition)
+                row = (spark_value(entry[0], key_type), *entry[1:])
+                yield (*row, partition) if ttl else (*row[:-1], partition)
+
+
+def spark_value(value: Any, dtype: DataType) -> Any:
+    """A decoded key as the data source hands it to Spark for ``dtype``: a TIMESTAMP as an aware UTC
+    datetime (a stored instant is its naive UTC reading), a TIMESTAMP_NTZ as a naive one."""
+    if value is None:
+        return None
+    if isinstance(dtype, TimestampType):
+        ts = pd.Timestamp(value)
+        return (ts.tz_localize("UTC") if ts.tz is None else ts.tz_convert("UTC")).to_pydatetime(warn=False)
+    if isinstance(dtype, TimestampNTZType):
+        ts = pd.Timestamp(value)
+        return (ts if ts.tz is None else ts.tz_convert("UTC").tz_localize(None)).to_pydatetime(warn=False)
+    if isinstance(dtype, StructType):
+        return tuple(spark_value(v, f.dataType) for v, f in zip(value, dtype.fields, strict=True))
+    if isinstance(dtype, ArrayType):
+        return [spark_value(v, dtype.elementType) for v in value]
+    return value

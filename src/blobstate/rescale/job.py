@@ -44,6 +44,7 @@ from blobstate.lineage.commitlog import Commit, CommitLog, IncompleteCommitLogEr
 from blobstate.lineage.delta import encode_delta
 from blobstate.lineage.refs import ObjectRef, PartitionObjects
 from blobstate.rescale.keys import KeyForm, timestamp_positions
+from blobstate.rescale.limits import MAX_PARTITIONS
 from blobstate.rescale.split import KeyRouter, RescaleError, SplitStats, chunk_records, split_store
 from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
 
@@ -128,11 +129,6 @@ class RescaleResult:
 # ---------------------------------------------------------------------------------------------- planning
 def _processors(metadata: QueryMetadata) -> list[str]:
     return sorted(op for op, spec in metadata.operators.items() if "partitions" not in spec)
-
-
-MAX_PARTITIONS = 10_000
-"""The most state partitions a checkpoint may have (a query's ``num_partitions``, a rescale's target):
-each is a RocksDB store, a task and a delta per batch; far more than a cluster's cores only adds that."""
 
 
 def check_partition_count(partitions: object, what: str = "the number of partitions") -> int:
