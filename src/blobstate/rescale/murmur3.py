@@ -19,7 +19,7 @@ import datetime as _dt
 import math
 import struct
 from collections.abc import Sequence
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,8 @@ _C1 = 0xCC9E2D51
 _C2 = 0x1B873593
 _M32 = 0xFFFFFFFF
 _EPOCH_DATE = _dt.date(1970, 1, 1)
+_EXACT = Context(prec=80)
+_EPOCH = _dt.datetime(1970, 1, 1)
 
 
 class UnsupportedKeyTypeError(ConfigurationError, TypeError):
@@ -145,11 +147,14 @@ def _hash_value(value: Any, dtype: DataType, seed: int) -> int:
     if isinstance(dtype, DayTimeIntervalType):
         return hash_long(pd.Timedelta(value).value // 1000, seed)
     if isinstance(dtype, DecimalType):
-        unscaled = int(Decimal(value).scaleb(dtype.scale).to_integral_value())
+        # exact: the default context's 28 digits would round a DECIMAL(38)'s unscaled value
+        unscaled = int(Decimal(value).scaleb(dtype.scale, context=_EXACT).to_integral_value(context=_EXACT))
         if dtype.precision <= 18:
             return hash_long(unscaled, seed)
-        length = max(1, (unscaled.bit_length() + 8) // 8)
-        return hash_bytes(unscaled.to_bytes(length, "big", signed=True), seed)
+        # Java's BigInteger.toByteArray: the shortest two's complement, bitLength() // 8 + 1 bytes, where
+        # bitLength() leaves out the sign bit (-128 is one byte, 0x80; Python's bit_length() counts 8).
+        bits = (~unscaled).bit_length() if unscaled < 0 else unscaled.bit_length()
+        return hash_bytes(unscaled.to_bytes(bits // 8 + 1, "big", signed=True), seed)
     if isinstance(dtype, StructType):
         h = seed
         for item, f in zip(value, dtype.fields, strict=True):
@@ -166,11 +171,15 @@ def _hash_value(value: Any, dtype: DataType, seed: int) -> int:
 
 
 def _micros(value: Any) -> int:
-    ts = pd.Timestamp(value)
-    if ts.tz is not None:
-        ts = ts.tz_convert("UTC").tz_localize(None)
-    micros: int = ts.value // 1000
-    return micros
+    """Microseconds since the epoch of a stored instant (naive: its UTC reading) or wall-clock time, in
+    Python's datetime range (years 1-9999, as Spark's), not pandas' nanosecond one."""
+    if isinstance(value, pd.Timestamp):
+        value = value.to_pydatetime(warn=False)
+    elif isinstance(value, np.datetime64):
+        return int(value.astype("datetime64[us]").astype(np.int64))
+    if value.tzinfo is not None:
+        value = value.astimezone(_dt.UTC).replace(tzinfo=None)
+    return (value - _EPOCH) // _dt.timedelta(microseconds=1)
 
 
 def check_key_schema(schema: StructType) -> None:
