@@ -179,7 +179,8 @@ def _micros(value: Any) -> int:
         return int(value.astype("datetime64[us]").astype(np.int64))
     if value.tzinfo is not None:
         value = value.astimezone(_dt.UTC).replace(tzinfo=None)
-    return (value - _EPOCH) // _dt.timedelta(microseconds=1)
+    micros: int = (value - _EPOCH) // _dt.timedelta(microseconds=1)
+    return micros
 
 
 def check_key_schema(schema: StructType) -> None:
