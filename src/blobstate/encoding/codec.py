@@ -175,6 +175,8 @@ def _encode_component(v: Any, out: bytearray) -> None:
     elif isinstance(v, (_dt.timedelta, np.timedelta64)):
         out.append(_T_TIMEDELTA)
         out += (pd.Timedelta(v).value + _OFFSET).to_bytes(8, "big")
+    elif isinstance(v, dict):  # a STRUCT key as pandas hands it: its fields in order, stored as a tuple
+        _encode_component(tuple(v.values()), out)
     elif isinstance(v, (tuple, list)):
         out.append(_T_TUPLE)
         out += _varint(len(v))
