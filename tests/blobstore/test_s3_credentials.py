@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from blobstate.blobstore import BlobStoreError, open_blob_store
+from blobstate.blobstore.redact import redact
 from blobstate.blobstore.s3 import S3BlobStore
-from blobstate.blobstore.s3_options import S3OptionError, redact_s3_url, s3_url_with_options
+from blobstate.blobstore.s3_options import S3OptionError, s3_url_with_options
 from blobstate.engine.config import QueryConfig, checkpoint_store_url
 
 SECRET = "s3cr3t-never-shown-0123456789"
@@ -135,10 +136,12 @@ def test_conflicting_and_incomplete_credentials_are_rejected_without_the_secret(
         assert SECRET not in str(caught.value) and "12345678901234" not in str(caught.value)
 
 
-def test_redacted_url_masks_only_secrets() -> None:
-    url = s3_url_with_options("s3://b/p", {"access_key_id": "AKIA1", "secret_access_key": SECRET})
+def test_redacted_url_masks_the_keys_and_nothing_else() -> None:
+    url = s3_url_with_options(
+        "s3://b/p", {"access_key_id": "AKIA1", "secret_access_key": SECRET, "read_timeout": 3}
+    )
     assert SECRET in url  # it travels to the tasks with the URL
-    assert redact_s3_url(url) == "s3://b/p?access_key_id=AKIA1&secret_access_key=***"
+    assert redact(url) == "s3://b/p?access_key_id=***&secret_access_key=***&read_timeout=3.0"
 
 
 def test_spark_conf_names_reach_the_store_url() -> None:

@@ -124,3 +124,32 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert exit_.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "is not a readable query checkpoint" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("count", "message"),
+    [
+        ("three", "--partitions must be a positive integer, not 'three'"),
+        ("2.5", "--partitions must be a positive integer, not '2.5'"),
+        ("0", "--partitions must be a positive integer, not 0"),
+        ("100000", "--partitions is 100000, above blobstate's limit of 10000"),
+        ("100000000000", "--partitions is 100000000000, above blobstate's limit of 10000"),
+    ],
+)
+def test_a_bad_partition_count_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], count: str, message: str
+) -> None:
+    """Refused before anything is read or written (it once reached Spark as a Py4JError, or ran on for
+    minutes leaving pending objects; a word was click's four-line usage with exit 2)."""
+    url = str(tmp_path / "ckpt")
+    run_batches(url, batches(2, seed=3), tmp_path / "local", 2)
+    with pytest.raises(SystemExit) as exit_:
+        main(["rescale", url, "--partitions", count])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    with open_blob_store(url) as store:
+        assert CommitLog(store).latest_commit().version == 2
+        assert not [n for n in store.list("state/") if n.rsplit("/", 1)[-1].startswith("3_")]  # no version 3
+    with pytest.raises(RescaleError, match="above blobstate's limit"):
+        rescale_checkpoint(None, url, 10_001)
