@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from blobstate.lineage.commitlog import (
     COMMIT_FORMAT_VERSION,
     COMMIT_FORMATS_READ,
+    INSTANT_KEYS_COMMIT_FORMAT,
     METADATA_FORMAT_VERSION,
     RESCALED_COMMIT_FORMAT,
 )
@@ -38,7 +39,8 @@ STORED_FORMATS: tuple[StoredFormat, ...] = (
     StoredFormat("`metadata.json`", f"{METADATA_FORMAT_VERSION}", (METADATA_FORMAT_VERSION,)),
     StoredFormat(
         "`commits/<v>.json`",
-        f"{COMMIT_FORMAT_VERSION} (with `horizon`), {RESCALED_COMMIT_FORMAT} from a rescale on",
+        f"{COMMIT_FORMAT_VERSION} (with `horizon`), {RESCALED_COMMIT_FORMAT} from a rescale on,"
+        f" {INSTANT_KEYS_COMMIT_FORMAT} keyed by a TIMESTAMP",
         tuple(COMMIT_FORMATS_READ),
     ),
     StoredFormat(

@@ -300,7 +300,7 @@ def _run(
             ts8 = codec.encode_ts(ts)
             if store.get(layout.TIMERS_BY_KEY_CF, kb + ts8) is None:
                 continue  # deleted by an earlier handler in this batch
-            key = handler_key(codec.decode_key(kb, arity)[0], run.instant_keys, api, timezone)
+            key = _handler_key(codec.decode_key(kb, arity)[0], run.instant_keys, api, timezone)
             session.set_key(key, kb)
             info = ExpiredTimerInfo(ts)
             result = _call(proc.handleExpiredTimer, "handleExpiredTimer", key, timer_values, info)
@@ -323,7 +323,7 @@ def _run(
     stats.seconds = time.perf_counter() - started
 
 
-def handler_key(key: Key, instant_keys: tuple[int, ...], api: str, timezone: str) -> Key:
+def _handler_key(key: Key, instant_keys: tuple[int, ...], api: str, timezone: str) -> Key:
     """A decoded grouping key as handlers get it from the input: each TIMESTAMP (an instant, stored by its
     UTC reading) as a naive time of ``timezone`` (pandas, as Spark's worker hands it) or an aware one
     (rows, as Arrow's ``as_py`` gives it)."""
