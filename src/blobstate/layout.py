@@ -7,6 +7,7 @@ Remote (relative to the checkpoint's blob store root)::
     state/<op>/<p>/<v>_<uid>.delta
     state/<op>/<p>/<v>_<uid>.snapshot
     blobs/<op>/<p>/<blob-id>
+    accepted-loss/<v>_<uid>.json
 
 Local (per executor)::
 
@@ -25,11 +26,18 @@ from blobstate.ids import CheckpointId, validate_operator, validate_partition, v
 METADATA = "metadata.json"
 COMMITS_PREFIX = "commits/"
 CHECKPOINT_ID_FILE = "CHECKPOINT-ID"
+ACCEPTED_LOSS_PREFIX = "accepted-loss/"
+"""Where an operator's acceptance of lost commits is recorded (:mod:`blobstate.state.lost`)."""
 
 
 def commit_name(version: int) -> str:
     """``commits/<v>.json``."""
     return f"{COMMITS_PREFIX}{validate_version(version)}.json"
+
+
+def accepted_loss_name(version: int, uid: str) -> str:
+    """``accepted-loss/<v>_<uid>.json``: an acceptance of the commits lost above version ``v``."""
+    return f"{ACCEPTED_LOSS_PREFIX}{CheckpointId(version, uid).name}.json"
 
 
 def state_prefix(operator: str, partition: int) -> str:

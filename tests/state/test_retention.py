@@ -27,6 +27,7 @@ from blobstate.layout import delta_name, snapshot_name
 from blobstate.snapshot import read_snapshot_index
 from blobstate.state.chain import LINEAGE_CACHE
 from blobstate.state.errors import LineageError
+from blobstate.state.lost import LostCommitError
 from blobstate.state.partition import SNAPSHOT_INDEX_CACHE
 from blobstate.state.retention import (
     GcRefusedError,
@@ -239,16 +240,22 @@ def test_gc_full_deletes_only_unreferenced_objects_that_are_not_pending(tmp_path
     pending = "blobs/0/0/" + "ef" * 16
     store.put(pending, b"in flight", ttl=3600)
     future = delta_name(OP, 0, CheckpointId(99, "12" * 16))
-    store.put(future, b"an attempt of a version not committed yet")
+    store.put(future, b"an attempt of a version not committed yet", ttl=3600)
     stats = gc_checkpoint(store, full=True)
     assert sorted(stats.deleted) == sorted(leaked)
     assert store.exists(pending) and store.exists(future)
     assert referenced_before <= remaining(store)
     stats = gc_checkpoint(store, full=True, now=FAR_FUTURE)
     assert pending in stats.expired and not store.exists(pending)
-    # A permanent object of a version above the newest commit means commits were lost: verify says so.
+    assert future in stats.expired
+    # A permanent object of a version above the newest commit means commits were lost: verify says so,
+    # and gc refuses to touch the checkpoint (docs/DESIGN.md "Lost commits").
+    lost = delta_name(OP, 0, CheckpointId(99, "34" * 16))
+    store.put(lost, b"committed by a commit that is gone")
     assert [p.object for p in verify(store).problems] == ["commits/99.json"]
-    store.delete(future)
+    with pytest.raises(LostCommitError, match=r"refusing to run gc on .*version 99"):
+        gc_checkpoint(store, full=True)
+    store.delete(lost)
     assert verify(store).problems == []
 
 

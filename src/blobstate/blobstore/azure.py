@@ -60,6 +60,7 @@ from blobstate.blobstore.base import (
     TransientBlobError,
 )
 from blobstate.blobstore.names import validate_blob_name
+from blobstate.blobstore.redact import redact
 from blobstate.blobstore.s3_lifecycle import PENDING_TAG_KEY, PENDING_TAG_VALUE
 from blobstate.errors import BlobStoreError
 
@@ -138,7 +139,8 @@ class _FramedTransport(RequestsTransport):  # type: ignore[misc]
         if problem is not None:
             response.close()
             raise MalformedAnswerError(
-                f"malformed answer to {request.method} {request.url.split('?')[0]}: HTTP {status} {problem}"
+                f"malformed answer to {request.method} {redact(request.url.split('?')[0])}: HTTP {status}"
+                f" {problem}"
             )
         if not _LATER_RANGE.match(request.headers.get("x-ms-range", "")):
             stream_download = response.stream_download
@@ -175,7 +177,7 @@ def resolve_credentials(
         if for_account:
             return f"https://{for_account}.blob.core.windows.net"
         raise AzureOptionError(
-            f"{url} names no storage account: use az://container@ACCOUNT.blob.core.windows.net/prefix,"
+            f"{redact(url)} names no storage account: use az://container@ACCOUNT.blob.core.windows.net/prefix,"
             " the account_name option, AZURE_STORAGE_ACCOUNT_NAME or a connection string"
         )
 
@@ -207,7 +209,7 @@ def resolve_credentials(
         from azure.identity import DefaultAzureCredential
     except ImportError:
         raise BlobStoreError(
-            f"no Azure credentials for {url}: set AZURE_STORAGE_CONNECTION_STRING, or"
+            f"no Azure credentials for {redact(url)}: set AZURE_STORAGE_CONNECTION_STRING, or"
             " AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN (or the"
             " options connection_string, account_key, sas_token), or pip install azure-identity to use"
             " DefaultAzureCredential (managed identity, az login)"
@@ -218,7 +220,7 @@ def resolve_credentials(
 def _with_key(account: str | None, key: str, origin: str, account_url: Any, url: str) -> AzureCredentials:
     if not account:
         raise AzureOptionError(
-            f"{url}: an account key ({origin}) needs the account's name: give it in the URL"
+            f"{redact(url)}: an account key ({origin}) needs the account's name: give it in the URL"
             " (az://container@ACCOUNT.blob.core.windows.net/prefix), as account_name or as"
             " AZURE_STORAGE_ACCOUNT_NAME"
         )
@@ -241,7 +243,7 @@ def _from_connection_string(
     named = pairs.get("AccountName")
     if account and named and named != account:
         raise AzureOptionError(
-            f"{url} is in storage account {account!r} but the connection string ({origin}) is for"
+            f"{redact(url)} is in storage account {account!r} but the connection string ({origin}) is for"
             f" {named!r}: use that account's connection string"
         )
     account = account or named
@@ -307,8 +309,9 @@ class AzureBlobStore(BlobStore):
 
     @property
     def endpoint(self) -> str:
-        """The Blob endpoint this store sends its requests to."""
-        return self.credentials.account_url
+        """The Blob endpoint this store sends its requests to, as messages show it: credentials in it
+        (``user:password@``, a SAS in its query) are masked (:func:`~blobstate.blobstore.redact.redact`)."""
+        return redact(self.credentials.account_url)
 
     # ----------------------------------------------------------------- helpers
     def _blob(self, name: str) -> Any:
@@ -384,7 +387,7 @@ class AzureBlobStore(BlobStore):
         return BlobStoreError(
             f"{op} {name!r} in {self.url} failed after {attempts} attempts in {seconds:.1f} s"
             f" (endpoint {self.endpoint}, container {self.container!r}, blob {self.prefix + name!r}):"
-            f" {_redact(str(error.__cause__ or error))}. Check that the endpoint is reachable (the"
+            f" {redact(str(error.__cause__ or error))}. Check that the endpoint is reachable (the"
             f" endpoint_url option or {ENDPOINT_ENV}, network and proxy); to allow more time raise"
             f" connect_timeout, read_timeout or max_attempts (now {s.connect_timeout:g} s,"
             f" {s.read_timeout:g} s, {s.max_attempts})"
@@ -551,16 +554,8 @@ def _is_directory(properties: Any) -> bool:
 
 
 def _first_line(error: BaseException) -> str:
-    text = _redact(str(getattr(error, "message", None) or error)).strip()
+    text = redact(str(getattr(error, "message", None) or error)).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-_SAS_SIGNATURE = re.compile(r"(?i)\b(sig=)[^&\s'\"()]+")
-
-
-def _redact(text: str) -> str:
-    """``text`` without SAS signatures (the SDK's connection errors quote request URLs whole)."""
-    return _SAS_SIGNATURE.sub(r"\1<redacted>", text)
 
 
 def _is_valid_name(name: str) -> bool:

@@ -19,6 +19,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from blobstate.blobstore.base import DEFAULT_IO_THREADS
 from blobstate.blobstore.names import validate_blob_name
+from blobstate.blobstore.redact import redact
 from blobstate.blobstore.url_query import split_url_query
 from blobstate.errors import BlobStoreError
 
@@ -67,16 +68,18 @@ class AzureSettings:
         secrets = sorted(SECRET_OPTIONS & set(from_url))
         if secrets:
             raise AzureOptionError(
-                f"Azure URL {location!r} carries the secret option(s) {', '.join(secrets)} in its query:"
-                " give them as keywords of open_blob_store or as AZURE_STORAGE_* environment variables"
+                f"Azure URL {redact(location)!r} carries the secret option(s) {', '.join(secrets)} in its"
+                " query: give them as keywords of open_blob_store or as AZURE_STORAGE_* environment variables"
             )
-        merged = parse_azure_options(from_url, f"the query of {location!r}")
+        merged = parse_azure_options(from_url, f"the query of {redact(location)!r}")
         given = parse_azure_options(options, "the options")
         for name in sorted(set(merged) & set(given)):
             if merged[name] != given[name]:
                 raise AzureOptionError(
-                    f"Azure option {name} is {merged[name]!r} in the URL {location!r} but {given[name]!r}"
-                    " as an option: give it once"
+                    redact(
+                        f"Azure option {name} is {merged[name]!r} in the URL {location!r} but"
+                        f" {given[name]!r} as an option: give it once"
+                    )
                 )
         merged.update(given)
         return location, cls(**merged)
@@ -118,7 +121,7 @@ def _convert(name: str, value: Any, source: str) -> Any:
                     f" {'<secret>' if name in SECRET_OPTIONS else repr(value)}"
                 )
             if name == "endpoint_url" and urlsplit(value).scheme not in ("http", "https"):
-                raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+                raise ValueError(f"expected an http:// or https:// URL, got {redact(value)!r}")
             return value
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise ValueError(f"expected a number, got {value!r}")
@@ -139,7 +142,7 @@ def _convert(name: str, value: Any, source: str) -> Any:
 
 def split_azure_url(url: str) -> tuple[str, dict[str, str]]:
     """``(location, {option: text})`` of an Azure URL that may carry options as its query."""
-    return split_url_query(url, backend="Azure", error=AzureOptionError, secrets=SECRET_OPTIONS)
+    return split_url_query(url, backend="Azure", error=AzureOptionError)
 
 
 def azure_url_with_options(url: str, options: Mapping[str, Any]) -> str:
@@ -176,22 +179,24 @@ def parse_azure_url(url: str) -> AzureLocation:
     """Container, prefix and account of ``az://container/prefix`` or ``abfs[s]://container@host/prefix``."""
     location = split_azure_url(url)[0]
     parsed = urlsplit(location)
+    shown = redact(url)
     expected = "expected az://container/prefix or abfss://container@account.dfs.core.windows.net/prefix"
     if parsed.scheme not in SCHEMES or not parsed.netloc:
-        raise AzureOptionError(f"not an Azure URL {url!r}: {expected}")
+        raise AzureOptionError(f"not an Azure URL {shown!r}: {expected}")
     container, at, host = parsed.netloc.partition("@")
     if parsed.scheme != "az" and not at:
-        raise AzureOptionError(f"{parsed.scheme}:// URL {url!r} names no account: {expected}")
+        raise AzureOptionError(f"{parsed.scheme}:// URL {shown!r} names no account: {expected}")
     if not _valid_container(container):
+        named = f" {container!r}" if redact(location) == location else ""  # not user:password@
         raise AzureOptionError(
-            f"invalid container name {container!r} in {url!r}: 3 to 63 lowercase letters, digits and"
+            f"invalid container name{named} in {shown!r}: 3 to 63 lowercase letters, digits and"
             " single hyphens, starting and ending with a letter or digit"
         )
     account, blob_host = None, None
     if at:
         labels = host.lower().split(".")
         if len(labels) < 2 or not labels[0]:
-            raise AzureOptionError(f"invalid account host {host!r} in {url!r}: {expected}")
+            raise AzureOptionError(f"invalid account host {host!r} in {shown!r}: {expected}")
         account = labels[0]
         if labels[1] == "dfs":
             labels[1] = "blob"
@@ -201,7 +206,7 @@ def parse_azure_url(url: str) -> AzureLocation:
         try:
             validate_blob_name(prefix)
         except ValueError as error:
-            raise AzureOptionError(f"invalid prefix in Azure URL {url!r}: {error}") from None
+            raise AzureOptionError(f"invalid prefix in Azure URL {shown!r}: {redact(str(error))}") from None
         prefix += "/"
     return AzureLocation(container, prefix, account, blob_host)
 

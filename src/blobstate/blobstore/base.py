@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from blobstate.blobstore.names import validate_blob_name, validate_prefix
+from blobstate.blobstore.redact import redact
 from blobstate.errors import BlobStoreError
 
 T = TypeVar("T")
@@ -85,6 +86,8 @@ class BlobStore(ABC):
     """
 
     url: str
+    """The store's location as messages name it (a backend's options left out, any secret masked by
+    :func:`~blobstate.blobstore.redact.redact`)."""
 
     def __init__(
         self,
@@ -94,7 +97,7 @@ class BlobStore(ABC):
         max_attempts: int = 5,
         backoff_seconds: float = 0.05,
     ) -> None:
-        self.url = url
+        self.url = redact(url)
         self.io_threads = io_threads
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlparse
 
 from blobstate.blobstore.base import BlobNotFoundError, BlobStore, InvalidBlobNameError
 from blobstate.blobstore.names import RESERVED_PREFIX
+from blobstate.blobstore.redact import redact
 from blobstate.durable import fsync_dir
 from blobstate.errors import BlobStoreError
 
@@ -47,10 +48,13 @@ def root_from_url(url: str) -> Path:
     if url.startswith("file://"):
         parsed = urlparse(url)
         if parsed.netloc not in ("", "localhost"):
-            raise ValueError(f"file URL {url!r} names host {parsed.netloc!r}; only local paths are supported")
+            raise ValueError(
+                f"file URL {redact(url)!r} names host {redact(url).split('/')[2]!r}; only local paths are"
+                " supported"
+            )
         path = unquote(parsed.path)
         if not path:
-            raise ValueError(f"file URL {url!r} has no path")
+            raise ValueError(f"file URL {redact(url)!r} has no path")
     else:
         path = url
     if not path:

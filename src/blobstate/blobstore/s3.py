@@ -43,6 +43,7 @@ from blobstate.blobstore.base import (
     TransientBlobError,
 )
 from blobstate.blobstore.names import validate_blob_name
+from blobstate.blobstore.redact import redact
 from blobstate.blobstore.s3_lifecycle import (
     PENDING_TAG_KEY,
     PENDING_TAG_VALUE,
@@ -51,7 +52,7 @@ from blobstate.blobstore.s3_lifecycle import (
     rule_id,
 )
 from blobstate.blobstore.s3_lifecycle import expiry_problem as lifecycle_expiry_problem
-from blobstate.blobstore.s3_options import S3Settings, split_s3_url
+from blobstate.blobstore.s3_options import S3OptionError, S3Settings, check_endpoint, split_s3_url
 from blobstate.errors import BlobStoreError
 
 ENDPOINT_ENV = "BLOBSTATE_S3_ENDPOINT"
@@ -123,11 +124,17 @@ def _new_client(profile: str | None, **kwargs: Any) -> Any:
 
 
 def default_endpoint() -> str | None:
-    """The endpoint named by the environment (:data:`ENDPOINT_ENVS`, first set wins), else None (AWS)."""
+    """The endpoint named by the environment (:data:`ENDPOINT_ENVS`, first set wins), else None (AWS).
+
+    Checked as the ``endpoint_url`` option is: :class:`S3OptionError` (showing it redacted) for one that is
+    not http(s) or carries credentials."""
     for name in ENDPOINT_ENVS:
         value = os.environ.get(name)
         if value:
-            return value
+            try:
+                return check_endpoint(value)
+            except ValueError as error:
+                raise S3OptionError(f"environment variable {name}: {error}") from None
     return None
 
 
@@ -135,7 +142,7 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     """``(bucket, key prefix)`` of ``s3://bucket/prefix[?options]``; the prefix is empty or ends in ``/``."""
     parsed = urlparse(split_s3_url(url)[0])
     if parsed.scheme != "s3" or not parsed.netloc:
-        raise ValueError(f"not an S3 URL {url!r}: expected s3://bucket/prefix")
+        raise ValueError(f"not an S3 URL {redact(url)!r}: expected s3://bucket/prefix")
     prefix = parsed.path.strip("/")
     if prefix:
         validate_blob_name(prefix)
@@ -209,10 +216,16 @@ class S3BlobStore(BlobStore):
         except bx.ProfileNotFound as error:
             where = "the profile option" if settings.profile else "AWS_PROFILE"
             raise BlobStoreError(
-                f"cannot open {self.url}: {error} (named by {where}); name a profile of the AWS config files"
-                " (AWS_CONFIG_FILE, default ~/.aws/config, and AWS_SHARED_CREDENTIALS_FILE, default"
+                f"cannot open {self.url}: {_text(error)} (named by {where}); name a profile of the AWS config"
+                " files (AWS_CONFIG_FILE, default ~/.aws/config, and AWS_SHARED_CREDENTIALS_FILE, default"
                 " ~/.aws/credentials) or drop it to use the environment's credentials"
             ) from error
+        except ValueError as error:  # an endpoint botocore cannot use
+            raise S3OptionError(
+                f"cannot open {self.url} (endpoint {redact(str(self.endpoint_url))}): {_text(error)}"
+            ) from error
+        except bx.BotoCoreError as error:
+            raise BlobStoreError(f"cannot open {self.url}: {_text(error)}") from error
         self._transfer_config = TransferConfig(
             multipart_threshold=settings.multipart_threshold,
             multipart_chunksize=settings.multipart_chunksize,
@@ -222,8 +235,9 @@ class S3BlobStore(BlobStore):
 
     @property
     def endpoint(self) -> str:
-        """The endpoint this store sends its requests to (an AWS regional endpoint unless overridden)."""
-        return str(self._client.meta.endpoint_url)
+        """The endpoint this store sends its requests to (an AWS regional endpoint unless overridden), as
+        messages show it: credentials in it are masked (:func:`~blobstate.blobstore.redact.redact`)."""
+        return redact(str(self._client.meta.endpoint_url))
 
     # ----------------------------------------------------------------- helpers
     def _key(self, name: str) -> str:
@@ -241,17 +255,20 @@ class S3BlobStore(BlobStore):
         except _CREDENTIAL_ERRORS as error:
             raise BlobStoreError(
                 f"no usable AWS credentials for {self.url} (bucket {self.bucket!r} at {self.endpoint}:"
-                f" {error}): give the options access_key_id and secret_access_key (and session_token) or"
-                " profile (keywords, URL query or Spark conf spark.blobstate.s3.<option>), or set"
+                f" {_text(error)}): give the options access_key_id and secret_access_key (and"
+                " session_token) or profile (keywords, URL query or Spark conf"
+                " spark.blobstate.s3.<option>), or set"
                 " AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE"
                 " naming a profile in ~/.aws/credentials, or run where an instance profile or IAM role"
                 " provides them"
             ) from error
         except _TRANSIENT_EXCEPTIONS as error:
-            raise TransientBlobError(f"{name!r} in {self.url}: {error}") from error
+            raise TransientBlobError(f"{name!r} in {self.url}: {_text(error)}") from error
         except (botocore.parsers.ResponseParserError, ValueError) as error:
             # An answer cut inside a header or the XML body: botocore cannot parse what arrived.
-            raise MalformedAnswerError(f"{name!r} in {self.url}: malformed answer: {error}") from error
+            raise MalformedAnswerError(f"{name!r} in {self.url}: malformed answer: {_text(error)}") from error
+        except bx.BotoCoreError as error:  # a request botocore refused to send (ParamValidationError ...)
+            raise BlobStoreError(f"S3 request on {name!r} in {self.url} failed: {_text(error)}") from error
 
     def _client_error(self, error: bx.ClientError, name: str) -> BlobStoreError:
         code = str(error.response.get("Error", {}).get("Code", ""))
@@ -261,10 +278,10 @@ class S3BlobStore(BlobStore):
         if code in _NOT_FOUND_CODES:
             return BlobNotFoundError(name, self.url)
         if code in _TRANSIENT_CODES or status == 429 or status >= 500:
-            return TransientBlobError(f"{name!r} in {self.url}: {error}")
+            return TransientBlobError(f"{name!r} in {self.url}: {_text(error)}")
         if code in _REJECTED_CREDENTIAL_CODES:
             return self._rejected_credentials(name, code)
-        return BlobStoreError(f"S3 error on {name!r} in {self.url}: {error}")
+        return BlobStoreError(f"S3 error on {name!r} in {self.url}: {_text(error)}")
 
     def _rejected_credentials(self, name: str, code: str) -> BlobStoreError:
         """S3 refused the credentials: name bucket, endpoint and where they came from (never the secret)."""
@@ -310,7 +327,8 @@ class S3BlobStore(BlobStore):
         s = self.settings
         return BlobStoreError(
             f"{op} {name!r} in {self.url} failed after {attempts} attempts in {seconds:.1f} s"
-            f" (endpoint {self.endpoint}, bucket {self.bucket!r}, {target}): {error.__cause__ or error}."
+            f" (endpoint {self.endpoint}, bucket {self.bucket!r}, {target}):"
+            f" {_text(error.__cause__ or error)}."
             f" Check that the endpoint is reachable and answers S3 requests (the endpoint_url option or"
             f" {ENDPOINT_ENV}, the region, network and proxy); to allow more time raise connect_timeout,"
             f" read_timeout or max_attempts (now {s.connect_timeout:g} s, {s.read_timeout:g} s,"
@@ -511,7 +529,7 @@ class S3BlobStore(BlobStore):
                 "403",
             ):
                 return (
-                    f"cannot read the lifecycle configuration of bucket {self.bucket!r} ({cause}), so"
+                    f"cannot read the lifecycle configuration of bucket {self.bucket!r} ({_text(cause)}), so"
                     " cannot tell whether pending objects expire: grant s3:GetLifecycleConfiguration, or"
                     f" check by hand that a rule expires objects tagged {PENDING_TAGGING} under"
                     f" {self.prefix or 'the bucket'}"
@@ -553,6 +571,11 @@ class S3BlobStore(BlobStore):
             transfer.shutdown()
         super().close()
         self._client.close()
+
+
+def _text(error: BaseException) -> str:
+    """A library's error as text for a message, with any credentials its URLs carry masked."""
+    return redact(str(error))
 
 
 def _is_valid_name(name: str) -> bool:

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from blobstate.blobstore.base import DEFAULT_IO_THREADS
-from blobstate.blobstore.url_query import redact_query, split_url_query
+from blobstate.blobstore.redact import redact
+from blobstate.blobstore.url_query import split_url_query
 from blobstate.errors import BlobStoreError
 
 MiB = 1024 * 1024
@@ -144,7 +146,8 @@ S3_OPTION_NAMES: tuple[str, ...] = tuple(_FIELDS)
 """Every S3 option name, in the order of :class:`S3Settings`."""
 
 SECRET_OPTIONS: frozenset[str] = frozenset({"secret_access_key", "session_token"})
-"""Options whose values are secrets: never echoed in messages; :func:`redact_s3_url` masks them."""
+"""Options whose values are secrets: never echoed in messages (:func:`~blobstate.blobstore.redact.redact`
+masks them, and ``access_key_id`` too, in a URL)."""
 
 ADDRESSING_STYLES = ("auto", "virtual", "path")
 
@@ -183,10 +186,25 @@ def _convert(name: str, value: Any, source: str) -> Any:
 def _text(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a non-empty string, got {value!r}")
-    if name == "endpoint_url" and urlsplit(value).scheme not in ("http", "https"):
-        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    if name == "endpoint_url":
+        check_endpoint(value)
     if name == "addressing_style" and value not in ADDRESSING_STYLES:
         raise ValueError(f"expected one of {', '.join(ADDRESSING_STYLES)}, got {value!r}")
+    return value
+
+
+def check_endpoint(value: str) -> str:
+    """``value`` if it is an http(s) endpoint without credentials, else ``ValueError`` (showing it
+    redacted). Credentials in an endpoint (``http://user:password@host``) are refused: S3 requests are
+    signed with the access keys, and botocore would send the userinfo in the ``Host`` header."""
+    if urlsplit(value).scheme not in ("http", "https"):
+        raise ValueError(f"expected an http:// or https:// URL, got {redact(value)!r}")
+    if redact(value) != value:
+        raise ValueError(
+            f"{redact(value)!r} carries credentials: give the endpoint as http(s)://host:port and the keys as"
+            " access_key_id and secret_access_key (S3 requests are signed with them; botocore would send"
+            " user:password@ in the Host header)"
+        )
     return value
 
 
@@ -243,9 +261,32 @@ def _show(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
+_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
+"""What botocore takes for a bucket name (S3's own rules are stricter; S3 says which it refuses)."""
+
+
 def split_s3_url(url: str) -> tuple[str, dict[str, str]]:
-    """``(s3://bucket/prefix, {option: text})`` of a URL that may carry options as its query."""
-    return split_url_query(url, backend="S3", error=S3OptionError, secrets=SECRET_OPTIONS)
+    """``(s3://bucket/prefix, {option: text})`` of a URL that may carry options as its query.
+
+    A URL whose bucket is not a bucket name is refused here, before any request; keys written before
+    the bucket (``s3://KEY:SECRET@bucket/prefix``, a form Hadoop's S3A no longer reads either) are
+    refused without being shown.
+    """
+    location, options = split_url_query(url, backend="S3", error=S3OptionError)
+    bucket = urlsplit(location).netloc
+    if "@" in bucket or (":" in bucket and "@" in location):  # a secret may hold a "/"
+        raise S3OptionError(
+            f"S3 URL {redact(url)!r} carries credentials before the bucket name (s3://KEY:SECRET@bucket):"
+            " blobstate does not read keys from there; give access_key_id and secret_access_key as"
+            " options (keywords of open_blob_store, the URL's query or Spark conf"
+            " spark.blobstate.s3.<option>), a profile, or the AWS environment (AWS_ACCESS_KEY_ID and"
+            " AWS_SECRET_ACCESS_KEY, AWS_PROFILE)"
+        )
+    if bucket and not _BUCKET.fullmatch(bucket):
+        raise S3OptionError(
+            f"S3 URL {redact(url)!r}: {bucket!r} is not a bucket name (letters, digits, '.', '-', '_')"
+        )
+    return location, options
 
 
 def s3_url_with_options(url: str, options: Mapping[str, Any]) -> str:
@@ -258,23 +299,20 @@ def s3_url_with_options(url: str, options: Mapping[str, Any]) -> str:
 
 def _merged(url: str, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     location, from_url = split_s3_url(url)
-    merged = parse_s3_options(from_url, f"the query of {redact_s3_url(url)!r}")
+    merged = parse_s3_options(from_url, f"the query of {redact(url)!r}")
     given = parse_s3_options(options, "the options")
     for name in sorted(set(merged) & set(given)):
         if merged[name] != given[name]:
             if name in SECRET_OPTIONS:
                 raise S3OptionError(
-                    f"S3 option {name} differs between the URL {redact_s3_url(location)!r} and the options:"
+                    f"S3 option {name} differs between the URL {redact(location)!r} and the options:"
                     " give it once"
                 )
             raise S3OptionError(
-                f"S3 option {name} is {merged[name]!r} in the URL {redact_s3_url(url)!r} but"
-                f" {given[name]!r} as an option: give it once"
+                redact(
+                    f"S3 option {name} is {merged[name]!r} in the URL {redact(url)!r} but"
+                    f" {given[name]!r} as an option: give it once"
+                )
             )
     merged.update(given)
     return location, merged
-
-
-def redact_s3_url(url: str) -> str:
-    """``url`` with the values of secret options in its query replaced by ``***`` (for messages)."""
-    return redact_query(url, SECRET_OPTIONS)

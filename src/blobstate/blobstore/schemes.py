@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blobstate.blobstore.base import BlobStore
+from blobstate.blobstore.redact import redact
 from blobstate.errors import BlobStoreError, ConfigurationError
 
 
@@ -77,8 +78,8 @@ class Scheme:
             if self.extra is None or error.name == module_name:
                 raise
             raise BackendNotInstalledError(
-                f"{url.partition('?')[0]} is an {self.label} checkpoint, which needs {error.name} (not"
-                f" installed): pip install 'blobstate[{self.extra}]'"
+                f"{redact(url.partition('?')[0])} is an {self.label} checkpoint, which needs {error.name}"
+                f" (not installed): pip install 'blobstate[{self.extra}]'"
             ) from error
         store: BlobStore = getattr(module, class_name)(self.canonical(url), **options)
         return store
@@ -96,14 +97,16 @@ class Scheme:
             return self.add_options(url, options)
         if options:
             raise UnsupportedSchemeError(
-                f"{self.label} location {url!r} takes no options, got {', '.join(sorted(options))}"
+                f"{self.label} location {redact(url)!r} takes no options, got {', '.join(sorted(options))}"
             )
         return url
 
     def hadoop_location(self, url: str) -> str:
         """The same location as Spark names it through Hadoop (for files Spark writes beside it)."""
         if self.hadoop is None:
-            raise NoHadoopLocationError(f"{url} is a {self.label} location, which Spark cannot write to")
+            raise NoHadoopLocationError(
+                f"{redact(url)} is a {self.label} location, which Spark cannot write to"
+            )
         return self.hadoop(url)
 
     def normalize(self, url: str) -> str:
@@ -160,7 +163,7 @@ def _abfss(url: str) -> str:
     location = hadoop_url(url)
     if location is None:
         raise NoHadoopLocationError(
-            f"{url.partition('?')[0]} names no storage account, so Spark (which writes Azure through"
+            f"{redact(url.partition('?')[0])} names no storage account, so Spark (which writes Azure through"
             " abfss://container@account.dfs.core.windows.net/...) cannot name it"
         )
     return location
@@ -216,7 +219,7 @@ def scheme_of(url: str) -> Scheme:
     except KeyError:
         known = ", ".join(f"{n}://" for s in SCHEMES for n in s.url_schemes if n)
         raise UnsupportedSchemeError(
-            f"unsupported blob store URL {url.partition('?')[0]!r}: use a plain path or {known}"
+            f"unsupported blob store URL {redact(url.partition('?')[0])!r}: use a plain path or {known}"
         ) from None
 
 

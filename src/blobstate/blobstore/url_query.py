@@ -1,30 +1,18 @@
 """Options carried as the query of a blob store URL (``s3://b/p?read_timeout=30``, ``az://c/p?...``):
-split off and checked the same way for every backend, with secret values kept out of messages."""
+split off and checked the same way for every backend, with secrets kept out of messages
+(:func:`blobstate.blobstore.redact.redact`)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from urllib.parse import parse_qsl, urlsplit
 
-
-def redact_query(url: str, secrets: Collection[str]) -> str:
-    """``url`` with the values of the ``secrets`` options in its query replaced by ``***`` (for messages)."""
-    location, _, query = url.partition("?")
-    if not query:
-        return url
-    parts = []
-    for pair in query.split("&"):
-        name = pair.split("=", 1)[0]
-        parts.append(f"{name}=***" if name in secrets else pair)
-    return f"{location}?{'&'.join(parts)}"
+from blobstate.blobstore.redact import redact
 
 
-def split_url_query(
-    url: str, *, backend: str, error: type[Exception], secrets: Collection[str]
-) -> tuple[str, dict[str, str]]:
+def split_url_query(url: str, *, backend: str, error: type[Exception]) -> tuple[str, dict[str, str]]:
     """``(url without its query, {option: text})``; ``error`` (naming the ``backend`` and the URL with
     its secrets redacted) for a fragment, a query that is not name=value pairs, or an option given twice."""
-    shown = redact_query(url, secrets)
+    shown = redact(url)
     parts = urlsplit(url)
     if parts.fragment:
         raise error(f"{backend} URL {shown!r} must not have a fragment")

@@ -23,6 +23,7 @@ from typing import Annotated
 
 import typer
 
+from blobstate.blobstore.redact import redact
 from blobstate.cli.urls import URL_FORMS
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -51,8 +52,8 @@ def _checkpoint_url(url: str, *, partition: int | None, version: int | None, ope
     ]
     if given:
         raise StateReadError(
-            f"{url} is not a query checkpoint (no metadata.json): {', '.join(given)} apply only to query"
-            " checkpoints; a backup repository takes --snapshot"
+            f"{redact(url)} is not a query checkpoint (no metadata.json): {', '.join(given)} apply only to"
+            " query checkpoints; a backup repository takes --snapshot"
         )
     return False
 
@@ -111,7 +112,7 @@ def backup(
         )
     result = done.result
     if done.warning is not None:  # committed all the same: exit 0
-        typer.echo(f"warning: {done.warning}", err=True)
+        typer.echo(f"warning: {redact(done.warning)}", err=True)
     stats = asdict(result.stats)
     stats["snapshot"] = result.index_name
     stats["version"] = done.version
@@ -157,7 +158,7 @@ def restore(
 
         if snapshot is not None or delete_extra:
             raise StateReadError(
-                f"{url} is a query checkpoint: --snapshot and --delete-extra apply to backups"
+                f"{redact(url)} is a query checkpoint: --snapshot and --delete-extra apply to backups"
             )
         restore_checkpoint(url, directory, partition, version, operator, as_json)
         return
@@ -211,7 +212,9 @@ def inspect(
         from blobstate.reader import StateReadError
 
         if snapshot is not None:
-            raise StateReadError(f"{url} is a query checkpoint: --snapshot applies to backups; use --version")
+            raise StateReadError(
+                f"{redact(url)} is a query checkpoint: --snapshot applies to backups; use --version"
+            )
         inspect_checkpoint(url, partition, version, operator, sample, as_json)
         return
     from blobstate.blobstore import open_blob_store

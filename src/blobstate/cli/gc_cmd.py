@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from blobstate.blobstore.redact import redact
 from blobstate.cli.urls import URL_FORMS
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -56,6 +57,7 @@ def gc(
         if install_lifecycle and not dry_run:
             store.install_expiry_rule()
         expiry_problem = store.expiry_problem()
+    url = redact(url)  # as the output names it
     if stats is None:
         _report_repository(url, repo_stats, full, dry_run, as_json, expiry_problem)
         return
@@ -90,7 +92,7 @@ def gc(
             f"{stats.pending_kept} pending left to expire; {verb} {len(stats.deleted)} unreferenced"
         )
     if expiry_problem:
-        typer.echo(f"error: {expiry_problem}", err=True)
+        typer.echo(f"error: {redact(expiry_problem)}", err=True)
         raise typer.Exit(1)
 
 
@@ -142,7 +144,7 @@ def _report_repository(
                 f"snapshots; {verb} {len(stats.deleted)} unreferenced"
             )
         if expiry_problem:
-            typer.echo(f"error: {expiry_problem}", err=True)
+            typer.echo(f"error: {redact(expiry_problem)}", err=True)
     if expiry_problem:
         raise typer.Exit(1)
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from blobstate.blobstore.redact import redact
 from blobstate.cli.urls import URL_FORMS
 from blobstate.errors import StateError
 
@@ -131,7 +132,9 @@ def require_checkpoint(store: Any, url: str) -> None:
     from blobstate.reader.checkpoint import is_query_checkpoint
 
     if not is_query_checkpoint(store):
-        raise NotACheckpointError(f"{url} is not a query checkpoint ({METADATA} is missing){_hint(url)}")
+        raise NotACheckpointError(
+            f"{redact(url)} is not a query checkpoint ({METADATA} is missing){_hint(url)}"
+        )
 
 
 def _hint(url: str) -> str:
@@ -148,7 +151,8 @@ def _hint(url: str) -> str:
                 return ""
     except Exception:  # the hint is a courtesy: the error above stands without it
         return ""
-    return f": it is Spark's own offsets checkpoint inside the query checkpoint {head}; give {head}"
+    shown = redact(head)
+    return f": it is Spark's own offsets checkpoint inside the query checkpoint {shown}; give {shown}"
 
 
 def _restore(row: dict[str, Any]) -> str:
@@ -320,11 +324,19 @@ def lineage(
     With --version, one version and every partition's figures, uid and restore chain, its active and
     standby hosts and the batch's moves; with --partition, that partition's versions with their uids,
     sizes and restore chains.
+
+    When newer commits than the newest one were lost (committed objects of later versions exist) or the
+    commit log has holes, the first lines say so and the exit status is 1.
     """
     from blobstate.blobstore import open_blob_store
+    from blobstate.state.lost import scan_for_loss
 
     with open_blob_store(url) as store:
         require_checkpoint(store, url)
+        loss = scan_for_loss(store)
+        warnings, notes = loss.warnings(), loss.notes()
+        for line in warnings:
+            typer.echo(f"warning: {redact(line)}", err=True)
         rows = collect_versions(store, limit=limit, version=version)
         result = collect_lineage(
             store,
@@ -335,13 +347,26 @@ def lineage(
         )
     if as_json:
         result["versions"] = [_version_json(r, detail=version is not None) for r in rows]
+        result["warnings"], result["notes"] = [redact(w) for w in warnings], [redact(n) for n in notes]
         typer.echo(json.dumps(result, indent=2))
-        return
+    else:
+        for line in notes:
+            typer.echo(f"note: {redact(line)}")
+        _listing(result, rows, version, partition, lost=bool(loss.lost))
+    if warnings:
+        raise typer.Exit(1)
+
+
+def _listing(
+    result: dict[str, Any], rows: list[Any], version: int | None, partition: int | None, *, lost: bool
+) -> None:
+    """``lineage``'s human output: the versions (``lost``: newer commits were lost)."""
     if not result["latest"]:
         typer.echo("no committed versions")
         return
     latest = result["latest"]
-    typer.echo(f"newest committed version: {latest} (the state after batch {latest - 1})")
+    newest = "newest readable version (newer commits were lost)" if lost else "newest committed version"
+    typer.echo(f"{newest}: {latest} (the state after batch {latest - 1})")
     if partition is None or version is not None:
         typer.echo(_HEADER)
         for row in rows:
@@ -389,6 +414,8 @@ def verify(
 
     Deltas and snapshot indexes are read and checked against their commits; blobs are checked for
     presence and size (read and checksummed with --checksums). The output says what was not read.
+    Committed objects of the newest commit still pending because its post-commit cleanup has not run
+    yet are a note ("cleanup pending"), not a problem; so is a loss of commits accepted with accept-loss.
     """
     from blobstate.blobstore import open_blob_store
     from blobstate.snapshot.repository import is_backup_repository
@@ -406,17 +433,22 @@ def verify(
                     "ok": report.ok,
                     "problems": [{**p.__dict__, "text": str(p)} for p in report.problems],
                     "checked": report.summary(),
+                    "notes": report.notes,
                 },
                 indent=2,
             )
         )
     elif report.problems:
         for problem in report.problems:
-            typer.echo(f"problem: {problem}", err=True)
-        typer.echo(f"{len(report.problems)} problem(s) found in {url}", err=True)
+            typer.echo(f"problem: {redact(str(problem))}", err=True)
+        for line in report.notes:
+            typer.echo(f"note: {redact(line)}", err=True)
+        typer.echo(f"{len(report.problems)} problem(s) found in {redact(url)}", err=True)
     else:
         for line in report.summary():
             typer.echo(line)
+        for line in report.notes:
+            typer.echo(f"note: {redact(line)}")
         if report.latest_version:
             typer.echo("ok: every retained version is restorable")
     if report.problems:
@@ -444,8 +476,8 @@ def _verify_repository(store: Any, url: str, checksums: bool, as_json: bool) -> 
         )
     elif result.problems:
         for problem in result.problems:
-            typer.echo(f"problem: {problem}", err=True)
-        typer.echo(f"{len(result.problems)} problem(s) found in {url}", err=True)
+            typer.echo(f"problem: {redact(str(problem))}", err=True)
+        typer.echo(f"{len(result.problems)} problem(s) found in {redact(url)}", err=True)
     else:
         how = (
             "read and checked their CRC-32"

@@ -1,7 +1,9 @@
-"""The ``blobstate`` command line: demo, backup, restore, inspect, lineage, verify, gc, rescale, report.
+"""The ``blobstate`` command line: demo, backup, restore, inspect, lineage, verify, gc, accept-loss,
+rescale, report.
 
 Errors are one ``error: ...`` line on stderr (exit status 1) that names the object at fault; the
-traceback is shown only with ``--debug`` (anywhere on the command line).
+traceback is shown only with ``--debug`` (anywhere on the command line). Both go through
+:func:`blobstate.blobstore.redact.redact` last, so no credential a URL or an endpoint carries is shown.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 
 import typer
 
+from blobstate.blobstore.redact import redact
 from blobstate.errors import BlobstateError
 
 app = typer.Typer(
@@ -63,10 +66,11 @@ def _root(
 
 
 def _register() -> None:
-    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds, report_cmd, rescale_cmd
+    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds, loss_cmd, report_cmd, rescale_cmd
 
     backup_cmds.register(app)
     gc_cmd.register(app)
+    loss_cmd.register(app)
     rescale_cmd.register(app)
     lineage_cmds.register(app)
     report_cmd.register(app)
@@ -77,14 +81,15 @@ _register()
 
 
 def describe_error(error: BaseException) -> str:
-    """One line for an error: blobstate's own messages as they are, anything else with its type."""
+    """One line for an error: blobstate's own messages as they are, anything else with its type; any
+    secret a URL in it carries masked (the last line of defence: messages are redacted where made)."""
     if isinstance(error, BlobstateError):
         text = str(error)
     elif isinstance(error, OSError) and error.filename is not None:
         text = f"{error.strerror or type(error).__name__}: {error.filename}"
     else:
         text = f"{type(error).__name__}: {error}"
-    return " ".join(text.split()) or type(error).__name__
+    return redact(" ".join(text.split())) or type(error).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -101,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(130)
     except Exception as error:
         if debug:
-            traceback.print_exc()
+            typer.echo(redact(traceback.format_exc()).rstrip("\n"), err=True)
         hint = "" if debug else f" (run with {DEBUG_FLAG} for the traceback)"
         typer.echo(f"error: {describe_error(error)}{hint}", err=True)
         sys.exit(1)

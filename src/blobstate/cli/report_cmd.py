@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from blobstate.blobstore.redact import redact
 from blobstate.cli.lineage_cmds import JsonOption, UrlArgument
 
 
@@ -80,7 +81,7 @@ def report(
         require_checkpoint(store, url)
         summary, rows = load_batch_metrics(store, state_sizes=not no_state_sizes, progress=progress)
         if not rows:
-            raise ReportError(f"{url} has no committed versions: nothing to report")
+            raise ReportError(f"{redact(url)} has no committed versions: nothing to report")
         page, pngs = write_report(summary, rows, out, progress, force=force)
     if as_json:
         typer.echo(

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from blobstate.blobstore.redact import redact
 from blobstate.cli.urls import URL_FORMS
 
 
@@ -70,12 +71,12 @@ def rescale(
         return
     if result.already:
         typer.echo(
-            f"checkpoint {result.url}: version {result.version} already has {partitions_done} partitions; "
-            "post-commit cleanup finished"
+            f"checkpoint {redact(result.url)}: version {result.version} already has {partitions_done}"
+            " partitions; post-commit cleanup finished"
         )
         return
     typer.echo(
-        f"checkpoint {result.url}: rescaled version {result.previous_version} from "
+        f"checkpoint {redact(result.url)}: rescaled version {result.previous_version} from "
         f"{result.old_partitions} to {result.new_partitions} partitions as version {result.version} "
         f"({result.records} records, {result.bytes_uploaded} bytes uploaded, {result.seconds:.1f}s)"
     )

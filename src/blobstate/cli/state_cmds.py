@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from blobstate.blobstore.redact import redact
 from blobstate.reader import StateReadError
 
 
@@ -25,14 +26,21 @@ def is_query_checkpoint(url: str) -> bool:
 
 def _need_partition(url: str, partition: int | None) -> int:
     if partition is None:
-        raise StateReadError(f"{url} is a query checkpoint: choose a partition with --partition P")
+        raise StateReadError(f"{redact(url)} is a query checkpoint: choose a partition with --partition P")
     return partition
+
+
+def _warn(info: dict[str, Any]) -> None:
+    """The first lines, on stderr: the checkpoint's newest commits were lost, or its log has holes (the
+    version shown as the newest then is not)."""
+    for line in info.get("warnings", ()):
+        typer.echo(f"warning: {redact(line)}", err=True)
 
 
 def _header(info: dict[str, Any]) -> str:
     span = f"{info['retained_from']}..{info['latest']}"
     return (
-        f"query checkpoint {info['url']}  operator {info['operator']}  partition {info['partition']}"
+        f"query checkpoint {redact(info['url'])}  operator {info['operator']}  partition {info['partition']}"
         f"  version {info['version']}, the state after batch {info['version'] - 1}"
         f" (uid {info['uid']}; retained versions {span})"
     )
@@ -57,6 +65,7 @@ def inspect_checkpoint(
     info = inspect_partition(
         url, _need_partition(url, partition), version=version, operator=operator, sample=sample
     )
+    _warn(info)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -104,6 +113,7 @@ def restore_checkpoint(
     info = restore_partition(
         url, directory, _need_partition(url, partition), version=version, operator=operator
     )
+    _warn(info)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from blobstate import defaults
 from blobstate.blobstore.azure_options import AZURE_CONF_PREFIX, azure_options_from_spark_conf
+from blobstate.blobstore.redact import redact
 from blobstate.blobstore.s3_options import S3OptionError, parse_s3_options
 from blobstate.blobstore.schemes import location_without_options, scheme_of
 from blobstate.errors import ConfigurationError
@@ -301,7 +302,7 @@ def checkpoint_store_url(checkpoint_url: str, config: QueryConfig) -> str:
     if config.blob_store_options:
         raise S3OptionError(
             f"blob_store_options {sorted(config.blob_store_options)} are S3 options, but the checkpoint"
-            f" {checkpoint_url!r} is not on S3: drop the keyword blob_store_options or the Spark conf"
+            f" {redact(checkpoint_url)!r} is not on S3: drop the keyword blob_store_options or the Spark conf"
             f" {S3_CONF_PREFIX}<option>"
         )
     return checkpoint_url

@@ -174,6 +174,9 @@ def transform_with_state(
     # One listing of commits/ at start (another after a rescale): holes in the retained window refuse
     # the start, and the cleanup prunes whatever a crash left below the horizon.
     scan = CommitLog(store).scan()
+    from blobstate.state.lost import check_not_lost
+
+    check_not_lost(store, scan, action="start a query on")  # a lost newest commit: read-only until decided
     num_partitions, rescaled = _layout_at_start(
         spark, store_url, metadata, scan.newest, config.operator, num_partitions, allow_rescale
     )

@@ -28,6 +28,22 @@ def register_reader(spark: Any) -> None:
     spark.dataSource.register(BlobstateDataSource)
 
 
+def _warn_if_lost(checkpoint: str) -> None:
+    """Warn (:class:`~blobstate.state.lost.LostCommitWarning`, and the log) when the checkpoint's newest
+    commits were lost or its commit log has holes: the version read as the newest is then not."""
+    import logging
+    import warnings
+
+    from blobstate.blobstore import open_blob_store
+    from blobstate.state.lost import LostCommitWarning, scan_for_loss
+
+    with open_blob_store(checkpoint) as store:
+        lines = scan_for_loss(store).warnings()
+    for line in lines:
+        logging.getLogger(__name__).warning("%s", line)
+        warnings.warn(LostCommitWarning(line), stacklevel=3)
+
+
 def read_state(
     spark: Any,
     checkpoint: str,
@@ -43,7 +59,9 @@ def read_state(
     ``version`` defaults to the latest committed one and must be retained; ``partition`` None reads every
     partition (in parallel, one Spark task each); ``state_var`` names the state variable (None: the only
     one); ``timers=True`` reads the registered timers instead. The request is checked here, on the
-    driver, so a mistake is one :class:`StateReadError` naming what exists.
+    driver, so a mistake is one :class:`StateReadError` naming what exists. When the checkpoint's newest
+    commits were lost (or its commit log has holes) it warns first
+    (:class:`~blobstate.state.lost.LostCommitWarning`): the version it reads as the latest is not.
     """
     from blobstate.reader.plan import plan_read
 
@@ -54,6 +72,7 @@ def read_state(
         checkpoint, version=version, operator=operator, partition=partition,
         state_var=TIMERS if timers else state_var,
     )  # fmt: skip
+    _warn_if_lost(checkpoint)
     register_reader(spark)
     reader = spark.read.format("blobstate").schema(plan.schema)
     options = {"version": str(plan.version), "operator": plan.operator, "stateVarName": plan.state_var}

@@ -60,6 +60,14 @@ def _where(checkpoint: CheckpointVersion, operator: str, partition: int) -> dict
     }
 
 
+def _loss_warnings(store: Any) -> list[str]:
+    """What a reader says first: the checkpoint's newest commits were lost, or its log has holes
+    (:meth:`blobstate.state.lost.LossScan.warnings`); empty when neither."""
+    from blobstate.state.lost import scan_for_loss
+
+    return scan_for_loss(store).warnings()
+
+
 def _load(report: Any) -> dict[str, Any]:
     return {
         "base": report.base or None,
@@ -100,12 +108,13 @@ def inspect_partition(
     """Each state variable of the partition at ``version`` (default: the latest) with its kind, schema,
     TTL, number of grouping keys and of rows (list elements, map entries), and its first ``sample`` rows;
     each adjunct store it holds with its keys (:func:`adjunct_stores`); the main rows held back for a
-    loading side stream (``held_rows``); the same for the registered timers. Everything as plain
-    JSON."""
+    loading side stream (``held_rows``); the same for the registered timers; ``warnings``: lost newest
+    commits or holes in the commit log (:func:`_loss_warnings`). Everything as plain JSON."""
     with open_blob_store(url) as store:
         checkpoint = open_version(store, version)
         op = choose_operator(checkpoint, operator)
         p = _one_partition(checkpoint, partition)
+        warnings = _loss_warnings(store)
         arity = len(checkpoint.key_columns(op))
         scratch = Path(tempfile.mkdtemp(prefix=f"blobstate-read-{p}-"))
         try:
@@ -146,6 +155,7 @@ def inspect_partition(
             shutil.rmtree(scratch, ignore_errors=True)
     return {
         **_where(checkpoint, op, p),
+        "warnings": warnings,
         "key_columns": checkpoint.key_columns(op),
         "load": _load(report),
         "state_variables": variables,
@@ -164,7 +174,8 @@ def restore_partition(
 ) -> dict[str, Any]:
     """Materialise the partition's RocksDB at ``version`` (default: the latest) in ``directory``, which must
     be empty or absent; it then holds a RocksDB database (open it with ``rocksdict``, read-only) and a
-    ``CHECKPOINT-ID`` naming ``<version>_<uid>``. Returns where it came from and how it was loaded."""
+    ``CHECKPOINT-ID`` naming ``<version>_<uid>``. Returns where it came from and how it was loaded, and
+    ``warnings`` (lost newest commits, holes in the commit log)."""
     from blobstate.state.localdirs import mark_clean
 
     directory = Path(directory)
@@ -176,6 +187,7 @@ def restore_partition(
         checkpoint = open_version(store, version)
         op = choose_operator(checkpoint, operator)
         p = _one_partition(checkpoint, partition)
+        warnings = _loss_warnings(store)
         scratch = Path(tempfile.mkdtemp(prefix=f"blobstate-read-{p}-"))
         try:
             loaded = restore_into(store, checkpoint, op, p, directory, scratch)
@@ -183,4 +195,9 @@ def restore_partition(
             mark_clean(directory, loaded.info)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    return {**_where(checkpoint, op, p), "directory": str(directory), "load": _load(loaded.report)}
+    return {
+        **_where(checkpoint, op, p),
+        "warnings": warnings,
+        "directory": str(directory),
+        "load": _load(loaded.report),
+    }

@@ -165,7 +165,8 @@ def plan_rescale(
     pending_ttl: float = DEFAULT_PENDING_TTL_SECONDS,
     legacy_zone: str | None = None,
 ) -> tuple[RescalePlan, Commit]:
-    """Check the checkpoint and fix the plan; raises :class:`RescaleError` naming what is wrong.
+    """Check the checkpoint and fix the plan; raises :class:`RescaleError` naming what is wrong, and
+    :class:`~blobstate.state.lost.LostCommitError` when newer commits than the newest one are known lost.
 
     A checkpoint of an earlier release keyed by a TIMESTAMP stores wall-clock readings of the zone its
     query ran in; its keys become instants in the same job, which needs that zone (``legacy_zone``: a
@@ -180,6 +181,9 @@ def plan_rescale(
         scan = log.scan()
     except IncompleteCommitLogError as error:
         raise RescaleError(f"cannot rescale {store.url}: {error}") from None
+    from blobstate.state.lost import check_not_lost
+
+    check_not_lost(store, scan, action="rescale")  # LostCommitError: its number would take a lost commit's
     newest = scan.newest
     if newest is None:
         raise RescaleError(

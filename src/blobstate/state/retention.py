@@ -21,9 +21,10 @@ cleanup ran (``version - min_versions_to_retain + 1``, never lower than the prev
    listing) prunes.
 
 Objects of attempts that were never committed are never referenced and never made permanent: they stay
-pending and expire. :func:`gc_checkpoint` (the ``gc`` command) first proves the commit log complete,
-finishes the newest commit's cleanup (so nothing a committed version references is still pending), and
-only then expires pending objects past their TTL; with ``full`` it also lists everything and deletes
+pending and expire. :func:`gc_checkpoint` (the ``gc`` command) first proves the commit log complete
+and refuses a checkpoint whose newer commits are known lost (:mod:`blobstate.state.lost`), finishes the
+newest commit's cleanup (so nothing a committed version references is still pending), and only then
+expires pending objects past their TTL; with ``full`` it also lists everything and deletes
 unreferenced objects that are no longer pending, never anything a retained version references.
 """
 
@@ -568,8 +569,11 @@ def referenced_by_retained(
 
 
 def _read_checkpoint(store: BlobStore) -> tuple[CommitLog, Commit | None]:
-    """The commit log and its newest commit (None: nothing committed), after proving the log complete."""
+    """The commit log and its newest commit (None: nothing committed), after proving the log complete
+    and that no newer commit is known lost (:func:`blobstate.state.lost.check_not_lost`: gc would sweep
+    what a lost commit references, and what its cleanup made permanent)."""
     from blobstate.lineage.commitlog import CommitLogError
+    from blobstate.state.lost import check_not_lost
 
     log_ = _commit_log(store)
     try:
@@ -582,15 +586,8 @@ def _read_checkpoint(store: BlobStore) -> tuple[CommitLog, Commit | None]:
         scan = log_.scan()
     except CommitLogError as error:
         raise GcRefusedError(f"gc refuses to touch {store.url}: {error}") from error
-    latest = scan.newest
-    if latest is None:
-        orphans = permanent_objects_without_commits(store)
-        if orphans:
-            raise GcRefusedError(
-                f"gc refuses to touch {store.url}: it has no commits but committed state objects "
-                f"(such as {orphans[0]}): was commits/ lost?"
-            )
-    return log_, latest
+    check_not_lost(store, scan, action="run gc on")  # with no commit at all too: was commits/ lost?
+    return log_, scan.newest
 
 
 def permanent_objects_without_commits(store: BlobStore) -> list[str]:
@@ -614,7 +611,8 @@ def gc_checkpoint(
 ) -> GcStats:
     """``blobstate gc`` on a query checkpoint.
 
-    1. Proves the commit log complete (no holes), else :class:`GcRefusedError` and nothing is touched.
+    1. Proves the commit log complete (no holes), else :class:`GcRefusedError`, and that no newer commit
+       is known lost, else :class:`~blobstate.state.lost.LostCommitError`; either way nothing is touched.
     2. Finishes the newest commit's post-commit cleanup, so nothing a retained version references is
        still pending (a crash after a commit and before its cleanup leaves exactly that).
     3. Expires pending objects past their TTL (backends without native expiry).

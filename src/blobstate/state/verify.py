@@ -15,7 +15,12 @@ lineage exactly as loading does, then checks every object the version reaches:
   readers parse it (:mod:`blobstate.stored_schema`; declarations only in a snapshot are not read);
 - blobs a snapshot index references must be present with the size the index records (one listing, no
   reads); with ``checksums=True`` every blob is read and checked against its CRC-32;
-- committed objects that still carry a TTL (and so would expire) are reported too;
+- committed objects that still carry a TTL (and so would expire) are reported too, except those the
+  newest commit (and, when it is a rescale, the commit before it) brought: their post-commit cleanup may
+  simply not have run yet (it runs after each commit, in the background with ``async_cleanup``, and the
+  next batch waits for it), which is information (``report.notes``, "cleanup pending"), not a problem;
+- permanent state objects of versions above the newest commit are the evidence of lost newest commits
+  (:mod:`blobstate.state.lost`): a problem per lost version unless an operator accepted the loss;
 - an operator's ``key_schema`` in ``metadata.json`` must parse as the state reader parses it.
 
 A committed snapshot that is missing or corrupt is a problem even when the version can still be rebuilt
@@ -32,7 +37,7 @@ from typing import Any
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.encoding.layout import META_CF, meta_key
 from blobstate.ids import CheckpointId
-from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name, delta_name, snapshot_name
+from blobstate.layout import METADATA, commit_name, delta_name, snapshot_name
 from blobstate.lineage.delta import DeltaFormatError, decode_delta
 from blobstate.state.chain import fetch_checked_delta, resolve_chain
 from blobstate.state.errors import StateLoadError
@@ -81,6 +86,25 @@ class VerifyReport:
     blob_bytes: int = 0
     blobs_read: bool = False
     ttl_checked: bool = True
+    cleanup_pending: list[str] = field(default_factory=list)
+    """Committed objects still pending because the newest commit's post-commit cleanup has not run yet."""
+    cleanup_pending_versions: set[int] = field(default_factory=set)
+    accepted_loss: list[str] = field(default_factory=list)
+    """Notes on lost commits an operator accepted (``blobstate accept-loss``)."""
+
+    @property
+    def notes(self) -> list[str]:
+        """Information that is no problem: a post-commit cleanup not run yet, an accepted loss."""
+        out = list(self.accepted_loss)
+        if self.cleanup_pending:
+            versions = ", ".join(map(str, sorted(self.cleanup_pending_versions)))
+            out.append(
+                f"cleanup pending: {len(self.cleanup_pending)} committed objects of version(s) {versions} "
+                f"(such as {self.cleanup_pending[0]}) still carry their pending TTL: the post-commit "
+                "cleanup of the newest commit has not run yet (a running query runs it after each commit; "
+                f"for a stopped one, `blobstate gc {self.url}` or the query's next start finishes it)"
+            )
+        return out
 
     @property
     def ok(self) -> bool:
@@ -127,8 +151,11 @@ class _Checker:
         sizes: dict[str, int],
         checksums: bool,
         check_ttl: bool,
+        fresh: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
+        self.fresh = fresh
+        """Deltas and snapshot indexes the newest commit(s) brought: pending until their cleanup runs."""
         self.report = report
         self.history = history
         self.operator = history.operator
@@ -194,7 +221,7 @@ class _Checker:
             self.problem(name, f"corrupt: {error.problem}", cid)
             return
         self.declarations(name, cid, delta.records)
-        self.pending(name, cid)
+        self.pending(name, cid, fresh=name in self.fresh)
 
     def declarations(self, name: str, cid: CheckpointId, records: list[Any]) -> None:
         """State variable declarations the delta writes to ``$meta`` must read back as readers and a
@@ -231,18 +258,21 @@ class _Checker:
             return False
         self.report.indexes_read += 1
         self.report.index_bytes += chain.refs[cid].snapshot.size
-        self.pending(name, cid)
+        fresh = name in self.fresh
+        self.pending(name, cid, fresh=fresh)
         good = True
         for path, f in index.iter_present_files():
             for blob, length in f.chunks():
                 good &= self.blob(
-                    blob.blob_id, blob.checksum, length, f"chunk of file {path!r} of {name}", cid
+                    blob.blob_id, blob.checksum, length, f"chunk of file {path!r} of {name}", cid, fresh
                 )
         if not good:
             self.faulty.add(name)
         return good
 
-    def blob(self, blob_id: str, checksum: int, length: int, what: str, cid: CheckpointId) -> bool:
+    def blob(
+        self, blob_id: str, checksum: int, length: int, what: str, cid: CheckpointId, fresh: bool = False
+    ) -> bool:
         if blob_id in self.seen:
             return blob_id not in self.faulty
         self.seen.add(blob_id)
@@ -271,7 +301,7 @@ class _Checker:
                     cid,
                 )
                 return False
-        self.pending(blob_id, cid)
+        self.pending(blob_id, cid, fresh=fresh)
         return True
 
     def repairable(self, cid: CheckpointId, bad: CheckpointId) -> None:
@@ -297,15 +327,22 @@ class _Checker:
                 problem.uid,
             )
 
-    def pending(self, name: str, cid: CheckpointId) -> None:
+    def pending(self, name: str, cid: CheckpointId, *, fresh: bool = False) -> None:
+        """A committed object must not carry a TTL, unless the newest commit(s) brought it (``fresh``):
+        then its post-commit cleanup may not have run yet, which is information."""
         if not self.check_ttl:
             return
         try:
             if self.store.has_ttl(name):
+                if fresh:
+                    self.report.cleanup_pending.append(name)
+                    self.report.cleanup_pending_versions.add(cid.version)
+                    return
                 self.problem(
                     name,
-                    f"committed but still pending: it will expire (run `blobstate gc {self.store.url}` "
-                    "to finish post-commit cleanup)",
+                    "committed but still pending: it will expire; the post-commit cleanup of a newer "
+                    f"commit should have made it permanent (did a cleanup fail?): run `blobstate gc "
+                    f"{self.store.url}` to finish post-commit cleanup",
                     cid,
                 )
         except BlobNotFoundError:
@@ -325,31 +362,54 @@ def _cid_of(error: StateLoadError, default: CheckpointId) -> CheckpointId:
     return cid if isinstance(cid, CheckpointId) else default
 
 
-def _lost_newer_commits(store: BlobStore, latest: int) -> list[Problem]:
-    """Committed (permanent) state objects of versions above the newest commit: its successors were lost."""
-    from blobstate.state.retention import STATE_OBJECT_RE
+def _lost_newer_commits(store: BlobStore, scan: Any, report: VerifyReport) -> None:
+    """Permanent state objects of versions above the newest commit: newer commits were lost (a problem
+    per version), unless an operator accepted their loss (a note). :mod:`blobstate.state.lost` finds
+    them, as every command that writes does before it refuses such a checkpoint."""
+    from blobstate.state.lost import scan_for_loss
 
-    newer: dict[int, str] = {}
-    for name in store.list("state/"):
-        match = STATE_OBJECT_RE.fullmatch(name)
-        if match and int(match.group(3)) > latest:
-            newer.setdefault(int(match.group(3)), name)
-    problems = []
-    for version, name in sorted(newer.items()):
-        try:
-            permanent = not store.has_ttl(name)
-        except BlobNotFoundError:
-            continue
-        if permanent:
-            problems.append(
-                Problem(
-                    commit_name(version),
-                    f"missing: {name} of version {version} was committed, but the commit log ends at "
-                    f"version {latest} (newer commits were lost)",
-                    version=version,
-                )
+    found = scan_for_loss(store, scan)
+    report.accepted_loss += found.notes()
+    first: dict[int, str] = {}
+    for attempt in sorted(found.lost):
+        first.setdefault(attempt.version, attempt.name)
+    for version, name in sorted(first.items()):
+        report.problems.append(
+            Problem(
+                commit_name(version),
+                f"missing: {name} of version {version} was committed, but the commit log "
+                f"{_ends(found.newest)} (newer commits were lost); {found.way_out()}",
+                version=version,
             )
-    return problems
+        )
+
+
+def _ends(newest: int) -> str:
+    return f"ends at version {newest}" if newest else "has no commit (was commits/ lost?)"
+
+
+def _fresh_objects(cache: CommitCache, newest: Any) -> frozenset[str]:
+    """The deltas and snapshot indexes the newest commit brought (its own and the snapshots it names
+    late), and, when it is a rescale, those of the commit before it: the objects whose post-commit
+    cleanup may not have run yet."""
+    commits = [newest]
+    if newest.rescaled:
+        with contextlib.suppress(Exception):  # an unreadable commit is reported on its own
+            before = cache.commit(newest.version - 1)
+            if before is not None:
+                commits.append(before)
+    names: set[str] = set()
+    for commit in commits:
+        for op, parts in commit.objects.items():
+            for p, refs in parts.items():
+                cid = CheckpointId(commit.version, commit.checkpoints[op][p])
+                names.add(delta_name(op, p, cid))
+                if refs.snapshot is not None:
+                    names.add(snapshot_name(op, p, cid))
+                if refs.late_snapshot is not None:
+                    late = CheckpointId(refs.late_snapshot.version, refs.late_snapshot.uid)
+                    names.add(snapshot_name(op, p, late))
+    return frozenset(names)
 
 
 def _commits(store: BlobStore) -> Any:
@@ -399,20 +459,12 @@ def verify(
         report.problems.append(Problem(METADATA, f"unreadable: {error}"))
         return report
     _key_schemas(store, metadata.operators, report)
+    from blobstate.lineage.commitlog import LogScan
+
     versions = log_.versions()
     present = set(versions)
     if not versions:
-        from blobstate.state.retention import permanent_objects_without_commits
-
-        orphans = permanent_objects_without_commits(store)
-        if orphans:
-            report.problems.append(
-                Problem(
-                    COMMITS_PREFIX,
-                    f"no commits, but {len(orphans)} committed state objects such as {orphans[0]} "
-                    "(was commits/ lost?)",
-                )
-            )
+        _lost_newer_commits(store, LogScan([], None), report)  # was commits/ lost?
         return report
     latest = versions[-1]
     try:
@@ -440,9 +492,10 @@ def verify(
                 cache.commit(version)
             except CommitLogError as error:
                 report.problems.append(Problem(commit_name(version), f"unreadable: {error}", version=version))
-    report.problems += _lost_newer_commits(store, latest)
+    _lost_newer_commits(store, LogScan(versions, newest), report)
     if report.problems:
         return report
+    fresh = _fresh_objects(cache, newest)
     sizes = store.list_sizes("blobs/")
     # Each partition layout in the retained window (a rescale starts a new one) is checked with its own
     # partitions: versions before a rescale with the old ones, from it on with the new ones.
@@ -456,7 +509,7 @@ def verify(
                     continue
                 report.partitions += 1
                 history = PartitionHistory(cache, op, p, layout_from=lay.start)
-                checker = _Checker(store, report, history, sizes, checksums, check_ttl)
+                checker = _Checker(store, report, history, sizes, checksums, check_ttl, fresh)
                 for version in range(lay.end, max(lay.start, newest.retained_from) - 1, -1):
                     report.versions_checked += 1
                     uid = history.uid(version)
