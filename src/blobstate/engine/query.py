@@ -354,11 +354,12 @@ def _struct_type(spark: SparkSession, schema: StructType | str) -> StructType:
 
 
 def instant_keys(df: DataFrame, key_columns: Sequence[str]) -> tuple[int, ...]:
-    """The positions of ``df``'s TIMESTAMP key columns: instants, stored by their UTC reading."""
-    from pyspark.sql.types import TimestampType
+    """The positions of ``df``'s key columns that are or hold a TIMESTAMP: instants, stored by their UTC
+    reading."""
+    from blobstate.rescale.keys import holds_instant
 
     types = {f.name: f.dataType for f in df.schema.fields}
-    return tuple(i for i, k in enumerate(key_columns) if isinstance(types.get(k), TimestampType))
+    return tuple(i for i, k in enumerate(key_columns) if k in types and holds_instant(types[k]))
 
 
 def _session_time_zone(spark: SparkSession) -> str:

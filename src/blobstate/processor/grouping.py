@@ -151,15 +151,21 @@ def instants(column: pa.ChunkedArray | pa.Array) -> list[object]:
     return [None if v is None else pd.Timestamp(v, unit="us") for v in micros.to_pylist()]
 
 
+def _holds_instant(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return t.tz is not None
+    if pa.types.is_struct(t):
+        return any(_holds_instant(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _holds_instant(t.value_type)
+    return False
+
+
 def instant_key_columns(schema: pa.Schema, key_columns: Sequence[str]) -> tuple[int, ...]:
-    """The positions in ``key_columns`` of Spark TIMESTAMP columns (an Arrow timestamp with a zone):
-    their keys are instants, stored by their UTC reading, not by the session zone's wall clock."""
-    out = []
-    for i, name in enumerate(key_columns):
-        t = schema.field(name).type
-        if pa.types.is_timestamp(t) and t.tz is not None:
-            out.append(i)
-    return tuple(out)
+    """The positions in ``key_columns`` of columns that are or hold a Spark TIMESTAMP (an Arrow timestamp
+    with a zone): their keys are instants, stored by their UTC reading, not by the session zone's wall
+    clock."""
+    return tuple(i for i, name in enumerate(key_columns) if _holds_instant(schema.field(name).type))
 
 
 def group_by_key(
@@ -194,7 +200,9 @@ def group_by_key(
     stored_values = list(key_values)
     taken = pa.array(starts, type=pa.int64())
     for i in stored:
-        stored_values[i] = instants(table.column(key_columns[i]).take(taken))
+        column = table.column(key_columns[i]).take(taken)
+        # Arrow's own values: a TIMESTAMP as an aware time (an instant), also inside a struct
+        stored_values[i] = instants(column) if pa.types.is_timestamp(column.type) else column.to_pylist()
     key_bytes = [encode(k) for k in zip(*stored_values, strict=True)]
     return Groups(frame, keys, key_bytes, starts, ends, max_rows)
 

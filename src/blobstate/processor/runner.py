@@ -332,7 +332,7 @@ def _handler_key(key: Key, instant_keys: tuple[int, ...], api: str, timezone: st
     out = list(key)
     for i in instant_keys:
         value = out[i]
-        if value is None:
+        if value is None or isinstance(value, tuple):  # a struct holding a TIMESTAMP: kept as stored
             continue
         ts = pd.Timestamp(value)
         local = (ts.tz_localize("UTC") if ts.tz is None else ts).tz_convert(timezone)

@@ -86,7 +86,8 @@ class RescalePlan:
     def key_form(self, op: str) -> KeyForm:
         """How the stored grouping keys of operator ``op`` become the keys the new version stores."""
         schema = parse_stored_schema(self.key_schemas[op], where=f"key_schema of operator {op}")
-        return KeyForm(len(schema.fields), timestamp_positions(schema), self.legacy_zone)
+        types = tuple(f.dataType for f in schema.fields)
+        return KeyForm(len(schema.fields), timestamp_positions(schema), self.legacy_zone, types)
 
     @property
     def new_version(self) -> int:

@@ -33,9 +33,20 @@ from pyspark.sql.types import (
 from blobstate.encoding.codec import Key, decode_key, encode_key
 
 
+def holds_instant(dtype: DataType) -> bool:
+    """Whether ``dtype`` is a TIMESTAMP (an instant; TIMESTAMP_NTZ is a wall-clock value) or holds one."""
+    if isinstance(dtype, TimestampType):
+        return True
+    if isinstance(dtype, StructType):
+        return any(holds_instant(f.dataType) for f in dtype.fields)
+    if isinstance(dtype, ArrayType):
+        return holds_instant(dtype.elementType)
+    return False
+
+
 def timestamp_positions(schema: StructType) -> tuple[int, ...]:
-    """The positions of ``schema``'s TIMESTAMP columns (instants; TIMESTAMP_NTZ is a wall-clock value)."""
-    return tuple(i for i, f in enumerate(schema.fields) if isinstance(f.dataType, TimestampType))
+    """The positions of ``schema``'s columns that are or hold a TIMESTAMP."""
+    return tuple(i for i, f in enumerate(schema.fields) if holds_instant(f.dataType))
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,8 @@ class KeyForm:
     arity: int
     positions: tuple[int, ...] = ()
     legacy_zone: str | None = None
+    types: tuple[DataType, ...] = ()
+    """The key columns' Spark types (where TIMESTAMPs sit inside a struct or an array)."""
     """The zone an earlier release's naive readings are of (None: the keys are already instants)."""
 
     @property
@@ -71,9 +84,21 @@ class KeyForm:
             return kb, key
         out = list(key)
         for i in self.positions:
-            out[i] = self.instant(out[i])
+            out[i] = self._convert(out[i], self.types[i]) if self.types else self.instant(out[i])
         converted = tuple(out)
         return encode_key(converted), converted
+
+
+    def _convert(self, value: Any, dtype: DataType) -> Any:
+        if value is None:
+            return None
+        if isinstance(dtype, TimestampType):
+            return self.instant(value)
+        if isinstance(dtype, StructType):
+            return tuple(self._convert(v, f.dataType) for v, f in zip(value, dtype.fields, strict=True))
+        if isinstance(dtype, ArrayType):
+            return tuple(self._convert(v, dtype.elementType) for v in value)
+        return value
 
 
 def _arrow_value(value: Any, dtype: DataType) -> Any:
@@ -121,4 +146,4 @@ def key_columns(keys: Sequence[Key], schema: StructType, fields: Sequence[pa.Fie
     return out
 
 
-__all__ = ["KeyForm", "key_arrow_fields", "key_columns", "timestamp_positions"]
+__all__ = ["KeyForm", "holds_instant", "key_arrow_fields", "key_columns", "timestamp_positions"]
