@@ -146,6 +146,10 @@ def _parse(block: Block) -> object:
         return parse_commit(data, f"commits/{obj['version']}.json", obj["version"], metadata)
     if "index_checksum" in obj:
         return parse_head(data, head_name(obj["version"]), obj["version"])
+    if "lost" in obj:
+        from blobstate.state.lost import parse_acceptance
+
+        return parse_acceptance(data, f"accepted-loss/{obj['version']}_{'a' * 32}.json")
     raise AssertionError(f"{block.where}: no parser for this JSON block: validate it here or mark it not run")
 
 

@@ -20,6 +20,7 @@ from blobstate.lineage.delta import FORMAT_VERSION as DELTA_FORMAT_VERSION
 from blobstate.snapshot.heads import HEAD_FORMAT_VERSION, HEAD_FORMATS_READ
 from blobstate.snapshot.index import SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 from blobstate.snapshot.repository import REPOSITORY_FORMAT_VERSION, REPOSITORY_MARKER
+from blobstate.state.lost import ACCEPTANCE_FORMAT_VERSION, ACCEPTANCE_FORMATS_READ
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ STORED_FORMATS: tuple[StoredFormat, ...] = (
         "snapshot indexes `.snapshot` (`schemaVersion`)",
         f"{SCHEMA_VERSION}",
         tuple(sorted(SUPPORTED_SCHEMA_VERSIONS)),
+    ),
+    StoredFormat(
+        "accepted losses `accepted-loss/<v>_<uid>.json`",
+        f"{ACCEPTANCE_FORMAT_VERSION}",
+        tuple(ACCEPTANCE_FORMATS_READ),
     ),
     StoredFormat(
         f"backup repository marker `{REPOSITORY_MARKER}`",

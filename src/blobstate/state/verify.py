@@ -37,7 +37,7 @@ from typing import Any
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.encoding.layout import META_CF, meta_key
 from blobstate.ids import CheckpointId
-from blobstate.layout import METADATA, commit_name, delta_name, snapshot_name
+from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name, delta_name, snapshot_name
 from blobstate.lineage.delta import DeltaFormatError, decode_delta
 from blobstate.state.chain import fetch_checked_delta, resolve_chain
 from blobstate.state.errors import StateLoadError
@@ -88,7 +88,9 @@ class VerifyReport:
     ttl_checked: bool = True
     cleanup_pending: list[str] = field(default_factory=list)
     """Committed objects still pending because the newest commit's post-commit cleanup has not run yet."""
-    cleanup_pending_versions: set[int] = field(default_factory=set)
+    cleanup_commits: list[int] = field(default_factory=list)
+    """The versions of the commits whose objects may be pending (their cleanup not run yet): the newest,
+    and the one before it when the newest is a rescale."""
     accepted_loss: list[str] = field(default_factory=list)
     """Notes on lost commits an operator accepted (``blobstate accept-loss``)."""
 
@@ -97,12 +99,12 @@ class VerifyReport:
         """Information that is no problem: a post-commit cleanup not run yet, an accepted loss."""
         out = list(self.accepted_loss)
         if self.cleanup_pending:
-            versions = ", ".join(map(str, sorted(self.cleanup_pending_versions)))
+            commits = " and ".join(commit_name(v) for v in self.cleanup_commits)
             out.append(
-                f"cleanup pending: {len(self.cleanup_pending)} committed objects of version(s) {versions} "
-                f"(such as {self.cleanup_pending[0]}) still carry their pending TTL: the post-commit "
-                "cleanup of the newest commit has not run yet (a running query runs it after each commit; "
-                f"for a stopped one, `blobstate gc {self.url}` or the query's next start finishes it)"
+                f"cleanup pending: {len(self.cleanup_pending)} objects {commits} references (such as "
+                f"{self.cleanup_pending[0]}) still carry their pending TTL: the post-commit cleanup of the "
+                "newest commit has not run yet (a running query runs it after each commit; for a stopped "
+                f"one, `blobstate gc {self.url}` or the query's next start finishes it)"
             )
         return out
 
@@ -336,7 +338,6 @@ class _Checker:
             if self.store.has_ttl(name):
                 if fresh:
                     self.report.cleanup_pending.append(name)
-                    self.report.cleanup_pending_versions.add(cid.version)
                     return
                 self.problem(
                     name,
@@ -370,6 +371,14 @@ def _lost_newer_commits(store: BlobStore, scan: Any, report: VerifyReport) -> No
 
     found = scan_for_loss(store, scan)
     report.accepted_loss += found.notes()
+    if found.lost and not found.newest:
+        report.problems.append(
+            Problem(
+                COMMITS_PREFIX,
+                f"no commits, but {found.evidence()} (was commits/ lost?); {found.way_out()}",
+            )
+        )
+        return
     first: dict[int, str] = {}
     for attempt in sorted(found.lost):
         first.setdefault(attempt.version, attempt.name)
@@ -377,21 +386,17 @@ def _lost_newer_commits(store: BlobStore, scan: Any, report: VerifyReport) -> No
         report.problems.append(
             Problem(
                 commit_name(version),
-                f"missing: {name} of version {version} was committed, but the commit log "
-                f"{_ends(found.newest)} (newer commits were lost); {found.way_out()}",
+                f"missing: {name} of version {version} was committed, but the commit log ends at "
+                f"version {found.newest} (newer commits were lost); {found.way_out()}",
                 version=version,
             )
         )
 
 
-def _ends(newest: int) -> str:
-    return f"ends at version {newest}" if newest else "has no commit (was commits/ lost?)"
-
-
-def _fresh_objects(cache: CommitCache, newest: Any) -> frozenset[str]:
+def _fresh_objects(cache: CommitCache, newest: Any, report: VerifyReport) -> frozenset[str]:
     """The deltas and snapshot indexes the newest commit brought (its own and the snapshots it names
     late), and, when it is a rescale, those of the commit before it: the objects whose post-commit
-    cleanup may not have run yet."""
+    cleanup may not have run yet (their commits' versions go to ``report.cleanup_commits``)."""
     commits = [newest]
     if newest.rescaled:
         with contextlib.suppress(Exception):  # an unreadable commit is reported on its own
@@ -399,6 +404,7 @@ def _fresh_objects(cache: CommitCache, newest: Any) -> frozenset[str]:
             if before is not None:
                 commits.append(before)
     names: set[str] = set()
+    report.cleanup_commits = sorted(c.version for c in commits)
     for commit in commits:
         for op, parts in commit.objects.items():
             for p, refs in parts.items():
@@ -495,7 +501,7 @@ def verify(
     _lost_newer_commits(store, LogScan(versions, newest), report)
     if report.problems:
         return report
-    fresh = _fresh_objects(cache, newest)
+    fresh = _fresh_objects(cache, newest, report)
     sizes = store.list_sizes("blobs/")
     # Each partition layout in the retained window (a rescale starts a new one) is checked with its own
     # partitions: versions before a rescale with the old ones, from it on with the new ones.
