@@ -1,0 +1,102 @@
+"""Secrets kept out of messages: :func:`redact` masks, with ``***``, every secret a blob store URL or an
+endpoint can carry, in a URL alone or anywhere in the text of a message.
+
+It masks:
+
+* a URL's userinfo, user and password both: ``s3://KEY:SECRET@bucket/p`` is ``s3://***@bucket/p`` and
+  ``http://user:password@host:9000`` is ``http://***@host:9000`` (also when the password holds a ``/``,
+  as AWS secrets may, which a URL parser reads as the start of the path). The one userinfo kept is an
+  Azure URL's container (``az://container@account.blob.core.windows.net/p``, ``abfss://``, ``wasbs://``),
+  when it is a valid container name;
+* in a URL's query, the value of every parameter named as a secret: ``secret_access_key``,
+  ``session_token``, ``access_key_id``, ``sas_token``, ``account_key``, ``connection_string``, a SAS
+  ``sig`` and any name containing ``secret``, ``token``, ``key``, ``passw``, ``pwd``, ``sig``,
+  ``credential`` or ``auth``; in every other parameter, a URL given as the value (``endpoint_url=``
+  ``http://user:pass@host``, percent-encoded or not) is redacted in turn;
+* outside URLs, ``name=value`` pairs whose name says secret (a connection string's ``AccountKey=...``
+  and ``SharedAccessSignature=...``, ``sig=...``, ``Signature=...``, ``password=...``) and a bare
+  ``user:password@host`` (botocore quotes an invalid bucket name ``KEY:SECRET@bucket`` so).
+
+It recognizes these forms, not the secrets' values: code never puts a secret value into a message on
+purpose; this is what keeps one out when it hides in a URL, an endpoint or a library's error text.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, unquote
+
+MASK = "***"
+"""What a secret is replaced with."""
+
+_URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*)://(\S*)")
+_TRAILING = "'\")]}>,.:;!"
+"""Punctuation a message puts right after a URL (a closing quote or bracket), kept out of the URL."""
+_AZURE_SCHEMES = frozenset({"az", "abfs", "abfss", "wasb", "wasbs"})
+_CONTAINER = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root")
+_SECRET_PARAM = re.compile(r"secret|token|key|passw|pwd|sig|credential|auth|connection_?string", re.I)
+_PAIR = re.compile(r"(?<![\w.\-])([\w.\-]{1,64})=([^\s&;'\"]+)")
+_SECRET_PAIR_NAME = re.compile(
+    r"secret|token|passw|signature|accountkey|account_key|connection_?string", re.I
+)
+_BARE_USERINFO = re.compile(r"(?<![\w/:@*.%+\-])[^\s/?#'\"@:=&;,()<>\[\]]+:(?!//)[^\s?#'\"@]+@(?=[\w\[])")
+
+
+def redact(text: str) -> str:
+    """``text`` (a URL, an endpoint or a whole message) with every secret a URL can carry masked.
+
+    See the module's docstring for the forms it masks. Idempotent; text without such forms is returned
+    unchanged.
+    """
+    text = _URL.sub(_redact_url, text)
+    text = _PAIR.sub(_mask_pair, text)
+    return _BARE_USERINFO.sub(f"{MASK}@", text)
+
+
+def _redact_url(match: re.Match[str]) -> str:
+    scheme, rest = match.group(1), match.group(2)
+    body = rest.rstrip(_TRAILING)
+    tail = rest[len(body) :]
+    body = _mask_userinfo(scheme.lower(), body)
+    location, question, query = body.partition("?")
+    if question:
+        query = "".join(_mask_parameter(part) for part in re.split(r"([&;])", query))
+    return f"{scheme}://{location}{question}{query}{tail}"
+
+
+def _mask_pair(match: re.Match[str]) -> str:
+    """A ``name=value`` outside a URL's query, its value masked if the name says secret."""
+    name, value = match.group(1), match.group(2)
+    if name.lower() == "sig" or _SECRET_PAIR_NAME.search(name):
+        return f"{name}={MASK}{value[len(value.rstrip(_TRAILING)) :]}"
+    return match.group(0)
+
+
+def _mask_userinfo(scheme: str, body: str) -> str:
+    """``body`` (what follows ``scheme://``) with its userinfo masked."""
+    authority = re.split(r"[/?#]", body, maxsplit=1)[0]
+    if "@" in authority:
+        userinfo, _, _ = authority.rpartition("@")
+        if scheme in _AZURE_SCHEMES and _CONTAINER.fullmatch(userinfo):
+            return body  # az://container@account...: the container, not a user
+        return f"{MASK}@{body[len(userinfo) + 1 :]}"
+    host, colon, port = authority.rpartition(":")
+    if colon and host and not port.isdigit() and "@" in body:
+        # user:pass/word@host: the parser's authority ends at the password's "/"; mask up to the last "@"
+        return f"{MASK}@{body.rpartition('@')[2]}"
+    return body
+
+
+def _mask_parameter(part: str) -> str:
+    """One ``name=value`` of a query (or a separator) with a secret value or a URL's secrets masked."""
+    name, equals, value = part.partition("=")
+    if not equals:
+        return part
+    if _SECRET_PARAM.search(unquote(name)):
+        return f"{name}={MASK}"
+    plain = unquote(value)
+    if "@" in plain or "=" in plain:
+        masked = redact(plain)
+        if masked != plain:
+            return f"{name}={masked if plain == value else quote(masked, safe='*')}"
+    return part
