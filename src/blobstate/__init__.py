@@ -45,7 +45,10 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from blobstate.reader import read_state as read_state
     from blobstate.reader import register_reader as register_reader
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+"""This release. Written here only: ``pyproject.toml`` reads it (``[tool.setuptools.dynamic]``) into the
+distribution's metadata, and ``blobstate --version`` prints it with the stored formats this release writes
+and reads (:mod:`blobstate.formats`). A release that changes a format it writes or reads gets a new one."""
 
 _EXPORTS = {
     "transform_with_state": "blobstate.engine.query",

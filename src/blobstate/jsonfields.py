@@ -37,6 +37,24 @@ def load_strict_json(data: bytes, fail: Fail) -> object:
         fail("", "not valid JSON: nested too deeply")
 
 
+def mib(size: int) -> str:
+    """``16 MiB``, ``1.5 MiB``: a byte count in MiB, for messages about size bounds."""
+    return f"{size / (1 << 20):,.{0 if size % (1 << 20) == 0 else 1}f} MiB"
+
+
+def check_record_size(size: int, bound: int, fail: Fail, *, read: bool) -> None:
+    """Refuse a record of ``size`` bytes above ``bound`` (``fail("", problem)``) before it is parsed: a
+    JSON record takes about 4.4 times its size in memory once parsed. ``read``: whether its bytes were
+    already read (else the size came from a listing and the object was not read)."""
+    if size > bound:
+        how = "read but not parsed" if read else "not read"
+        fail(
+            "",
+            f"{size:,} bytes, above the {bound:,} bytes ({mib(bound)}) a reader accepts for it ({how}): "
+            "no record blobstate writes is that large, so it was not written by blobstate or is damaged",
+        )
+
+
 def is_int(value: object) -> bool:
     """An int that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -125,4 +143,4 @@ class JsonFields:
         return value
 
 
-__all__ = ["Fail", "JsonFields", "is_int", "load_strict_json"]
+__all__ = ["Fail", "JsonFields", "check_record_size", "is_int", "load_strict_json", "mib"]

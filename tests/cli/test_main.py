@@ -73,15 +73,18 @@ def test_the_console_script_exits_non_zero_with_one_line(tmp_path: Path) -> None
 
 
 def test_version_names_the_release_and_every_stored_format(capsys: pytest.CaptureFixture[str]) -> None:
-    from importlib.metadata import version
-
+    from blobstate import __version__
+    from blobstate.formats import plain_lines
     from blobstate.lineage.commitlog import COMMIT_FORMATS_READ, METADATA_FORMAT_VERSION
 
+    # Issue 32: every release called itself 0.1.0 although releases read and write different formats.
+    assert __version__ != "0.1.0"
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0
     first, *rest = capsys.readouterr().out.strip().splitlines()
-    assert first == f"blobstate {version('blobstate')}"
+    assert first.split(" (")[0] == f"blobstate {__version__}"
+    assert [line.strip() for line in rest[1:]] == plain_lines()
     lines = [line.strip() for line in rest[1:]]
     assert f"metadata.json: writes {METADATA_FORMAT_VERSION}; reads {METADATA_FORMAT_VERSION}" in lines
     reads = ", ".join(str(v) for v in COMMIT_FORMATS_READ)
@@ -90,6 +93,38 @@ def test_version_names_the_release_and_every_stored_format(capsys: pytest.Captur
     )
     for what in ("deltas", "snapshot indexes", "backup repository marker", "backup heads"):
         assert any(line.startswith(what) for line in lines), (what, lines)
+
+
+def test_version_says_when_the_installed_metadata_names_another_release(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.metadata
+
+    from blobstate import __version__
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.1")
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"blobstate {__version__} (installed metadata says 0.0.1: reinstall blobstate)"
+
+
+def test_the_release_is_written_once() -> None:
+    """``blobstate.__version__`` is the only place the release is written: ``pyproject.toml`` reads it
+    (setuptools' ``attr``), ``setup.py`` names none, and the README's examples show it."""
+    import re
+    import tomllib
+
+    from blobstate import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "blobstate.__version__"}
+    assert "version=" not in (root / "setup.py").read_text().replace(" ", "")
+    readme = (root / "README.md").read_text()
+    shown = set(re.findall(r"blobstate[- ](\d+\.\d+\.\d+)", readme))
+    assert shown == {__version__}, shown
 
 
 def test_the_readme_shows_the_stored_formats_version_prints() -> None:

@@ -31,7 +31,15 @@ def _version_row(
 
     operator, partition = history.operator, history.partition
     cid = CheckpointId(version, uid)
-    row: dict[str, Any] = {"version": version, "uid": uid, "checkpoint_id": cid.name}
+    commit = history.commit(version)
+    assert commit is not None  # the uid came from it
+    row: dict[str, Any] = {
+        "version": version,
+        "batch_id": commit.batch_id,
+        "rescale": commit.rescaled,
+        "uid": uid,
+        "checkpoint_id": cid.name,
+    }
     dname = delta_name(operator, partition, cid)
     try:
         data = store.get(dname)
@@ -79,7 +87,8 @@ def collect_lineage(
 ) -> dict[str, Any]:
     """Committed versions (newest first, at most ``limit``) of every partition, with uids and sizes.
 
-    With ``version`` the listing starts at that version instead of the newest one.
+    With ``version`` the listing starts at that version instead of the newest one. ``batch_id`` and
+    ``rescale`` are the newest commit's (its recorded batch; after a rescale no longer ``latest - 1``).
     """
     from blobstate.lineage.commitlog import CommitLog
     from blobstate.state.history import CommitCache, PartitionHistory
@@ -90,6 +99,7 @@ def collect_lineage(
     if latest is None or latest < 1:
         return out
     newest = log_.read_commit(latest)
+    out["batch_id"], out["rescale"] = newest.batch_id, newest.rescaled
     cache = CommitCache(log_, {latest: newest})
     top = latest if version is None else version
     # The partitions of the listing's first version; each listing stops where their layout starts (a
@@ -255,7 +265,7 @@ def _version_line(row: Any) -> str:
         f"{row.batch_id:>7}  {row.version:>7}  {_time(row.created_time_ms):<19}"
         f"  {_fmt(row.input_rows, ','):>10}  {_fmt(row.output_rows, ','):>10}  {_fmt(row.seconds, '.3f'):>8}"
         f"  {_size(row.bytes_uploaded):>11}  {_fmt(row.restore_seconds, '.3f'):>9}  {row.checkpoint_kind}"
-        + (f" (rescale to {row.num_partitions} partitions)" if row.rescale else "")
+        + (f" (rescale of batch {row.batch_id} to {row.num_partitions} partitions)" if row.rescale else "")
     )
 
 
@@ -364,9 +374,11 @@ def _listing(
     if not result["latest"]:
         typer.echo("no committed versions")
         return
+    from blobstate.cli.phrases import state_phrase
+
     latest = result["latest"]
     newest = "newest readable version (newer commits were lost)" if lost else "newest committed version"
-    typer.echo(f"{newest}: {latest} (the state after batch {latest - 1})")
+    typer.echo(f"{newest}: {latest} ({state_phrase(result['batch_id'], rescale=result['rescale'])})")
     if partition is None or version is not None:
         typer.echo(_HEADER)
         for row in rows:
@@ -386,18 +398,24 @@ def _listing(
 
 
 def _partition_listing(result: dict[str, Any]) -> None:
-    """Each selected partition's versions: uid, delta size, snapshot size and restore chain."""
+    """Each selected partition's versions: the batch its commit records (or the rescale of one), uid,
+    delta size, snapshot size and restore chain."""
+    from blobstate.cli.phrases import batch_label
+
     for part in result["partitions"]:
         typer.echo(f"operator {part['operator']} partition {part['partition']}:")
-        for row in part["versions"]:
-            batch = f"batch {row['version'] - 1}"
+        labels = [batch_label(row["batch_id"], rescale=row["rescale"]) for row in part["versions"]]
+        width = max((len(label) for label in labels), default=0)
+        for row, batch in zip(part["versions"], labels, strict=True):
             if row.get("cleaned_up"):
-                typer.echo(f"  {batch:>11}  {row['checkpoint_id']:<44} (cleaned up by retention)")
+                typer.echo(f"  {batch:>{width}}  {row['checkpoint_id']:<44} (cleaned up by retention)")
                 continue
             delta = "-" if row.get("delta_bytes") is None else f"{row['delta_bytes']:,} B"
             snap = f"snapshot {row['snapshot_bytes']:,} B" if row.get("snapshot_bytes") is not None else ""
             restore = row.get("restore_error") or f"restore: {_restore(row)}"
-            typer.echo(f"  {batch:>11}  {row['checkpoint_id']:<44} delta {delta:>14}  {snap:<24} {restore}")
+            typer.echo(
+                f"  {batch:>{width}}  {row['checkpoint_id']:<44} delta {delta:>14}  {snap:<24} {restore}"
+            )
 
 
 def verify(

@@ -2,12 +2,14 @@
 rescale, report.
 
 Errors are one ``error: ...`` line on stderr (exit status 1) that names the object at fault; the
-traceback is shown only with ``--debug`` (anywhere on the command line). Both go through
-:func:`blobstate.blobstore.redact.redact` last, so no credential a URL or an endpoint carries is shown.
+traceback is shown only with ``--debug`` (anywhere on the command line). Both, and click's usage errors
+(which quote arguments), go through :func:`blobstate.blobstore.redact.redact` last, so no credential a
+URL or an endpoint carries is shown.
 """
 
 from __future__ import annotations
 
+import io
 import sys
 import traceback
 from collections.abc import Sequence
@@ -31,16 +33,23 @@ DEBUG_FLAG = "--debug"
 
 
 def version_line() -> str:
-    """``blobstate <version>`` (from the installed package's metadata), then one line per stored format
-    this release writes and reads (:data:`blobstate.formats.STORED_FORMATS`, the README's table)."""
+    """``blobstate <version>`` (:data:`blobstate.__version__`, the release of the code that runs), then
+    one line per stored format this release writes and reads (:data:`blobstate.formats.STORED_FORMATS`,
+    the README's table). When the installed distribution's metadata names another release (an editable
+    install made before the version changed), the first line says so: the executors' check compares that
+    metadata."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from blobstate import __version__
     from blobstate.formats import plain_lines
 
+    release = __version__
     try:
-        release = version("blobstate")
+        installed = version("blobstate")
     except PackageNotFoundError:
-        release = "(not installed: version unknown)"
+        installed = None
+    if installed is not None and installed != __version__:
+        release += f" (installed metadata says {installed}: reinstall blobstate)"
     formats = "\n".join(f"  {line}" for line in plain_lines())
     return f"blobstate {release}\nstored formats this release writes and reads:\n{formats}"
 
@@ -98,9 +107,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     debug = DEBUG_FLAG in args
     args = [a for a in args if a != DEBUG_FLAG]
     try:
-        app(args=args, prog_name="blobstate", standalone_mode=True)
+        status = app(args=args, prog_name="blobstate", standalone_mode=False)
     except SystemExit:
         raise
+    except typer.TyperException as error:  # a usage error, whose message may quote an argument (a URL)
+        shown = io.StringIO()
+        show = getattr(error, "show", None)  # click's usage line, hint and message
+        if show is not None:
+            show(file=shown)
+        else:
+            shown.write(f"Error: {error.format_message()}\n")
+        typer.echo(redact(shown.getvalue()), err=True, nl=False)
+        sys.exit(error.exit_code)
+    except typer.Abort:  # interrupted while the command line was parsed or ran
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("error: interrupted", err=True)
         sys.exit(130)
@@ -110,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         hint = "" if debug else f" (run with {DEBUG_FLAG} for the traceback)"
         typer.echo(f"error: {describe_error(error)}{hint}", err=True)
         sys.exit(1)
+    sys.exit(status if isinstance(status, int) else 0)
 
 
 if __name__ == "__main__":

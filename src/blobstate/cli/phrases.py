@@ -14,3 +14,16 @@ def restore_phrase(base: str | None, deltas: int) -> str:
     if base is None:
         return f"{plural(deltas, 'delta')} from empty" if deltas else "empty"
     return f"{base} + {plural(deltas, 'delta')}" if deltas else base
+
+
+def batch_label(batch_id: int, *, rescale: bool = False) -> str:
+    """A version by the batch its commit records (``batch_id``: after a rescale no longer ``version - 1``):
+    ``batch 5``, or ``rescale of batch 4`` for a rescale commit, which holds batch 4's state repartitioned
+    and repeats its batch id."""
+    return f"rescale of batch {batch_id}" if rescale else f"batch {batch_id}"
+
+
+def state_phrase(batch_id: int, *, rescale: bool = False) -> str:
+    """What a version holds, in words: ``the state after batch 5``, or ``the rescale of batch 4`` (see
+    :func:`batch_label`). Never derived from the version number."""
+    return f"the {batch_label(batch_id, rescale=True)}" if rescale else f"the state after batch {batch_id}"

@@ -38,10 +38,14 @@ def _warn(info: dict[str, Any]) -> None:
 
 
 def _header(info: dict[str, Any]) -> str:
+    """The first line: the checkpoint, operator, partition, version and the batch its commit records."""
+    from blobstate.cli.phrases import state_phrase
+
     span = f"{info['retained_from']}..{info['latest']}"
+    holds = state_phrase(info["batch_id"], rescale=info["rescale"])
     return (
         f"query checkpoint {redact(info['url'])}  operator {info['operator']}  partition {info['partition']}"
-        f"  version {info['version']}, the state after batch {info['version'] - 1}"
+        f"  version {info['version']}, {holds}"
         f" (uid {info['uid']}; retained versions {span})"
     )
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from blobstate.lineage.changelog import ChangeOp, ChangeRecord
 from blobstate.lineage.commitlog import (
     COMMIT_FORMAT_VERSION,
+    MAX_COMMIT_BYTES,
+    MAX_METADATA_BYTES,
     METADATA_FORMAT_VERSION,
     Commit,
     CommitConflictError,
@@ -29,6 +31,8 @@ from blobstate.lineage.delta import (
 __all__ = [
     "COMMIT_FORMAT_VERSION",
     "FORMAT_VERSION",
+    "MAX_COMMIT_BYTES",
+    "MAX_METADATA_BYTES",
     "METADATA_FORMAT_VERSION",
     "ChangeOp",
     "ChangeRecord",

@@ -28,7 +28,7 @@ from blobstate.ids import (
     validate_uid,
     validate_version,
 )
-from blobstate.jsonfields import Fail, JsonFields, load_strict_json
+from blobstate.jsonfields import Fail, JsonFields, check_record_size, load_strict_json
 from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name
 from blobstate.lineage.refs import PartitionObjects
 
@@ -57,6 +57,22 @@ session's zone and refuse format 5 as written by a newer blobstate, so they neve
 COMMIT_FORMATS_READ = (2, 3, 4, 5)
 """The ``commits/<v>.json`` format versions this build reads (2: with object references, never pruned)."""
 
+MAX_COMMIT_BYTES = 64 << 20
+"""The largest ``commits/<v>.json`` this build reads or writes: 64 MiB. A commit grows with the partition
+count (each partition's uid, object references, placement, standby records and metrics); the largest one
+built (``tests/lineage/test_record_bounds.py``) has 10,000 partitions (the most a checkpoint may have,
+``rescale/limits.py``), each with a delta, a snapshot and a late snapshot, an inline snapshot upload
+listing 10 objects, two standby replicas and a warm-up replica, two sync rounds and a move, and is about
+31.5 MiB, so the bound leaves a margin of two. A reader refuses a larger commit before it parses it
+(parsed, a commit takes about 4.4 times its size in memory) and, when a listing of ``commits/`` gave its
+size, before it reads it; the writer refuses to write one, so a checkpoint never holds a commit its
+readers refuse."""
+
+MAX_METADATA_BYTES = 16 << 20
+"""The largest ``metadata.json`` this build reads or writes: 16 MiB, a dozen operators each with the
+largest ``key_schema`` ``stored_schema`` accepts (4,096 fields, names of 256 characters: about 1.4 MiB).
+Checked on its bytes before it is parsed (it is read without a listing)."""
+
 T = TypeVar("T")
 
 _COMMIT_NAME_RE = re.compile(re.escape(COMMITS_PREFIX) + r"(0|[1-9][0-9]{0,18})\.json")
@@ -74,11 +90,12 @@ class CommitLogError(StateError):
 
 
 class CommitLogFormatError(CommitLogError, CorruptionError, ValueError):
-    """A commit log object that is malformed: names the object, the field and what is wrong."""
+    """A commit log object that is malformed (or larger than a reader accepts): names the object, the
+    field (none for the whole object) and what is wrong."""
 
     def __init__(self, name: str, field: str, problem: str) -> None:
-        where = f" field {field}" if field else ""
-        super().__init__(f"invalid {name}:{where}: {problem}")
+        where = f" field {field}:" if field else ""
+        super().__init__(f"invalid {name}:{where} {problem}")
         self.name = name
         self.field = field
         self.problem = problem
@@ -574,6 +591,16 @@ def _check_digest(f: JsonFields) -> None:
         )
 
 
+def _check_written_size(data: bytes, bound: int, where: str) -> None:
+    """Refuse to write a record its readers would refuse (:class:`CommitLogError`: the commit fails, the
+    checkpoint keeps its previous version)."""
+    if len(data) > bound:
+        raise CommitLogError(
+            f"cannot write {where}: {len(data):,} bytes, above the {bound:,} bytes its readers accept "
+            "(docs/FORMATS.md, \"Size bounds\"); nothing was written"
+        )
+
+
 def _dump(obj: dict[str, Any], name: str) -> bytes:
     try:
         # The digest is of the object as a reader sees it: free-form maps (metrics) may have int keys,
@@ -598,6 +625,9 @@ class CommitLog:
         self.store = store
         self._metadata: QueryMetadata | None = None
         self._written: Commit | None = None
+        self._listed_sizes: dict[str, int] = {}
+        """The size of each commit the last listing of ``commits/`` found (:meth:`versions`). Commits
+        are create-only, so a listed size stays the size of that commit while it exists."""
         self.last_scan: LogScan | None = None
         """What this object's last :meth:`scan` found."""
 
@@ -613,6 +643,7 @@ class CommitLog:
         """
         data = _dump(metadata.to_json(), METADATA)
         parse_metadata(data, f"{METADATA} (to be written)")
+        _check_written_size(data, MAX_METADATA_BYTES, self._where(METADATA))
         if self.store.put_if_absent(METADATA, data):
             self._metadata = metadata
             return metadata
@@ -643,8 +674,21 @@ class CommitLog:
         Raises :class:`~blobstate.blobstore.BlobNotFoundError` if the checkpoint has none.
         """
         if self._metadata is None:
-            self._metadata = parse_metadata(self.store.get(METADATA), self._where(METADATA))
+            data = self._read_bounded(METADATA, MAX_METADATA_BYTES)
+            self._metadata = parse_metadata(data, self._where(METADATA))
         return self._metadata
+
+    def _read_bounded(self, name: str, bound: int) -> bytes:
+        """The bytes of ``name``, refused (:class:`CommitLogFormatError` naming the object, its size and
+        ``bound``) when larger than ``bound``: before the read when the last listing gave its size (the
+        blob store has no size query or ranged read), else before it is parsed."""
+        fail = _failer(self._where(name))
+        listed = self._listed_sizes.get(name)
+        if listed is not None:
+            check_record_size(listed, bound, fail, read=False)
+        data = self.store.get(name)
+        check_record_size(len(data), bound, fail, read=True)
+        return data
 
     # ---- commits
     def write_commit(self, commit: Commit) -> bool:
@@ -658,6 +702,7 @@ class CommitLog:
         name = commit_name(version)
         data = _dump(commit.to_json(), name)
         parse_commit(data, f"{name} (to be written)", version, self.read_metadata())
+        _check_written_size(data, MAX_COMMIT_BYTES, self._where(name))
         if version > 1:
             self._check_layout(commit, name)
         if self.store.put_if_absent(name, data):
@@ -714,10 +759,12 @@ class CommitLog:
         """Read and validate ``commits/<version>.json``.
 
         Raises :class:`~blobstate.blobstore.BlobNotFoundError` if it does not exist and
-        :class:`CommitLogFormatError` naming the object and field if it is invalid.
+        :class:`CommitLogFormatError` naming the object and field if it is invalid, or naming its size if
+        it is larger than :data:`MAX_COMMIT_BYTES` (then it is not parsed, and not even read when this
+        log's last listing gave its size).
         """
         name = commit_name(validate_version(version))
-        data = self.store.get(name)
+        data = self._read_bounded(name, MAX_COMMIT_BYTES)
         return parse_commit(data, self._where(name), version, self.read_metadata())
 
     def commit_exists(self, version: int) -> bool:
@@ -725,12 +772,17 @@ class CommitLog:
         return self.store.exists(commit_name(validate_version(version)))
 
     def versions(self) -> list[int]:
-        """Every committed version, ascending (other names under ``commits/`` are ignored)."""
+        """Every committed version, ascending (other names under ``commits/`` are ignored).
+
+        One listing with sizes (what a listing returns anyway), kept so :meth:`read_commit` refuses a
+        commit above :data:`MAX_COMMIT_BYTES` without reading it."""
         found = []
-        for name in self.store.list(COMMITS_PREFIX):
+        sizes = self.store.list_sizes(COMMITS_PREFIX)
+        for name in sizes:
             match = _COMMIT_NAME_RE.fullmatch(name)
             if match:
                 found.append(int(match.group(1)))
+        self._listed_sizes = sizes
         return sorted(found)
 
     def latest_version(self) -> int:

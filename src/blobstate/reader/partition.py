@@ -54,6 +54,7 @@ def _where(checkpoint: CheckpointVersion, operator: str, partition: int) -> dict
         "partition": partition,
         "version": checkpoint.version,
         "batch_id": checkpoint.commit.batch_id,
+        "rescale": checkpoint.commit.rescaled,
         "uid": checkpoint.commit.checkpoints[operator][partition],
         "retained_from": checkpoint.retained_from,
         "latest": checkpoint.latest,
@@ -175,15 +176,21 @@ def restore_partition(
     """Materialise the partition's RocksDB at ``version`` (default: the latest) in ``directory``, which must
     be empty or absent; it then holds a RocksDB database (open it with ``rocksdict``, read-only) and a
     ``CHECKPOINT-ID`` naming ``<version>_<uid>``. Returns where it came from and how it was loaded, and
-    ``warnings`` (lost newest commits, holes in the commit log)."""
+    ``warnings`` (lost newest commits, holes in the commit log).
+
+    A ``directory`` inside the checkpoint's own local directory (or holding it) is refused first,
+    :class:`~blobstate.snapshot.restore.RestoreTargetError` saying so: nothing is written into the
+    checkpoint."""
+    from blobstate.snapshot.restore import check_restore_target
     from blobstate.state.localdirs import mark_clean
 
     directory = Path(directory)
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise StateReadError(
-            f"{directory} is not an empty directory: restore into a new or empty one (nothing was changed)"
-        )
     with open_blob_store(url) as store:
+        check_restore_target(store, directory, what="query checkpoint", after=" (nothing was changed)")
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            raise StateReadError(
+                f"{directory} is not an empty directory: restore into a new or empty one (nothing was changed)"
+            )
         checkpoint = open_version(store, version)
         op = choose_operator(checkpoint, operator)
         p = _one_partition(checkpoint, partition)

@@ -166,11 +166,20 @@ def _scan(path: str, name: str, relpath: str, skipped: list[str]) -> LocalDir:
     return LocalDir(name, relpath, tuple(files), tuple(subdirs))
 
 
-def _reuse_candidates(local: LocalDir, previous: DirIndex | None) -> list[LocalFile]:
-    """Immutable local files whose name and size match the previous snapshot: their checksums decide."""
+def _reuse_candidates(
+    local: LocalDir, previous: DirIndex | None, reuse_prefix: str | None = None
+) -> list[LocalFile]:
+    """Immutable local files whose name and size match the previous snapshot: their checksums decide.
+
+    With ``reuse_prefix``, only previous entries whose every blob lies under it are candidates.
+    """
     if previous is None:
         return []
-    prev_files = {f.name: f for f in previous.files_present}
+    prev_files = {
+        f.name: f
+        for f in previous.files_present
+        if reuse_prefix is None or all(b.blob_id.startswith(reuse_prefix) for b in f.blobs)
+    }
     out = [
         f
         for f in local.files
@@ -178,7 +187,7 @@ def _reuse_candidates(local: LocalDir, previous: DirIndex | None) -> list[LocalF
     ]
     prev_dirs = {d.name: d for d in previous.subdirs_present}
     for sub in local.subdirs:
-        out.extend(_reuse_candidates(sub, prev_dirs.get(sub.name)))
+        out.extend(_reuse_candidates(sub, prev_dirs.get(sub.name), reuse_prefix))
     return out
 
 
@@ -326,6 +335,7 @@ def backup_directory(
     checkpoint_id: str,
     metadata: SnapshotMetadata | Mapping[str, str] | None = None,
     lineage: Sequence[str] = (),
+    reuse_prefix: str | None = None,
     ttl: float | None = DEFAULT_PENDING_TTL_SECONDS,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     progress: Progress | None = None,
@@ -337,8 +347,11 @@ def backup_directory(
     (pending until :func:`~blobstate.snapshot.cleanup.post_commit_cleanup` makes it permanent); if the
     backup fails part-way, no index exists and what was written expires. Nothing the previous snapshot
     references is modified or deleted. ``progress(nbytes)`` is called from I/O threads as chunks land.
-    ``checksum_cache`` (None to disable) avoids re-reading unchanged immutable files. Must not be
-    called from the store's own I/O pool.
+    ``checksum_cache`` (None to disable) avoids re-reading unchanged immutable files. With
+    ``reuse_prefix``, a file is reused only when every blob of its previous entry lies under that
+    prefix; otherwise it is uploaded again and its previous entry is recorded as removed, so the
+    post-commit cleanup deletes the old blobs (how a backup repository moves its blobs out of a former
+    prefix). Must not be called from the store's own I/O pool.
     """
     started = time.monotonic()
     if (previous is None) != (previous_name is None):
@@ -356,7 +369,7 @@ def backup_directory(
     prev_root = previous.dir_index if previous is not None else None
 
     # Checksums of reuse candidates decide retained vs uploaded; read in parallel (cache first).
-    candidates = _reuse_candidates(local, prev_root)
+    candidates = _reuse_candidates(local, prev_root, reuse_prefix)
     crcs = run_bounded(
         store, lambda f: cached_file_crc32(f.path, checksum_cache)[0], candidates, default_workers(store)
     )

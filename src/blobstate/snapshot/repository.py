@@ -3,10 +3,14 @@
 A repository (made by ``blobstate backup``) holds, at its root::
 
     blobstate-repository.json   the repository marker, written before anything else
+    9999999999999999999_00000000000000000000000000000000.snapshot
+                                the guard (:data:`GUARD_INDEX`): not a snapshot; stops builds from before
+                                the head log (see below)
     heads/<n>.json              the head log: backup n committed this index (create-only; pruned below
                                 the newest head's horizon)
     <n>_<uid>.snapshot          snapshot indexes (blobstate.snapshot.index)
-    blobs/<hex>                 file contents the indexes reference
+    data/<hex>                  file contents the indexes reference (``blobs/<hex>`` in repositories
+                                written before the guard, until their next backup)
 
 A backup uploads its blobs and its index pending (with a TTL), then commits by creating ``heads/<n>.json``
 (:class:`~blobstate.snapshot.heads.HeadLog`): of two backups racing for version n one wins, the other
@@ -18,6 +22,15 @@ Each head declares a horizon, the backup it was made against: once its cleanup i
 snapshot's index is deleted by then), the heads below the horizon are pruned, so a repository holds two
 heads in the steady state however many backups it received. A crash part-way through pruning leaves the
 oldest heads, which the next backup or gc prunes.
+
+Builds from before the head log cannot be changed, and they know nothing of ``heads/``: their backup
+takes the root index with the highest ``n`` for the newest snapshot and its cleanup deletes that index
+and the blobs only it referenced; their ``gc --full`` deletes every permanent object under ``blobs/``.
+So this release keeps no committed blob under ``blobs/``, and the guard, an object named as a root index
+of the highest version any build parses, holds JSON that no build parses as an index: such a build's
+backup, restore and inspect read it first and stop with an error naming it, before they write anything.
+A repository written before the guard gets it from its next backup or gc, and its next backup uploads
+again the files whose blobs lie under ``blobs/`` (into ``data/``); its cleanup deletes the old ones.
 
 Repositories written before the head log existed (indexes, but neither ``heads/`` nor the marker) are
 read by restore and inspect when their newest index is unambiguous and permanent, unverified; backup and
@@ -65,8 +78,24 @@ from blobstate.snapshot.restore import (
     restore_directory,
 )
 
-BLOB_PREFIX = "blobs/"
-"""Where a repository's blobs live."""
+BLOB_PREFIX = "data/"
+"""Where this release writes a repository's blobs: not ``blobs/``, whose every permanent object the
+``gc --full`` of builds from before the head log deletes."""
+
+FORMER_BLOB_PREFIX = "blobs/"
+"""Where repositories written before the guard keep their blobs: read, swept by gc, and emptied by their
+next backup (which uploads those files again under :data:`BLOB_PREFIX`)."""
+
+GUARD_INDEX = "9999999999999999999_00000000000000000000000000000000.snapshot"
+"""Not a snapshot: the root index of the highest version any build parses, holding JSON no build parses
+as an index. A build from before the head log takes it for the newest snapshot and stops reading it,
+before it writes anything. Never named by a head, never deleted, not in :func:`root_indexes`."""
+
+GUARD_MESSAGE = (
+    "not a snapshot: this backup repository has a head log (heads/), which this blobstate predates and "
+    "would damage; use the blobstate that wrote it, or a newer one"
+)
+"""What the guard's ``schemaVersion`` holds: builds that read only schema version 1 name it in their error."""
 
 REPOSITORY_MARKER = "blobstate-repository.json"
 """Created by the first backup before anything else: tells a repository with a head log from an older one."""
@@ -136,11 +165,32 @@ def _while_the_log_moves(store: BlobStore, log: HeadLog, read: Callable[[], T]) 
 
 # ---------------------------------------------------------------------------------------------- layout
 def root_indexes(store: BlobStore) -> list[str]:
-    """Every ``<n>_<uid>.snapshot`` object at the repository's root, committed or not."""
+    """Every ``<n>_<uid>.snapshot`` object at the repository's root, committed or not, but the guard."""
     names: list[str] = []
-    for digit in "0123456789":  # one listing per leading digit: never lists blobs/ on S3
-        names.extend(n for n in store.list(digit) if parse_index_name(n) is not None)
+    for digit in "0123456789":  # one listing per leading digit: never lists the blobs on S3
+        names.extend(n for n in store.list(digit) if n != GUARD_INDEX and parse_index_name(n) is not None)
     return sorted(names)
+
+
+def guard_bytes() -> bytes:
+    """The bytes of :data:`GUARD_INDEX`: JSON whose ``schemaVersion`` is :data:`GUARD_MESSAGE`."""
+    return json.dumps(
+        {
+            "schemaVersion": GUARD_MESSAGE,
+            "kind": "blobstate backup repository guard",
+            "repository_format_version": REPOSITORY_FORMAT_VERSION,
+        },
+        indent=1,
+    ).encode("utf-8")
+
+
+def _ensure_guard(store: BlobStore) -> bool:
+    """Create the guard (permanent) unless it exists; whether this call created it.
+
+    Only once the marker exists: without heads, a build that reads them (this one's predecessors do not
+    skip the guard) takes root indexes without a marker for a repository from before the head log.
+    """
+    return store.put_if_absent(GUARD_INDEX, guard_bytes())
 
 
 def is_backup_repository(store: BlobStore) -> bool:
@@ -401,8 +451,11 @@ def backup_to_repository(
 ) -> RepositoryBackup:
     """Back up ``source_dir`` as the next version of the repository, fenced by the head log.
 
-    Finishes the newest backup's cleanup, uploads what changed against it (pending), writes the index
+    Finishes the newest backup's cleanup, creates the marker and the guard (:data:`GUARD_INDEX`) unless
+    they exist, uploads what changed against it (pending) under :data:`BLOB_PREFIX`, writes the index
     (pending), then creates ``heads/<n+1>.json`` with horizon ``n`` (the backup it was made against).
+    A file whose blobs the previous snapshot keeps under :data:`FORMER_BLOB_PREFIX` is uploaded again,
+    so the cleanup deletes the old blobs and nothing committed stays under ``blobs/``.
     If another backup created it first this raises :class:`BackupConflictError` naming the version:
     nothing of this backup was committed, its objects expire, and the winner's snapshot is untouched.
     Otherwise the post-commit cleanup runs, then the heads below the horizon are pruned; once the head is
@@ -416,6 +469,7 @@ def backup_to_repository(
     finished = _finish_cleanup(store, log, "back up into")
     previous = finished.newest
     _ensure_marker(store)
+    _ensure_guard(store)
     version = previous.version + 1 if previous is not None else 1
     cid = CheckpointId(version, new_uid())
     result = backup_directory(
@@ -423,6 +477,7 @@ def backup_to_repository(
         source_dir,
         index_name=index_name(cid),
         blob_prefix=BLOB_PREFIX,
+        reuse_prefix=BLOB_PREFIX,  # files kept under FORMER_BLOB_PREFIX are uploaded again
         previous=previous.index if previous is not None else None,
         previous_name=previous.name if previous is not None else None,
         checkpoint_id=cid.name,
@@ -607,6 +662,8 @@ class RepositoryGcStats:
     deleted: list[str] = field(default_factory=list)
     pending_kept: int = 0
     """Unreferenced objects left alone because they are pending (they expire)."""
+    guard_created: bool = False
+    """Whether this run created the guard (:data:`GUARD_INDEX`; would, with ``dry_run``)."""
     dry_run: bool = False
 
 
@@ -659,17 +716,20 @@ def gc_repository(
 
     1. Finish the newest committed backup's post-commit cleanup, so nothing it references stays pending,
        then prune the heads below the newest head's horizon (what a pruning cut short left).
-    2. Expire pending objects past their TTL (``store.expire(now)``): attempts that never committed.
-    3. With ``full``: list ``blobs/`` and the root indexes, mark what every committed snapshot still
-       present references (from a complete, chain-checked read of the head log; an incomplete or
-       unreadable log, or a missing or altered newest index, raises instead), and delete the unmarked
-       objects that are not pending. If a backup commits meanwhile, the mark is taken again and only
-       objects unmarked by both go. Indexes newer than the newest head (backups in flight), retained
-       heads and anything else in the repository are never touched.
+    2. When a backup has committed, create the marker and the guard (:data:`GUARD_INDEX`) if they are
+       missing (a repository written before them).
+    3. Expire pending objects past their TTL (``store.expire(now)``): attempts that never committed.
+    4. With ``full``: list ``data/``, ``blobs/`` and the root indexes, mark what every committed
+       snapshot still present references (from a complete, chain-checked read of the head log; an
+       incomplete or unreadable log, or a missing or altered newest index, raises instead), and delete
+       the unmarked objects that are not pending. If a backup commits meanwhile, the mark is taken again
+       and only objects unmarked by both go. Indexes newer than the newest head (backups in flight),
+       retained heads, the guard and anything else in the repository are never touched.
 
-    ``dry_run`` changes nothing and reports in ``deleted`` what a full sweep would delete and in
-    ``heads_pruned`` the heads it would prune. Refuses a
-    repository without a head log that holds committed-looking snapshots, and a query checkpoint.
+    ``dry_run`` changes nothing and reports in ``deleted`` what a full sweep would delete, in
+    ``heads_pruned`` the heads it would prune and in ``guard_created`` whether it would create the
+    guard. Refuses a repository without a head log that holds committed-looking snapshots, and a query
+    checkpoint.
     """
     _refuse_query_checkpoint(store, "garbage-collect")
     stats = RepositoryGcStats(dry_run=dry_run)
@@ -677,9 +737,13 @@ def gc_repository(
     if dry_run:
         newest, scan = _newest_for_writing(store, log, "garbage-collect")
         stats.heads_pruned = scan.prunable
+        stats.guard_created = newest is not None and not store.exists(GUARD_INDEX)
     else:
         finished = _finish_cleanup(store, log, "garbage-collect")
         newest, stats.cleanup, stats.heads_pruned = finished.newest, finished.cleanup, finished.heads_pruned
+        if newest is not None:  # a repository with a head log and committed data: guard it
+            _ensure_marker(store)
+            stats.guard_created = _ensure_guard(store)
         stats.expired = sorted(store.expire(now))
     if newest is not None:
         stats.newest, stats.version = newest.name, newest.version
@@ -687,7 +751,7 @@ def gc_repository(
         return stats
 
     present = root_indexes(store)
-    listed = store.list(BLOB_PREFIX) + present
+    listed = store.list(BLOB_PREFIX) + store.list(FORMER_BLOB_PREFIX) + present
     stats.listed = len(listed)
     newest_version, referenced = _mark(store, log, present)
     candidates = _unreferenced(listed, referenced, newest_version)
@@ -753,7 +817,8 @@ def verify_repository(store: BlobStore, *, checksums: bool = False) -> Repositor
     missing below the horizon were pruned, one missing above it is a hole), reads the newest index and
     checks its bytes against
     its head's size and CRC-32, checks that it is permanent, and checks that every blob it references
-    exists with the recorded length (one listing of ``blobs/``). With ``checksums`` every blob is also
+    exists with the recorded length (one listing of ``data/``, and of ``blobs/`` when the snapshot
+    still keeps blobs there). With ``checksums`` every blob is also
     downloaded and its CRC-32 compared with the index's. Each problem names the object at fault. If a
     backup commits meanwhile (its cleanup may delete what the older snapshot alone needed) and problems
     were found, the newer snapshot is verified instead.
@@ -811,9 +876,14 @@ def _verify(store: BlobStore, checksums: bool) -> RepositoryVerifyResult:
         (path, blob, length) for path, f in snapshot.index.iter_present_files() for blob, length in f.chunks()
     ]
     result.blobs = len(chunks)
-    sizes = store.list_sizes(BLOB_PREFIX)
+    prefixes = [
+        p for p in (BLOB_PREFIX, FORMER_BLOB_PREFIX) if any(b.blob_id.startswith(p) for _, b, _ in chunks)
+    ]
+    sizes: dict[str, int] = {}
+    for prefix in prefixes:
+        sizes.update(store.list_sizes(prefix))
     for path, blob, length in chunks:
-        if blob.blob_id not in sizes and not blob.blob_id.startswith(BLOB_PREFIX):
+        if blob.blob_id not in sizes and not blob.blob_id.startswith(tuple(prefixes)):
             sizes.update(store.list_sizes(blob.blob_id))
         size = sizes.get(blob.blob_id)
         if size is None:

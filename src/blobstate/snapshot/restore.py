@@ -106,12 +106,15 @@ def read_snapshot_index(
     return SnapshotIndex.from_json(data, name=index_name)
 
 
-def check_restore_target(store: BlobStore, target_dir: str | os.PathLike[str]) -> None:
+def check_restore_target(
+    store: BlobStore, target_dir: str | os.PathLike[str], *, what: str = "repository", after: str = ""
+) -> None:
     """Refuse a target directory that contains the store's root or lies inside it.
 
     Only a local-directory store has a root on this machine; paths are compared after resolving symlinks,
     so neither ``restore repo .`` from inside ``data/`` holding ``repo/`` nor a target inside the
-    repository can reach the repository's files.
+    repository can reach the repository's files. ``what`` names the store in the message (``repository``,
+    ``query checkpoint``); ``after`` is appended to it (e.g. `` (nothing was changed)``).
     """
     from blobstate.blobstore.local import LocalBlobStore
 
@@ -121,13 +124,13 @@ def check_restore_target(store: BlobStore, target_dir: str | os.PathLike[str]) -
     target = Path(os.path.realpath(os.fspath(target_dir)))
     if root == target or root.is_relative_to(target):
         raise RestoreTargetError(
-            f"restore target {os.fspath(target_dir)!r} contains the repository {store.url} "
-            f"({str(root)!r}) that it would be restored from; restore into a directory outside it"
+            f"restore target {os.fspath(target_dir)!r} contains the {what} {store.url} "
+            f"({str(root)!r}) that it would be restored from; restore into a directory outside it{after}"
         )
     if target.is_relative_to(root):
         raise RestoreTargetError(
-            f"restore target {os.fspath(target_dir)!r} lies inside the repository {store.url} "
-            f"({str(root)!r}); restore into a directory outside it"
+            f"restore target {os.fspath(target_dir)!r} lies inside the {what} {store.url} "
+            f"({str(root)!r}); restore into a directory outside it{after}"
         )
 
 

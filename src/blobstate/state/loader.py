@@ -287,6 +287,7 @@ def _restore_snapshot(
     store: BlobStore, layout: LocalPartitionLayout, working: Path, chain: Chain, report: LoadReport
 ) -> LineageInfo | None:
     from blobstate.snapshot import (
+        RestoreTargetError,
         SnapshotBlobMissingError,
         SnapshotCorruptError,
         SnapshotError,
@@ -304,6 +305,8 @@ def _restore_snapshot(
         raise MissingObjectError(error.blob_id, base, chain.target, f"a blob of snapshot {name!r}") from error
     except SnapshotCorruptError as error:
         raise CorruptObjectError(error.blob_id or name, base, str(error), chain.target) from error
+    except RestoreTargetError:
+        raise  # the local directory is refused (inside the store's root), not the snapshot: nothing to repair
     except SnapshotError as error:
         raise CorruptObjectError(name, base, str(error), chain.target) from error
     # Markers are never part of a snapshot's meaning: the working store is dirty until a commit.
