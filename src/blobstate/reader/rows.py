@@ -35,9 +35,9 @@ def partition_rows(
             expected = row_schema(key_type, var).fieldNames()
             if expected != schema.fieldNames():
                 raise StateReadError(
-                    f"state variable {state_var!r} of partition {partition} at version {version} of {store.url} is"
-                    f" {var.kind} state{' with a TTL' if var.ttl else ''}, read as columns {expected}; the"
-                    f" schema given has columns {schema.fieldNames()}"
+                    f"state variable {state_var!r} of partition {partition} at version {version} of"
+                    f" {store.url} is {var.kind} state{' with a TTL' if var.ttl else ''}, read as columns"
+                    f" {expected}; the schema given has columns {schema.fieldNames()}"
                 )
             ttl = var.ttl
             for entry in entries(rocks, var, arity):
