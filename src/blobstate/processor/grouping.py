@@ -88,8 +88,10 @@ def _changes(column: pa.ChunkedArray) -> np.ndarray:
     b = column.slice(0, n - 1)
     t = column.type
     if pa.types.is_nested(t):
-        values = column.to_pylist()
-        return np.fromiter((values[i + 1] != values[i] for i in range(n - 1)), bool, n - 1)
+        # compared by their key bytes: NaN equals NaN and -0.0 equals 0.0 inside a struct too, as Spark
+        # groups them (Python's != would make a group of every row holding a NaN)
+        encoded = [codec.encode_key((v,)) for v in column.to_pylist()]
+        return np.fromiter((encoded[i + 1] != encoded[i] for i in range(n - 1)), bool, n - 1)
     changed = pc.fill_null(pc.not_equal(a, b), False)
     if pa.types.is_floating(t):
         both_nan = pc.and_(pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False))
