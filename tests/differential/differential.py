@@ -580,13 +580,19 @@ def _output_summary(job: Job, rows: list[Any]) -> list[Any]:
     for row in rows:
         # A NaN key copied into a pandas output row becomes null on its way to Arrow (as under Spark);
         # the generator draws no null keys, so a null float key in an output is that NaN.
-        floats = (FloatType, DoubleType)
-        key = [
-            "nan" if v is None and isinstance(t, floats) else _instant_key(_denormalize(v), t)
-            for v, t in zip(row[:arity], job.key_types, strict=True)
-        ]
+        key = [_output_key(v, t) for v, t in zip(row[:arity], job.key_types, strict=True)]
         summary.append([*key, row[arity], row[arity + 2]])
     return sorted(summary, key=repr)
+
+
+def _output_key(value: Any, dtype: DataType) -> Any:
+    """An output row's key component as the model identifies it; a NaN that became null on its way to
+    Arrow (also inside a struct) is the NaN again."""
+    if value is None and isinstance(dtype, (FloatType, DoubleType)):
+        return "nan"
+    if value is not None and isinstance(dtype, StructType):
+        return tuple(_output_key(v, f.dataType) for v, f in zip(value, dtype.fields, strict=True))
+    return _instant_key(_denormalize(value), dtype)
 
 
 def _denormalize(value: Any) -> Any:
