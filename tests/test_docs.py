@@ -8,8 +8,9 @@ How a block is treated depends on its info string:
   continues an earlier one, e.g. reads its ``query``); a ``bash`` block runs after the python before it.
 * ``bash``: run with ``bash -euo pipefail`` in that directory.
 * ``json``: parsed by the parser of the format it shows (``metadata.json``, a commit, a backup head
-  record); values the docs abbreviate (``"5b1e..."``) are padded to full length and the content digest
-  recomputed first, so every field and value is checked against the real rules.
+  record; the backup repository guard is compared with the one this build writes); values the docs
+  abbreviate (``"5b1e..."``) are padded to full length and the content digest recomputed first, so
+  every field and value is checked against the real rules.
 * ``text``: program output, layouts and interface listings; not run.
 
 Any other fence (a bare ``````` included) fails the test. A ``python``, ``bash`` or ``json`` block
@@ -146,6 +147,11 @@ def _parse(block: Block) -> object:
         return parse_commit(data, f"commits/{obj['version']}.json", obj["version"], metadata)
     if "index_checksum" in obj:
         return parse_head(data, head_name(obj["version"]), obj["version"])
+    if obj.get("kind") == "blobstate backup repository guard":
+        from blobstate.snapshot.repository import guard_bytes
+
+        assert obj == json.loads(guard_bytes()), f"{block.where}: not the guard this build writes"
+        return obj
     if "lost" in obj:
         from blobstate.state.lost import parse_acceptance
 

@@ -1,13 +1,13 @@
 """Model-based randomized test of backup repositories: seeded histories of backups, a second backup
 racing for the same version, ``gc`` and ``gc --full`` with every pending TTL long expired, and crashes at
-every step of a backup (blob and index uploads, the head write, TTL removals, deletions, the pruning of
-old heads) and of gc. Restores, verifies and gc runs also have backups (which prune heads) commit in the
-middle of them, between any two of their reads.
+every step of a backup (the guard's creation, blob and index uploads, the head write, TTL removals,
+deletions, the pruning of old heads) and of gc. Restores, verifies and gc runs also have backups (which
+prune heads) commit in the middle of them, between any two of their reads.
 
 After every step the newest committed snapshot must verify and restore to exactly the directory that
-was backed up (the model), the head log must hold at most the two heads it retains (plus, after a
-crash, heads a pruning left below the horizon), and ``gc --full`` at the end leaves only what the newest
-snapshot references and the two retained heads.
+was backed up (the model), the guard must exist, the head log must hold at most the two heads it retains
+(plus, after a crash, heads a pruning left below the horizon), and ``gc --full`` at the end leaves only
+what the newest snapshot references and the two retained heads.
 The same histories also run on the real S3 backend (the moto server) and the real Azure backend
 (azurite), each behind a proxy that cuts answers at random bytes (status line, headers or body) besides
 the injected crashes.
@@ -34,6 +34,9 @@ from snapshot_helpers import HookedStore
 from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.snapshot.heads import HeadLog
 from blobstate.snapshot.repository import (
+    BLOB_PREFIX,
+    FORMER_BLOB_PREFIX,
+    GUARD_INDEX,
     BackupConflictError,
     RepositoryError,
     backup_to_repository,
@@ -56,8 +59,11 @@ CUT_CHANCE = float(os.environ.get("BLOBSTATE_CUT_CHANCE", "0.05"))
 FAR_FUTURE = 2**40
 
 CRASH_STEPS: dict[str, Callable[[str, str], bool]] = {
-    "blob upload": lambda op, name: op == "put" and name.startswith("blobs/"),
-    "index upload": lambda op, name: op in ("put", "put_if_absent") and name.endswith(".snapshot"),
+    "guard write": lambda op, name: op == "put_if_absent" and name == GUARD_INDEX,
+    "blob upload": lambda op, name: op == "put" and name.startswith(BLOB_PREFIX),
+    "index upload": lambda op, name: (
+        op in ("put", "put_if_absent") and name.endswith(".snapshot") and name != GUARD_INDEX
+    ),
     "head write": lambda op, name: op == "put_if_absent" and name.startswith("heads/"),
     "TTL removal": lambda op, name: op == "remove_ttl",
     "deletion": lambda op, name: op == "delete",
@@ -67,8 +73,8 @@ INTERLEAVE_AT: dict[str, Callable[[str, str], bool]] = {
     "head listing": lambda op, name: op == "list" and name == "heads/",
     "head read": lambda op, name: op == "get" and name.startswith("heads/"),
     "index read": lambda op, name: op == "get" and name.endswith(".snapshot"),
-    "blob listing": lambda op, name: op == "list" and name == "blobs/",
-    "blob read": lambda op, name: op == "get" and name.startswith("blobs/"),
+    "blob listing": lambda op, name: op == "list" and name == BLOB_PREFIX,
+    "blob read": lambda op, name: op == "get" and name.startswith(BLOB_PREFIX),
 }
 
 
@@ -284,6 +290,8 @@ class History:
     def check(self) -> None:
         if self.model is None:
             return
+        # A backup creates the guard before its head, and nothing deletes it.
+        assert self.inner.exists(GUARD_INDEX), "a committed repository without its guard"
         scan = HeadLog(self.inner).scan()
         assert len(scan.retained) <= 2, f"{len(scan.retained)} heads retained"
         if self.pruned_clean:
@@ -314,7 +322,8 @@ def run_history(history: History) -> None:
     history.check()
     if history.model is not None:
         newest = read_snapshot(history.inner)
-        left = set(history.inner.list("blobs/")) | set(root_indexes(history.inner))
+        left = {*history.inner.list(BLOB_PREFIX), *history.inner.list(FORMER_BLOB_PREFIX)}
+        left |= set(root_indexes(history.inner))
         assert left == {newest.name, *newest.index.present_blob_ids()}, "gc --full left garbage"
         retained = [v for v in (newest.version - 1, newest.version) if v >= 1]
         assert HeadLog(history.inner).listed() == retained, "gc left heads below the horizon"

@@ -32,6 +32,7 @@ from blobstate.snapshot.heads import (
 )
 from blobstate.snapshot.repository import (
     BLOB_PREFIX,
+    GUARD_INDEX,
     REPOSITORY_MARKER,
     RepositoryBackup,
     restore_repository,
@@ -82,8 +83,8 @@ def test_300_backups_leave_a_bounded_number_of_heads_and_objects(
         most_heads = max(most_heads, len(mem_store.list("heads/")))
         most_objects = max(most_objects, len(mem_store.list()))
     assert most_heads == 2  # the newest head and the one it was made against
-    # marker, 2 heads, 1 index, 3 blobs (base, CURRENT, the newest SST)
-    assert most_objects == len(mem_store.list()) == 7
+    # marker, guard, 2 heads, 1 index, 3 blobs (base, CURRENT, the newest SST)
+    assert most_objects == len(mem_store.list()) == 8
     assert mem_store.list("heads/") == [head_name(299), head_name(300)]
     assert HeadLog(mem_store).read(300).horizon == 299
     assert restored(mem_store, tmp_path) == read_tree(src)
@@ -296,6 +297,7 @@ def test_gc_full_leaves_only_the_newest_snapshot_and_the_retained_heads(
     newest = read_snapshot(mem_store)
     assert set(mem_store.list()) == {
         REPOSITORY_MARKER,
+        GUARD_INDEX,
         head_name(4),
         head_name(5),
         *root_indexes(mem_store),

@@ -29,7 +29,7 @@ from blobstate.snapshot import (
     verify_repository,
 )
 from blobstate.snapshot.heads import HeadLog, HeadLogError, head_name
-from blobstate.snapshot.repository import REPOSITORY_MARKER, RepositoryBackup, root_indexes
+from blobstate.snapshot.repository import BLOB_PREFIX, REPOSITORY_MARKER, RepositoryBackup, root_indexes
 
 LATER = time.time() + 365 * 24 * 3600  # every pending TTL has passed
 
@@ -584,7 +584,7 @@ def test_a_restore_racing_a_backups_cleanup_says_to_run_it_again(tmp_path: Path)
     (src / "2.sst").write_bytes(os.urandom(500))
 
     def commit_during_the_download(op: str, name: str) -> None:
-        if op == "get" and name.startswith("blobs/") and not store.list("heads/2"):
+        if op == "get" and name.startswith(BLOB_PREFIX) and not store.list("heads/2"):
             with open_blob_store(repo) as other:
                 backup(other, src)  # its cleanup deletes the blob of 1.sst
 

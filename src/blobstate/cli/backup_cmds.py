@@ -4,7 +4,8 @@
 at a committed version (``--partition``, ``--version``; :mod:`blobstate.cli.state_cmds`).
 
 The repository (:mod:`blobstate.snapshot.repository`) holds ``heads/<n>.json`` (the head log that fences
-concurrent backups), ``<n>_<uid>.snapshot`` indexes and ``blobs/``. Each backup is incremental against
+concurrent backups), ``<n>_<uid>.snapshot`` indexes, the guard that stops builds from before the head
+log, and ``data/`` (``blobs/`` in repositories written before the guard). Each backup is incremental against
 the newest committed snapshot and commits by creating its head; only then does it run the post-commit
 cleanup. Restore never deletes anything it was not asked to (``--delete-extra``) and refuses a target
 that contains the repository or lies inside it.

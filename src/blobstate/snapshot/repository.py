@@ -187,8 +187,9 @@ def guard_bytes() -> bytes:
 def _ensure_guard(store: BlobStore) -> bool:
     """Create the guard (permanent) unless it exists; whether this call created it.
 
-    Only once the marker exists: without heads, a build that reads them (this one's predecessors do not
-    skip the guard) takes root indexes without a marker for a repository from before the head log.
+    Called only once the marker exists: the release before this one lists the guard among the root
+    indexes, and a repository with root indexes but neither marker nor head it takes for one from
+    before the head log.
     """
     return store.put_if_absent(GUARD_INDEX, guard_bytes())
 
