@@ -88,7 +88,6 @@ class KeyForm:
         converted = tuple(out)
         return encode_key(converted), converted
 
-
     def _convert(self, value: Any, dtype: DataType) -> Any:
         if value is None:
             return None
