@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,50 @@ def test_restore_refuses_a_non_empty_directory(
     assert exit_info.value.code == 1
     assert "is not an empty directory" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize(
+    ("inside", "relation"),
+    [("restored", "lies inside"), ("state/0/restored", "lies inside"), ("", "contains")],
+)
+def test_restore_refuses_a_target_inside_the_checkpoint(
+    checkpoint: tuple[str, list], capsys: Any, inside: str, relation: str
+) -> None:
+    """Issue 32: a target inside the checkpoint's own directory was taken for a corrupt snapshot, then
+    filled from the deltas, writing into the checkpoint. It is refused first, in one line, untouched."""
+    url, _ = checkpoint
+    before = fingerprint(url)
+    target = Path(url) / inside
+    with pytest.raises(SystemExit) as exit_info:
+        main(["restore", url, str(target), "--partition", "0"])
+    assert exit_info.value.code == 1
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{relation} the query checkpoint {url}" in err and "nothing was changed" in err, err
+    assert "corrupt" not in err
+    assert fingerprint(url) == before
+    assert inside == "" or not target.exists()
+
+
+def test_a_load_into_the_checkpoint_is_refused_not_taken_for_a_corrupt_snapshot(
+    checkpoint: tuple[str, list], tmp_path: Path
+) -> None:
+    """Below the command line too: the load's snapshot restore refuses a directory inside the checkpoint
+    (it was reported as a corrupt snapshot and loaded around, from the deltas, into the checkpoint)."""
+    from blobstate.reader.checkpoint import open_version, restore_into
+    from blobstate.snapshot.restore import RestoreTargetError
+
+    url, _ = checkpoint
+    before = fingerprint(url)
+    target = Path(url) / "loaded"
+    try:
+        with open_blob_store(url) as store:
+            version = open_version(store, None)
+            with pytest.raises(RestoreTargetError, match="lies inside the checkpoint"):
+                restore_into(store, version, "0", 0, target, tmp_path / "scratch")
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+    assert fingerprint(url) == before
 
 
 @pytest.mark.parametrize(

@@ -597,7 +597,7 @@ def _check_written_size(data: bytes, bound: int, where: str) -> None:
     if len(data) > bound:
         raise CommitLogError(
             f"cannot write {where}: {len(data):,} bytes, above the {bound:,} bytes its readers accept "
-            "(docs/FORMATS.md, \"Size bounds\"); nothing was written"
+            '(docs/FORMATS.md, "Size bounds"); nothing was written'
         )
 
 

@@ -189,7 +189,8 @@ def restore_partition(
         check_restore_target(store, directory, what="query checkpoint", after=" (nothing was changed)")
         if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
             raise StateReadError(
-                f"{directory} is not an empty directory: restore into a new or empty one (nothing was changed)"
+                f"{directory} is not an empty directory: restore into a new or empty one"
+                " (nothing was changed)"
             )
         checkpoint = open_version(store, version)
         op = choose_operator(checkpoint, operator)

@@ -293,11 +293,13 @@ def _restore_snapshot(
         SnapshotError,
         restore_directory,
     )
+    from blobstate.snapshot.restore import check_restore_target
 
     base = chain.base
     assert base is not None
     name = snapshot_name(layout.operator, layout.partition, base)
     index = read_checked_snapshot_index(store, name, base, chain.refs[base], chain.target)
+    check_restore_target(store, working, what="checkpoint")  # a local directory inside it is refused
     working.mkdir(parents=True, exist_ok=True)
     try:
         stats = restore_directory(store, index, working)
@@ -306,7 +308,7 @@ def _restore_snapshot(
     except SnapshotCorruptError as error:
         raise CorruptObjectError(error.blob_id or name, base, str(error), chain.target) from error
     except RestoreTargetError:
-        raise  # the local directory is refused (inside the store's root), not the snapshot: nothing to repair
+        raise  # the local directory is refused, not the snapshot: loading around it would not help
     except SnapshotError as error:
         raise CorruptObjectError(name, base, str(error), chain.target) from error
     # Markers are never part of a snapshot's meaning: the working store is dirty until a commit.
