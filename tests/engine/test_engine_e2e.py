@@ -304,9 +304,10 @@ def test_retried_tasks_emit_once_and_commit_one_uid_per_partition(spark: Any, tm
 
 
 def test_a_spark_checkpoint_ahead_of_the_commit_log_is_refused(spark: Any, tmp_path: Path) -> None:
-    """Spark resumes at batch 1, but blobstate's commits/1.json is gone: fail naming it, never run
-    the batch on empty state."""
-    from pyspark.errors import StreamingQueryException
+    """Spark would resume at batch 1, but blobstate's commits/1.json is gone while the objects its cleanup
+    made permanent remain: a lost newest commit, refused at the start in one line (before Spark runs a
+    batch), never run on empty state."""
+    from blobstate.state.lost import LostCommitError
 
     write_batch_files(tmp_path / "in", [kv_table([("a", 1)])])
     ckpt = tmp_path / "ckpt"
@@ -316,7 +317,7 @@ def test_a_spark_checkpoint_ahead_of_the_commit_log_is_refused(spark: Any, tmp_p
     )  # fmt: skip
     (ckpt / "commits" / "1.json").unlink()
     write_batch_files(tmp_path / "in", [kv_table([("a", 2)])], first=1)
-    with pytest.raises(StreamingQueryException, match=r"commits/1\.json does not exist"):
+    with pytest.raises(LostCommitError, match=r"start a query on .* its newest commits were lost"):
         run_blobstate(
             spark, tmp_path / "in", ckpt, RunningCount(), output_schema=RUNNING_COUNT_OUTPUT,
             local_dir=tmp_path / "local",

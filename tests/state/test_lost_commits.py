@@ -17,7 +17,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from lineage_harness import FaultyStore, forget_process_memory
+from lineage_harness import Driver, FaultyStore, forget_process_memory, new_memory_store, open_p
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rescale"))
 import rescale_checkpoints
@@ -25,10 +25,11 @@ from rescale_checkpoints import batches, run_batches
 
 from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.layout import commit_name
-from blobstate.lineage.commitlog import CommitLog
+from blobstate.lineage.commitlog import CommitLog, IncompleteCommitLogError
 from blobstate.reader.checkpoint import open_version, restored_partition
 from blobstate.reader.partition import inspect_partition, restore_partition
 from blobstate.rescale import rescale_checkpoint
+from blobstate.state.errors import MissingObjectError
 from blobstate.state.lost import (
     AcceptanceFormatError,
     AcceptLossError,
@@ -40,7 +41,7 @@ from blobstate.state.lost import (
     read_acceptances,
     scan_for_loss,
 )
-from blobstate.state.retention import gc_checkpoint
+from blobstate.state.retention import cleanup_latest, gc_checkpoint
 from blobstate.state.verify import verify
 
 FAR_FUTURE = 4_000_000_000.0
@@ -330,3 +331,64 @@ def test_verify_right_after_a_rescale_commit_is_ok_with_a_note(tmp_path: Path) -
     with open_blob_store(url) as store:
         report = verify(store)
         assert report.problems == [] and report.notes == []
+
+
+# ------------------------------------------------------------------------- known gaps (issue 32)
+def _snapshot_every_batch(versions: int, local: Path) -> BlobStore:
+    """``versions`` commits of one partition with a snapshot each and ``min_versions_to_retain`` 2, each
+    cleaned up: the steady state of a checkpoint, where each commit's cleanup deletes the version that
+    left its retained window and prunes the commits below its horizon."""
+    store = new_memory_store()
+    driver = Driver(store, retain=2)
+    committed = None
+    for version in range(1, versions + 1):
+        with open_p(store, local, committed, snapshot_every=1) as state:
+            state.store.put("a", b"k", b"%d" % version)
+            result = state.commit()
+        driver.cleanup(driver.commit({0: result}, version))
+        committed = result.checkpoint_id
+    forget_process_memory()
+    return store
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=IncompleteCommitLogError,
+    reason="known gap (issue 32): the lost commit's cleanup pruned commits/3.json, below its horizon 4, "
+    "which the readable commit 5 still counts: writers refuse with a hole naming commits/3.json, and "
+    "accept-loss refuses the holes, where the way out is putting back commits/6.json or accepting its loss",
+)
+def test_a_lost_commit_whose_cleanup_pruned_commits_is_refused_as_lost_and_can_be_accepted(
+    tmp_path: Path,
+) -> None:
+    store = _snapshot_every_batch(6, tmp_path)
+    log = CommitLog(store)
+    assert (log.read_commit(5).horizon, log.read_commit(6).horizon) == (3, 4)
+    store.delete(commit_name(6))
+    forget_process_memory()
+    with pytest.raises(LostCommitError, match=r"commits/6\.json"):
+        check_not_lost(store, CommitLog(store).scan(), action="start a query on")
+    with pytest.raises(LostCommitError):
+        gc_checkpoint(store)
+    accept_loss(store, 5)
+    assert cleanup_latest(store) is not None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=MissingObjectError,
+    reason="known gap (issue 32): after accept-loss at version 2, commit 2 retains version 1, which the "
+    "lost commit 3's cleanup deleted (it retained 2..3): the query's start-up cleanup and gc fail on it",
+)
+def test_after_accepting_a_loss_the_query_starts(tmp_path: Path) -> None:
+    store = _snapshot_every_batch(3, tmp_path)
+    assert CommitLog(store).read_commit(3).retained_from == 2
+    store.delete(commit_name(3))
+    forget_process_memory()
+    accept_loss(store, 2)
+    forget_process_memory()
+    scan = CommitLog(store).scan()
+    check_not_lost(store, scan, action="start a query on")
+    cleanup_latest(store, scan)
+    gc_checkpoint(store, now=FAR_FUTURE)
+    assert verify(store).problems == []
