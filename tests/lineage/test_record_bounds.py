@@ -244,3 +244,18 @@ def test_the_largest_commit_blobstate_writes_is_half_the_bound_at_most() -> None
         QueryMetadata.new(3, {"0": {"key_columns": ["k"]}}),
     )  # fmt: skip
     assert parsed.checkpoints == small.checkpoints and parsed.metrics == json.loads(json.dumps(small.metrics))
+
+
+def test_heads_and_accepted_loss_records_are_bounded_before_parsing() -> None:
+    """A backup head or an accepted-loss record far above any blobstate writes is refused by its size,
+    naming the object, before the JSON parser sees it."""
+    from blobstate.snapshot.heads import MAX_HEAD_BYTES, parse_head
+    from blobstate.state.lost import MAX_ACCEPTANCE_BYTES, parse_acceptance
+
+    head = b'{"format_version": 2, "pad": "' + b"x" * MAX_HEAD_BYTES + b'"}'
+    with pytest.raises(Exception, match=r"heads/3\.json.*above the 1,048,576 bytes"):
+        parse_head(head, "heads/3.json", 3)
+    record = b'{"pad": "' + b"x" * MAX_ACCEPTANCE_BYTES + b'"}'
+    name = "accepted-loss/4_" + "0" * 32 + ".json"
+    with pytest.raises(Exception, match=r"accepted-loss/4_0+\.json.*above the 16,777,216 bytes"):
+        parse_acceptance(record, name)

@@ -25,7 +25,7 @@ from blobstate.blobstore.base import BlobNotFoundError, BlobStore
 from blobstate.errors import CorruptionError
 from blobstate.horizon import HorizonScan
 from blobstate.ids import CheckpointId, InvalidIdError, validate_uid
-from blobstate.jsonfields import Fail, JsonFields, load_strict_json
+from blobstate.jsonfields import Fail, JsonFields, check_record_size, load_strict_json
 from blobstate.snapshot.checksum import CHECKSUM_ALGORITHM
 from blobstate.snapshot.index import SnapshotError
 
@@ -122,6 +122,10 @@ def _failer(name: str) -> Fail:
     return fail
 
 
+MAX_HEAD_BYTES = 1024 * 1024
+"""The largest ``heads/<n>.json`` a reader parses (a head names two indexes and a few fields: under a KB)."""
+
+
 def parse_head(data: bytes, name: str, version: int) -> HeadRecord:
     """Parse and validate the head record of ``version``; errors name the object and the field.
 
@@ -130,6 +134,7 @@ def parse_head(data: bytes, name: str, version: int) -> HeadRecord:
     outside the repository's root. Unknown fields are ignored.
     """
     fail = _failer(name)
+    check_record_size(len(data), MAX_HEAD_BYTES, fail, read=True)
     f = JsonFields(load_strict_json(data, fail), fail)
     format_version = f.integer("format_version", 1)
     if format_version not in HEAD_FORMATS_READ:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, NoReturn
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.errors import CorruptionError, StateError
 from blobstate.ids import InvalidIdError, new_uid, validate_uid
-from blobstate.jsonfields import JsonFields, is_int, load_strict_json
+from blobstate.jsonfields import JsonFields, check_record_size, is_int, load_strict_json
 from blobstate.layout import ACCEPTED_LOSS_PREFIX, accepted_loss_name, commit_name
 
 if TYPE_CHECKING:
@@ -140,6 +140,11 @@ def _dump(acceptance: Acceptance) -> bytes:
     return json.dumps({**obj, DIGEST_FIELD: content_digest(obj)}, indent=1).encode("utf-8")
 
 
+MAX_ACCEPTANCE_BYTES = 16 * 1024 * 1024
+"""The largest ``accepted-loss/<v>_<uid>.json`` a reader parses (one names the lost attempts of a few
+versions of up to 10,000 partitions: a few MB at most)."""
+
+
 def parse_acceptance(data: bytes, name: str) -> Acceptance:
     """Read and validate ``accepted-loss/<v>_<uid>.json``; raises :class:`AcceptanceFormatError`."""
     from blobstate.lineage.commitlog import DIGEST_FIELD, content_digest
@@ -150,6 +155,7 @@ def parse_acceptance(data: bytes, name: str) -> Acceptance:
     match = _ACCEPTANCE_NAME_RE.fullmatch(name)
     if match is None:
         fail("", f"not a name of the form {ACCEPTED_LOSS_PREFIX}<version>_<uid>.json")
+    check_record_size(len(data), MAX_ACCEPTANCE_BYTES, fail, read=True)
     f = JsonFields(load_strict_json(data, fail), fail)
     format_version = f.integer("format_version", minimum=1)
     if format_version not in ACCEPTANCE_FORMATS_READ:
