@@ -239,7 +239,24 @@ def generate_job(seed: int) -> Job:
     # A TIMESTAMP *value* of the repeated hour reaches the processor as an ambiguous naive time, which
     # PySpark's own pandas-to-Arrow conversion of a struct refuses (under Spark too): such values are
     # null. Keys keep them: that the two instants stay two keys is what the tests are for.
-    batches = [[(*row[:-1], _unambiguous(row[-1], value_type, zones)) for row in rows] for rows in batches]
+    # The same holds for a TIMESTAMP inside a struct key that a processor copies into its output; a
+    # top-level TIMESTAMP key keeps its repeated-hour instants.
+    arity = len(key_types)
+
+    def nested(value: Any, dtype: DataType) -> Any:
+        return _unambiguous(value, dtype, zones) if isinstance(dtype, StructType) else value
+
+    batches = [
+        [
+            (
+                *(nested(v, t) for v, t in zip(row[:arity], key_types, strict=True)),
+                *row[arity:-1],
+                _unambiguous(row[-1], value_type, zones),
+            )
+            for row in rows
+        ]
+        for rows in batches
+    ]
     return Job(seed, key_types, value_type, zones[0], zones[1], rnd.randint(1, 3), rnd.randint(1, 4), batches)
 
 
