@@ -203,7 +203,7 @@ def _add(
 
     if any(bad):
         i = bad.index(True)
-        arity = builder_arity(plan, builder.op)
+        arity = plan.key_form(builder.op).arity
         key = decode_key(grouping_key(cfs[i], keys[i], arity), arity)[0]
         raise RescaleError(
             f"{builder.where}: the grouping key {key!r} is stored in a partition other than the one Spark's "
@@ -222,11 +222,6 @@ def _add(
             key_offset(cf)  # a column family the rescale knows
             builder.add((_PUT, cf, k, v) for k, v in zip(keys[start:i], values[start:i], strict=True))
         start = i
-
-
-def builder_arity(plan: RescalePlan, op: str) -> int:
-    """The number of key columns of operator ``op``."""
-    return plan.key_form(op).arity
 
 
 def build_with_spark(spark: Any, plan: RescalePlan, fault: Fault | None, url: str) -> list[dict[str, Any]]:

@@ -100,10 +100,6 @@ class KeyRouter:
         )
         self.checked = 0
 
-    def grouping_keys(self, cf: str, keys: list[bytes], offset: int) -> list[bytes]:
-        """The encoded grouping key inside each of ``keys`` (of column family ``cf``) at ``offset``."""
-        return grouping_keys(cf, keys, offset, self.arity, self.where)
-
     def hashes(self, kbs: list[bytes]) -> np.ndarray:
         """Spark's hash of each encoded grouping key."""
         if (self._fast64 or self._fast32) and kbs and all(len(k) == 9 and k[0] == 3 for k in kbs):
