@@ -8,6 +8,7 @@ from blobstate.blobstore.base import (
     BlobStore,
     BucketNotFoundError,
     InvalidBlobNameError,
+    LocationNotADirectoryError,
     TransientBlobError,
 )
 from blobstate.blobstore.open import open_blob_store
@@ -20,6 +21,7 @@ __all__ = [
     "BlobStoreError",
     "BucketNotFoundError",
     "InvalidBlobNameError",
+    "LocationNotADirectoryError",
     "TransientBlobError",
     "open_blob_store",
 ]

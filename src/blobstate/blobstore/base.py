@@ -51,6 +51,10 @@ class BucketNotFoundError(BlobStoreError):
     """
 
 
+class LocationNotADirectoryError(BlobStoreError):
+    """A local location is a file (or lies below one): a checkpoint or backup repository is a directory."""
+
+
 class TransientBlobError(BlobStoreError):
     """A failure worth retrying (throttling, timeouts, connection resets). Backends raise it."""
 

@@ -25,7 +25,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from blobstate.blobstore.base import BlobNotFoundError, BlobStore, InvalidBlobNameError
+from blobstate.blobstore.base import (
+    BlobNotFoundError,
+    BlobStore,
+    InvalidBlobNameError,
+    LocationNotADirectoryError,
+)
 from blobstate.blobstore.names import RESERVED_PREFIX
 from blobstate.blobstore.redact import redact
 from blobstate.durable import fsync_dir
@@ -62,6 +67,24 @@ def root_from_url(url: str) -> Path:
     return Path(path).expanduser().resolve()
 
 
+def _refuse_a_file(url: str, root: Path) -> None:
+    """Refuse a root that is a file, or lies below one: no object could ever be stored there, and every
+    operation would fail with the operating system's bare ``NotADirectoryError``."""
+    for path in (root, *root.parents):
+        if not os.path.lexists(path):
+            continue
+        if os.path.isdir(path):
+            return
+        what = "a file" if os.path.isfile(path) else "neither a file nor a directory"
+        if path == root:
+            raise LocationNotADirectoryError(
+                f"{url} is {what}, not a checkpoint directory (a checkpoint or backup repository is a"
+                " directory)"
+            )
+        shown = redact(str(path))
+        raise LocationNotADirectoryError(f"{url} cannot be a checkpoint directory: {shown} is {what}")
+
+
 def _fsync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -79,6 +102,7 @@ class LocalBlobStore(BlobStore):
         self.root = root_from_url(url)
         self._root = str(self.root)
         self.fsync = fsync
+        _refuse_a_file(self.url, self.root)
 
     # ----------------------------------------------------------------- paths
     def _inside(self, name: str, path: str) -> str:

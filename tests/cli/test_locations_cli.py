@@ -1,0 +1,86 @@
+"""Issue 33: a checkpoint location that is a file is one ``error:`` line saying so, on every command that
+takes a checkpoint URL (not a bare ``NotADirectoryError``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from blobstate.blobstore import LocationNotADirectoryError, open_blob_store
+from blobstate.cli.main import main
+
+COMMANDS = {
+    "verify": ["verify", "{url}"],
+    "verify --checksums": ["verify", "{url}", "--checksums"],
+    "inspect": ["inspect", "{url}"],
+    "inspect --partition": ["inspect", "{url}", "--partition", "0"],
+    "lineage": ["lineage", "{url}"],
+    "lineage --json": ["lineage", "{url}", "--json"],
+    "gc": ["gc", "{url}"],
+    "gc --full": ["gc", "{url}", "--full"],
+    "rescale": ["rescale", "{url}", "--partitions", "2"],
+    "report": ["report", "{url}", "--out", "{tmp}/report"],
+    "backup": ["backup", "{tmp}/source", "{url}"],
+    "restore": ["restore", "{url}", "{tmp}/restored"],
+    "accept-loss": ["accept-loss", "{url}", "--version", "1"],
+}
+"""Every command taking a checkpoint (or backup repository) URL."""
+
+
+def _command(name: str, url: str, tmp_path: Path) -> list[str]:
+    """The arguments of command ``name`` on ``url`` (for backup, a small source directory made here)."""
+    source = tmp_path / "source"
+    source.mkdir(exist_ok=True)
+    (source / "CURRENT").write_text("MANIFEST-000001\n")
+    return [arg.format(url=url, tmp=tmp_path) for arg in COMMANDS[name]]
+
+
+def _error_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 1, args
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), (args, captured.err)
+    assert "Traceback" not in captured.err and "NotADirectoryError" not in captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_checkpoint_path_that_is_a_file_is_one_line_saying_so(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "checkpoint.json"
+    target.write_text("{}")
+    line = _error_line(_command(command, str(target), tmp_path), capsys)
+    assert line.startswith(f"error: {target} is a file, not a checkpoint directory"), line
+    assert target.read_text() == "{}"  # nothing written through it
+
+
+@pytest.mark.parametrize("command", ["lineage", "backup", "verify"])
+def test_a_checkpoint_path_below_a_file_names_the_file(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "checkpoint.json"
+    target.write_text("{}")
+    line = _error_line(_command(command, str(target / "sub"), tmp_path), capsys)
+    assert line.startswith(f"error: {target / 'sub'} cannot be a checkpoint directory: {target} is a file")
+
+
+def test_backup_still_creates_a_new_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "new" / "repo"
+    with pytest.raises(SystemExit) as exited:
+        main(_command("backup", str(repo), tmp_path))
+    assert exited.value.code in (0, None), capsys.readouterr().err
+    assert repo.is_dir()
+
+
+def test_the_store_refuses_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(LocationNotADirectoryError, match="is a file, not a checkpoint directory"):
+        open_blob_store(str(target))
+    with pytest.raises(LocationNotADirectoryError, match=f"{target} is a file$"):
+        open_blob_store(f"file://{target}/below")
