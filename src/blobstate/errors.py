@@ -17,6 +17,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
   * BlobStoreError [errors]
     * BlobNotFoundError [blobstore.base]
     * BucketNotFoundError [blobstore.base]
+    * LocationNotFoundError [blobstore.base]
     * LocationNotADirectoryError [blobstore.base]
     * TransientBlobError [blobstore.base]
       * MalformedAnswerError [blobstore.answers]

@@ -91,8 +91,11 @@ def _error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 
 def test_restore_of_an_empty_repository_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "nothing").mkdir()
     line = _error(capsys, "restore", str(tmp_path / "nothing"), str(tmp_path / "out"))
     assert "no snapshot" in line and str(tmp_path / "nothing") in line
+    line = _error(capsys, "restore", str(tmp_path / "mistyped"), str(tmp_path / "out"))
+    assert line.startswith(f"error: {tmp_path / 'mistyped'} does not exist"), line
 
 
 @pytest.mark.parametrize("command", ["backup", "restore"])

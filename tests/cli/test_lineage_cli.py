@@ -165,7 +165,9 @@ def test_a_location_without_a_checkpoint_is_refused_like_every_other_command(
         err = capsys.readouterr().err.strip().splitlines()
         if args[0] in ("lineage", "report"):
             assert exited.value.code == 1
-            assert len(err) == 1 and err[0].startswith(f"error: {target} is not a query checkpoint"), err
+            # a mistyped path does not exist: said so, not "metadata.json is missing" (issue 33)
+            said = "is not a query checkpoint" if where == "spark" else "does not exist"
+            assert len(err) == 1 and err[0].startswith(f"error: {target} {said}"), err
             # Spark's own checkpoint inside the query's location names the location to give instead
             assert (f"give {url} " in err[0]) == (where == "spark"), err
         else:

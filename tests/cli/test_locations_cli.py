@@ -1,5 +1,6 @@
-"""Issue 33: a checkpoint location that is a file is one ``error:`` line saying so, on every command that
-takes a checkpoint URL (not a bare ``NotADirectoryError``)."""
+"""Issue 33: a checkpoint location that is a file, or that does not exist, is one ``error:`` line saying
+so, on every command that takes a checkpoint URL (not a bare ``NotADirectoryError``, not "metadata.json
+is missing")."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from blobstate.blobstore import LocationNotADirectoryError, open_blob_store
+from blobstate.blobstore import (
+    LocationNotADirectoryError,
+    LocationNotFoundError,
+    open_blob_store,
+    open_existing_blob_store,
+)
 from blobstate.cli.main import main
 
 COMMANDS = {
@@ -26,6 +32,8 @@ COMMANDS = {
     "accept-loss": ["accept-loss", "{url}", "--version", "1"],
 }
 """Every command taking a checkpoint (or backup repository) URL."""
+
+READERS = [name for name in COMMANDS if name != "backup"]
 
 
 def _command(name: str, url: str, tmp_path: Path) -> list[str]:
@@ -69,6 +77,31 @@ def test_a_checkpoint_path_below_a_file_names_the_file(
     assert line.startswith(f"error: {target / 'sub'} cannot be a checkpoint directory: {target} is a file")
 
 
+@pytest.mark.parametrize("command", READERS)
+def test_a_mistyped_checkpoint_path_does_not_exist(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "chekpoint"
+    line = _error_line(_command(command, str(target), tmp_path), capsys)
+    assert line.startswith(f"error: {target} does not exist"), line
+    assert "metadata.json" not in line
+    assert not target.exists()  # reading commands create nothing
+
+
+def test_a_file_url_that_does_not_exist_is_named_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{tmp_path}/chekpoint"
+    assert _error_line(["lineage", url], capsys).startswith(f"error: {url} does not exist")
+
+
+def test_an_existing_empty_directory_is_still_not_a_query_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _error_line(["lineage", str(tmp_path)], capsys)
+    assert line.startswith(f"error: {tmp_path} is not a query checkpoint (metadata.json is missing)")
+
+
 def test_backup_still_creates_a_new_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     repo = tmp_path / "new" / "repo"
     with pytest.raises(SystemExit) as exited:
@@ -77,10 +110,19 @@ def test_backup_still_creates_a_new_repository(tmp_path: Path, capsys: pytest.Ca
     assert repo.is_dir()
 
 
-def test_the_store_refuses_a_file(tmp_path: Path) -> None:
+def test_the_store_refuses_a_file_and_tells_a_missing_directory(tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("x")
     with pytest.raises(LocationNotADirectoryError, match="is a file, not a checkpoint directory"):
         open_blob_store(str(target))
     with pytest.raises(LocationNotADirectoryError, match=f"{target} is a file$"):
         open_blob_store(f"file://{target}/below")
+    missing = tmp_path / "missing"
+    with pytest.raises(LocationNotFoundError, match=f"^{missing} does not exist$"):
+        open_existing_blob_store(str(missing))
+    with open_blob_store(str(missing)) as store:  # a writer may open it: the first put creates it
+        assert store.location_missing() == f"{missing} does not exist"
+        store.put("a", b"1")
+        assert store.location_missing() is None
+    with open_existing_blob_store("memory://nothing-here") as memory:  # no directories to tell
+        assert memory.location_missing() is None

@@ -9,9 +9,10 @@ from blobstate.blobstore.base import (
     BucketNotFoundError,
     InvalidBlobNameError,
     LocationNotADirectoryError,
+    LocationNotFoundError,
     TransientBlobError,
 )
-from blobstate.blobstore.open import open_blob_store
+from blobstate.blobstore.open import open_blob_store, open_existing_blob_store
 from blobstate.errors import BlobStoreError
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "BucketNotFoundError",
     "InvalidBlobNameError",
     "LocationNotADirectoryError",
+    "LocationNotFoundError",
     "TransientBlobError",
     "open_blob_store",
+    "open_existing_blob_store",
 ]

@@ -51,6 +51,11 @@ class BucketNotFoundError(BlobStoreError):
     """
 
 
+class LocationNotFoundError(BlobStoreError):
+    """The location a command reads (a checkpoint, a backup repository) does not exist: a local directory
+    that is not there, most often a mistyped path (:func:`~blobstate.blobstore.open_existing_blob_store`)."""
+
+
 class LocationNotADirectoryError(BlobStoreError):
     """A local location is a file (or lies below one): a checkpoint or backup repository is a directory."""
 
@@ -279,6 +284,13 @@ class BlobStore(ABC):
         it cannot check (:attr:`ExpiryCheck.unknown` says why). Backends that expire pending objects in
         :meth:`expire` (``blobstate gc``) have nothing to check."""
         return ExpiryCheck()
+
+    def location_missing(self) -> str | None:
+        """Why the store's location does not exist (``<url> does not exist``), when the backend can tell
+        without a listing: a local directory that is not there. None when it exists, and always for object
+        stores and memory, where a prefix exists only through the objects under it: there a location
+        without a checkpoint is one whose ``metadata.json`` is missing, as the commands say."""
+        return None
 
     def install_expiry_rule(self) -> None:
         """Set up native expiry of pending objects (the S3 lifecycle rule); nothing to do elsewhere."""

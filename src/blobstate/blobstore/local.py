@@ -104,6 +104,10 @@ class LocalBlobStore(BlobStore):
         self.fsync = fsync
         _refuse_a_file(self.url, self.root)
 
+    def location_missing(self) -> str | None:
+        """``<url> does not exist`` while the root directory is not there (a mistyped path); else None."""
+        return None if os.path.isdir(self._root) else f"{self.url} does not exist"
+
     # ----------------------------------------------------------------- paths
     def _inside(self, name: str, path: str) -> str:
         """``path`` if it resolves inside the root, else an error: a symlink in the root points out."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blobstate.blobstore.base import BlobStore
+from blobstate.blobstore.base import BlobStore, LocationNotFoundError
 from blobstate.blobstore.schemes import BackendNotInstalledError, scheme_of
 
 
@@ -23,4 +23,18 @@ def open_blob_store(url: str, **options: Any) -> BlobStore:
     return scheme_of(url).open(url, **options)
 
 
-__all__ = ["BackendNotInstalledError", "open_blob_store"]
+def open_existing_blob_store(url: str, **options: Any) -> BlobStore:
+    """Open the blob store at ``url`` for a command that reads what is there (a checkpoint or a backup
+    repository): as :func:`open_blob_store`, then a location that does not exist (a local directory that
+    is not there, most often a mistyped path) is refused with :class:`LocationNotFoundError`
+    (``<url> does not exist``) instead of being read as an empty store. Object stores have no
+    directories: an empty prefix opens, and the command says it holds no checkpoint."""
+    store = open_blob_store(url, **options)
+    problem = store.location_missing()
+    if problem is not None:
+        store.close()
+        raise LocationNotFoundError(problem)
+    return store
+
+
+__all__ = ["BackendNotInstalledError", "open_blob_store", "open_existing_blob_store"]

@@ -163,11 +163,11 @@ def restore(
             )
         restore_checkpoint(url, directory, partition, version, operator, as_json)
         return
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.snapshot.repository import read_snapshot, restore_repository
     from blobstate.snapshot.restore import RestoreTargetError, check_restore_target
 
-    with open_blob_store(url) as store:
+    with open_existing_blob_store(url) as store:
         check_restore_target(store, directory)
         chosen = read_snapshot(store, snapshot)
         try:
@@ -218,10 +218,10 @@ def inspect(
             )
         inspect_checkpoint(url, partition, version, operator, sample, as_json)
         return
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.snapshot.repository import read_snapshot
 
-    with open_blob_store(url) as store:
+    with open_existing_blob_store(url) as store:
         chosen = read_snapshot(store, snapshot)
     name, index = chosen.name, chosen.index
     if as_json:

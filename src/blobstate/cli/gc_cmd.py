@@ -44,11 +44,11 @@ def gc(
     location only gc expires pending objects: run it regularly. On S3, which expires them with a
     lifecycle rule, it checks that the rule is set up, and fails saying how to fix it when it is not.
     """
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.snapshot.repository import gc_repository, is_backup_repository
     from blobstate.state.retention import gc_checkpoint
 
-    with open_blob_store(url) as store:
+    with open_existing_blob_store(url) as store:
         if is_backup_repository(store):
             repo_stats = gc_repository(store, full=full, dry_run=dry_run)
             stats = None

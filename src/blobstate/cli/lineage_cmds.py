@@ -338,10 +338,10 @@ def lineage(
     When newer commits than the newest one were lost (committed objects of later versions exist) or the
     commit log has holes, the first lines say so and the exit status is 1.
     """
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.state.lost import scan_for_loss
 
-    with open_blob_store(url) as store:
+    with open_existing_blob_store(url) as store:
         require_checkpoint(store, url)
         loss = scan_for_loss(store)
         warnings, notes = loss.warnings(), loss.notes()
@@ -435,11 +435,11 @@ def verify(
     Committed objects of the newest commit still pending because its post-commit cleanup has not run
     yet are a note ("cleanup pending"), not a problem; so is a loss of commits accepted with accept-loss.
     """
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.snapshot.repository import is_backup_repository
     from blobstate.state.verify import verify as run_verify
 
-    with open_blob_store(url) as store:
+    with open_existing_blob_store(url) as store:
         if is_backup_repository(store):
             _verify_repository(store, url, checksums, as_json)
             return

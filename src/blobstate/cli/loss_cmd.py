@@ -35,10 +35,10 @@ def accept_loss(
     a query's start proceed from --version, and the next commit takes the lost commit's number, so the
     lost commits can never be put back. A later loss is refused again.
     """
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.state.lost import accept_loss as record
 
-    with open_blob_store(url) as store:
+    with open_existing_blob_store(url) as store:
         acceptance, after = record(store, version, reason=reason)
     lost = sorted(acceptance.lost)
     if as_json:

@@ -71,13 +71,13 @@ def report(
     <plot>.png) is refused unless --force. PNGs a previous report listed but this one does not draw are
     removed; nothing else in --out is touched.
     """
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.cli.lineage_cmds import require_checkpoint
     from blobstate.report.metrics import load_batch_metrics
     from blobstate.report.render import ReportError, pyplot, write_report
 
     pyplot()  # fail before reading anything when matplotlib is missing
-    with open_blob_store(url) as store, _progress_bar() as progress:
+    with open_existing_blob_store(url) as store, _progress_bar() as progress:
         require_checkpoint(store, url)
         summary, rows = load_batch_metrics(store, state_sizes=not no_state_sizes, progress=progress)
         if not rows:

@@ -57,12 +57,12 @@ def rescale(
     readable until retention removes them; a crash leaves the old layout or the new one, and running
     the command again finishes the job. See docs/RESCALE.md.
     """
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.rescale import rescale_checkpoint
     from blobstate.rescale.job import plan_rescale
 
     count = _partition_count(partitions)
-    with open_blob_store(url) as store:
+    with open_existing_blob_store(url) as store:
         plan_rescale(store, count)  # a checkpoint that cannot be rescaled is refused before Spark starts
     result = rescale_checkpoint(_spark(master), url, count)
     partitions_done = result.new_partitions

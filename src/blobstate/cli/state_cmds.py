@@ -16,11 +16,11 @@ from blobstate.reader import StateReadError
 
 def is_query_checkpoint(url: str) -> bool:
     """Whether ``url`` holds a query checkpoint (and not a backup repository)."""
-    from blobstate.blobstore import open_blob_store
+    from blobstate.blobstore import open_existing_blob_store
     from blobstate.reader.checkpoint import is_query_checkpoint as has_metadata
     from blobstate.snapshot.repository import is_backup_repository
 
-    with open_blob_store(url) as store:
+    with open_existing_blob_store(url) as store:
         return has_metadata(store) and not is_backup_repository(store)
 
 
