@@ -69,6 +69,18 @@ class Problem:
 
 
 @dataclass
+class LayoutChecked:
+    """One partition layout :func:`verify` checked: its retained versions and how many partitions."""
+
+    start: int
+    """The first version checked in this layout (its rescale, or the oldest retained version)."""
+    end: int
+    """The last version of this layout (the newest commit's, for the current layout)."""
+    partitions: int = 0
+    """The partitions checked in this layout (every operator's)."""
+
+
+@dataclass
 class VerifyReport:
     """What :func:`verify` found and what it checked (and did not)."""
 
@@ -76,7 +88,9 @@ class VerifyReport:
     problems: list[Problem] = field(default_factory=list)
     latest_version: int = 0
     retained_from: int = 0
-    partitions: int = 0
+    layouts: list[LayoutChecked] = field(default_factory=list)
+    """The partition layouts checked, the current one (the newest commit's) first; more than one when
+    the retained versions span a rescale."""
     versions_checked: int = 0
     deltas_read: int = 0
     delta_bytes: int = 0
@@ -113,13 +127,32 @@ class VerifyReport:
         """Whether nothing is wrong (and there was something to check)."""
         return not self.problems
 
+    @property
+    def partitions(self) -> int:
+        """The partitions checked in the checkpoint's current layout (the newest commit's), never a sum
+        over the layouts before a rescale."""
+        return self.layouts[0].partitions if self.layouts else 0
+
+    def _partitions_checked(self) -> str:
+        """``of 2 partition(s)``; across a rescale, each layout's count and versions, the current first."""
+        if len(self.layouts) <= 1:
+            return f"of {self.partitions} partition(s)"
+        current, *earlier = self.layouts
+        before = ", ".join(
+            f"{lay.partitions} partition(s) at {_versions(lay.start, lay.end)}" for lay in earlier
+        )
+        return (
+            f"of {current.partitions} partition(s) in the current layout ("
+            f"{_versions(current.start, current.end)}) and, before a rescale, {before}"
+        )
+
     def summary(self) -> list[str]:
         """What was checked and what was not, one sentence per line."""
         if not self.latest_version:
             return [f"{self.url}: a checkpoint with no committed version yet; nothing to restore"]
         lines = [
-            f"checked versions {self.retained_from}..{self.latest_version} (the retained ones) of "
-            f"{self.partitions} partition(s): {self.versions_checked} partition versions",
+            f"checked versions {self.retained_from}..{self.latest_version} (the retained ones) "
+            f"{self._partitions_checked()}: {self.versions_checked} partition versions",
             f"read {self.deltas_read} deltas ({self.delta_bytes:,} bytes) and {self.indexes_read} snapshot "
             f"indexes ({self.index_bytes:,} bytes) in full and checked them against their commits",
         ]
@@ -140,6 +173,11 @@ class VerifyReport:
         if not self.ttl_checked:
             lines.append("did not check whether committed objects are still pending")
         return lines
+
+
+def _versions(start: int, end: int) -> str:
+    """``versions 2..3`` or ``version 4``."""
+    return f"versions {start}..{end}" if start < end else f"version {start}"
 
 
 class _Checker:
@@ -507,13 +545,15 @@ def verify(
     # partitions: versions before a rescale with the old ones, from it on with the new ones.
     for lay in layouts(cache, newest, down_to=newest.retained_from):
         _check_layout(store, report, cache, lay, newest.retained_from)
+        checked = LayoutChecked(max(lay.start, newest.retained_from), lay.end)
+        report.layouts.append(checked)
         for op, parts in sorted(lay.commit.checkpoints.items()):
             if operator is not None and op != operator:
                 continue
             for p in sorted(parts):
                 if partition is not None and p != partition:
                     continue
-                report.partitions += 1
+                checked.partitions += 1
                 history = PartitionHistory(cache, op, p, layout_from=lay.start)
                 checker = _Checker(store, report, history, sizes, checksums, check_ttl, fresh)
                 for version in range(lay.end, max(lay.start, newest.retained_from) - 1, -1):
@@ -549,4 +589,4 @@ def _check_layout(store: BlobStore, report: VerifyReport, cache: CommitCache, la
             )
 
 
-__all__ = ["Problem", "VerifyReport", "verify"]
+__all__ = ["LayoutChecked", "Problem", "VerifyReport", "verify"]
