@@ -56,6 +56,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
     * StateReadError [reader.variables; also ValueError]
     * NotACheckpointError [cli.lineage_cmds]
     * VersionNotCommittedError [cli.lineage_cmds]
+    * PartitionNotFoundError [cli.lineage_cmds]
     * CorruptionError [errors]
       * CorruptObjectError [state.errors; also StateLoadError]
       * DeltaFormatError [lineage.delta; also ValueError]

@@ -89,6 +89,8 @@ def collect_lineage(
 
     With ``version`` the listing starts at that version instead of the newest one. ``batch_id`` and
     ``rescale`` are the newest commit's (its recorded batch; after a rescale no longer ``latest - 1``).
+    A ``partition`` or ``operator`` that the layout of the listing's first version does not have is
+    refused (:class:`PartitionNotFoundError`, naming the partitions it has), not listed as nothing.
     """
     from blobstate.lineage.commitlog import CommitLog
     from blobstate.state.history import CommitCache, PartitionHistory
@@ -105,6 +107,7 @@ def collect_lineage(
     # The partitions of the listing's first version; each listing stops where their layout starts (a
     # rescale): partition p before it is another partition.
     first = cache.commit(top) or newest
+    _check_selection(store.url, first, top, latest, operator, partition)
     for op, parts in sorted(first.checkpoints.items()):
         if operator is not None and op != operator:
             continue
@@ -129,6 +132,44 @@ def collect_lineage(
 
 class VersionNotCommittedError(StateError):
     """``lineage --version V`` names a version that has no commit."""
+
+
+class PartitionNotFoundError(StateError):
+    """``lineage --partition P`` (or ``--operator``) names a partition (or operator) that the checkpoint's
+    layout does not have."""
+
+
+def _check_selection(
+    url: str, commit: Any, top: int, latest: int, operator: str | None, partition: int | None
+) -> None:
+    """Refuse an ``operator`` or ``partition`` that ``commit`` (the listing's first version, ``top``)
+    does not have, naming the ones its layout has: the current layout's unless ``top`` is older."""
+    at = "" if top == latest else f" at version {top}"
+    if operator is not None and operator not in commit.checkpoints:
+        known = ", ".join(sorted(commit.checkpoints)) or "none"
+        raise PartitionNotFoundError(
+            f"the checkpoint {redact(url)} has no operator {operator!r}{at}: it has {known}"
+        )
+    if partition is None:
+        return
+    parts = sorted({int(p) for op, ps in commit.checkpoints.items() if operator in (None, op) for p in ps})
+    if partition in parts:
+        return
+    rescaled_at = getattr(commit, "layout_from", 1)
+    since = f" (its layout since the rescale at version {rescaled_at})" if rescaled_at > 1 else ""
+    raise PartitionNotFoundError(
+        f"the checkpoint {redact(url)} has no partition {partition}{at}: it has partitions "
+        f"{_numbers(parts)}{since}"
+    )
+
+
+def _numbers(values: list[int]) -> str:
+    """``0..3`` for a run without gaps, else the numbers listed; ``none`` for no number."""
+    if not values:
+        return "none"
+    if values == list(range(values[0], values[-1] + 1)) and len(values) > 1:
+        return f"{values[0]}..{values[-1]}"
+    return ", ".join(str(v) for v in values)
 
 
 class NotACheckpointError(StateError):
