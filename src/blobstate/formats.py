@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from blobstate.lineage.acceptance import ACCEPTANCE_FORMAT_VERSION, ACCEPTANCE_FORMATS_READ
 from blobstate.lineage.commitlog import (
     COMMIT_FORMAT_VERSION,
     COMMIT_FORMATS_READ,
@@ -20,7 +21,6 @@ from blobstate.lineage.delta import FORMAT_VERSION as DELTA_FORMAT_VERSION
 from blobstate.snapshot.heads import HEAD_FORMAT_VERSION, HEAD_FORMATS_READ
 from blobstate.snapshot.index import SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 from blobstate.snapshot.repository import REPOSITORY_FORMAT_VERSION, REPOSITORY_MARKER
-from blobstate.state.lost import ACCEPTANCE_FORMAT_VERSION, ACCEPTANCE_FORMATS_READ
 
 
 @dataclass(frozen=True)

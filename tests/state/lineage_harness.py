@@ -229,7 +229,9 @@ class Driver:
 
     def commit(self, results: dict[int, CommitResult], version: int, *, retain: int | None = None) -> Commit:
         """Write ``commits/<version>`` naming the checkpoints (and object references) of ``results``."""
-        previous = self.log.read_commit(version - 1) if version > 1 else None
+        # As the engine's driver does, the previous commit is the newest one a listing found, read as an
+        # accepted loss left it (CommitLog.read_commit).
+        previous = self.log.read_commit(version - 1) if version > 1 and self.log.versions() else None
         retained = retained_from(previous, version, retain or self.retain)
         commit = Commit(
             version=version,

@@ -27,11 +27,11 @@ more event: at a random point after a commit and its post-commit cleanup, the ne
 (an in-process rescale, ``gc`` plain, ``--full`` and ``--dry-run``, a query's start) then refuses with
 ``LostCommitError`` and changes nothing, ``verify`` reports the loss, and the operator either puts the
 commit back byte for byte (everything is as before) or accepts the loss at the newest readable version
-(the model drops the lost version, the next commit takes its number). These events draw from their own
-random generator, so a history runs exactly as its twin without them until its first loss. Two known
-gaps of the product (``GAP_HOLES``, ``GAP_RETAINED``; deterministic reproducers, strict xfails, in
-``test_lost_commits.py``) are asserted in the exact form the model predicts; the operator then puts the
-commit back, the history runs to its end with every other check, and xfails naming the gap.
+(the model drops the lost version and every version below the readable one, which the lost commit's
+cleanup was free to delete; the next commit takes the lost one's number). Acceptance is refused exactly
+when it must be: only when the readable version was outside the lost commit's retained window (and its
+cleanup deleted part of it), after which the commit is put back. These events draw from their own
+random generator, so a history runs exactly as its twin without them until its first loss.
 
 The same histories also run on the real S3 backend (the moto server) and the real Azure backend
 (azurite), each behind a proxy that cuts answers at random bytes (status line, headers or body) besides
@@ -73,10 +73,9 @@ from blobstate.blobstore import BlobStore, open_blob_store
 from blobstate.ids import CheckpointId
 from blobstate.layout import commit_name
 from blobstate.lineage.commitlog import CommitConflictError, CommitLog, IncompleteCommitLogError
-from blobstate.rescale import RescaleError, rescale_checkpoint
-from blobstate.state.lost import LostCommitError, accept_loss, check_not_lost
+from blobstate.rescale import rescale_checkpoint
+from blobstate.state.lost import AcceptLossError, LostCommitError, accept_loss, scan_for_writing
 from blobstate.state.retention import (
-    VANISHED,
     GcRefusedError,
     cleanup_latest,
     gc_checkpoint,
@@ -134,22 +133,11 @@ def random_ops(rng: random.Random) -> list[tuple]:
     return ops
 
 
-GAP_HOLES = (
-    "known gap: the lost commit's cleanup pruned commits the readable commit's retained window counts, "
-    "so writers refuse with a hole error (not LostCommitError) and accept-loss refuses the holes"
-)
-GAP_RETAINED = (
-    "known gap: after accept-loss, the readable commit retains versions the lost commit's cleanup "
-    "deleted, so a query's start-up cleanup (and gc) fail on them"
-)
-
-
 def query_start(store: BlobStore) -> int:
     """What ``transform_with_state`` does with the checkpoint before its first batch (without Spark):
     one listing of ``commits/``, the check for lost commits on it, the start-up cleanup; returns the
     cleanup's ``needed_from``."""
-    scan = CommitLog(store).scan()
-    check_not_lost(store, scan, action="start a query on")
+    scan, _ = scan_for_writing(store, action="start a query on")
     stats = cleanup_latest(store, scan)
     return stats.needed_from if stats is not None else 0
 
@@ -182,7 +170,7 @@ class Counters:
         self.lost_commits_put_back = 0
         self.losses_accepted = 0
         self.lost_numbers_committed_again = 0
-        self.histories_in_gaps = 0
+        self.acceptances_refused = 0
         self.answers = 0
         self.cuts = 0
         self.cuts_in_headers = 0
@@ -215,8 +203,8 @@ class History:
         self.loss_rng = random.Random(f"lost-{seed}") if lose_commits else None
         self.accepted: set[tuple[int, str]] = set()
         """The attempts (version, uid) whose loss was accepted: their objects may stay above the newest."""
-        self.gaps: set[str] = set()
-        """The known gaps (``GAP_*``) this history ran into."""
+        self.floor = 1
+        """The oldest version that can be retained: an accepted loss moves it up to the readable version."""
         self.root = root
         self.counts = COUNTS[kind]
         if inner is not None:
@@ -362,7 +350,7 @@ class History:
         assert problems == [], [str(p) for p in problems]
         if self.version:
             lowest = report.retained_from
-            assert lowest == max(1, self.version - self.retain + 1)
+            assert lowest == max(1, self.floor, self.version - self.retain + 1)
             versions = (
                 range(lowest, self.version + 1) if restore_all else [self.rng.randint(lowest, self.version)]
             )
@@ -376,7 +364,8 @@ class History:
         self.check_invariants(restore_all=True)
         if not self.version:
             return
-        newest = self.driver.log.read_commit(self.version)
+        newest = self.driver.log.latest_commit()  # as an accepted loss left it
+        assert newest is not None and newest.version == self.version
         referenced = referenced_by_retained(self.inner, newest)
         left = set(self.inner.list("state/")) | set(self.inner.list("blobs/"))
         # gc --full sweeps an accepted lost attempt's objects once the newest commit has passed its version.
@@ -404,7 +393,8 @@ class History:
         lost = self.version
         name = commit_name(lost)
         saved = self.inner.get(name)
-        lost_commit = CommitLog(self.inner).read_commit(lost)
+        lost_commit = CommitLog(self.inner).latest_commit()  # as an earlier accepted loss left it
+        assert lost_commit is not None and lost_commit.version == lost
         self.inner.delete(name)
         forget_process_memory()
         self.counts.commits_lost += 1
@@ -414,7 +404,7 @@ class History:
         assert log.latest_version() == readable
         previous = log.read_commit(readable) if readable else None
         # The lost commit's cleanup pruned the commits below its horizon; the readable commit's window may
-        # start lower (GAP_HOLES).
+        # start lower: those read as holes, but every writer names the loss first.
         shadowed = list(range(previous.horizon, lost_commit.horizon)) if previous else []
         assert [v for v in shadowed if self.inner.exists(commit_name(v))] == []
         before = stored(self.inner)
@@ -432,9 +422,6 @@ class History:
                 write()
             except LostCommitError as refused:
                 assert (refused.newest, refused.lost) == (readable, [lost]), f"{what}: {refused}"
-            except (IncompleteCommitLogError, GcRefusedError, RescaleError) as refused:
-                assert shadowed and commit_name(shadowed[0]) in str(refused), f"{what}: {refused}"
-                self.gaps.add(GAP_HOLES)
             else:
                 pytest.fail(f"the {what} went ahead on a checkpoint whose newest commit {name} was lost")
             self.counts.refusals += 1
@@ -460,47 +447,38 @@ class History:
         report = verify(self.inner)
         assert report.problems == [], [str(p) for p in report.problems]
         self.check_load(self.root / f"fresh-{rng.random()}", self.version)
-        if self.gaps:
-            self.loss_rng = None  # a gap hit: no more losses in this history, which xfails at its end
 
     def accept_loss_at(self, readable: int, lost_commit, rng: random.Random) -> bool:
         """``blobstate accept-loss --version <readable>``, a query's start, and its first batch, which
-        commits the lost version's number; the model continues from the readable version. False: the
-        operator must put the commit back instead (a known gap, recorded)."""
+        commits the lost version's number; the model continues from the readable version alone. False:
+        the acceptance was refused, rightly, and the operator must put the commit back instead."""
         lost = lost_commit.version
         before = stored(self.inner)
         try:
             acceptance, after = accept_loss(self.store, readable, reason="no backup")
-        except IncompleteCommitLogError as error:  # holes are not accepted (GAP_HOLES)
-            first_hole = CommitLog(self.inner).read_commit(readable).horizon
-            assert GAP_HOLES in self.gaps and commit_name(first_hole) in str(error), str(error)
+        except AcceptLossError as error:
+            # Only a readable version outside the lost commit's retained window can have lost objects to
+            # its cleanup; then nothing is written.
+            assert readable < lost_commit.retained_from, str(error)
+            assert f"from version {readable}: it is not restorable" in str(error), str(error)
             assert stored(self.inner) == before
+            self.counts.acceptances_refused += 1
             return False
         assert after.lost == () and list(acceptance.lost) == [lost]
         assert self.cids[lost].uid in acceptance.lost[lost], "the committed attempt is the evidence"
         forget_process_memory()
-        try:
-            self.driver.needed_from = query_start(self.store)
-        except VANISHED as error:
-            # The readable commit retains versions below the lost one's retained_from, which the lost
-            # commit's cleanup was free to delete (GAP_RETAINED).
-            cid = getattr(error, "checkpoint_id", None)
-            assert cid is None or cid.version < lost_commit.retained_from, str(error)
-            assert readable and CommitLog(self.inner).read_commit(readable).retained_from < (
-                lost_commit.retained_from
-            ), str(error)
-            self.gaps.add(GAP_RETAINED)
-            return False
+        self.driver.needed_from = query_start(self.store)  # start-up cleanup finds all it retains
         self.counts.losses_accepted += 1
         self.accepted |= {(v, uid) for v, uids in acceptance.lost.items() for uid in uids}
         del self.models[lost], self.cids[lost]
         self.version = readable
+        self.floor = readable  # an accepted loss of an accepted version's commit moves it down again
         # Writers continue from the readable version: the next commit takes the lost one's number.
         results = [self.attempt(rng.choice(self.executors), rng) for _ in range(rng.randint(1, 2))]
         result, model = rng.choice([r for r in results if r is not None] or [(None, None)])
         if result is not None:
             commit = self.driver.commit({0: result}, readable + 1)
-            assert commit.version == lost
+            assert commit.version == lost and commit.retained_from >= self.floor
             self.committed(result, model)
             self.driver.cleanup(commit)
             self.counts.lost_numbers_committed_again += 1
@@ -536,9 +514,6 @@ def run_history(history: History) -> None:
         history.check_invariants(restore_all=True)
         history.maybe_lose_newest_commit()
     history.finish()
-    if history.gaps:
-        history.counts.histories_in_gaps += 1
-        pytest.xfail("; ".join(sorted(history.gaps)))
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
@@ -617,6 +592,8 @@ def test_the_histories_with_lost_commits_lost_and_recovered_them() -> None:
         assert counts.commits_lost > LOST_SEEDS // 2
         assert counts.lost_commits_put_back > 0 and counts.losses_accepted > 0
         assert counts.lost_numbers_committed_again > 0
+    if LOST_SEEDS >= 200:
+        assert counts.acceptances_refused > 0, "no acceptance met a readable version the loss destroyed"
 
 
 @pytest.mark.parametrize("kind", ["s3", "azure"])

@@ -17,7 +17,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from lineage_harness import Driver, FaultyStore, forget_process_memory, new_memory_store, open_p
+from lineage_harness import OP, Driver, FaultyStore, forget_process_memory, new_memory_store, open_p
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rescale"))
 import rescale_checkpoints
@@ -29,7 +29,6 @@ from blobstate.lineage.commitlog import CommitLog, IncompleteCommitLogError
 from blobstate.reader.checkpoint import open_version, restored_partition
 from blobstate.reader.partition import inspect_partition, restore_partition
 from blobstate.rescale import rescale_checkpoint
-from blobstate.state.errors import MissingObjectError
 from blobstate.state.lost import (
     AcceptanceFormatError,
     AcceptLossError,
@@ -40,6 +39,7 @@ from blobstate.state.lost import (
     parse_acceptance,
     read_acceptances,
     scan_for_loss,
+    scan_for_writing,
 )
 from blobstate.state.retention import cleanup_latest, gc_checkpoint
 from blobstate.state.verify import verify
@@ -260,8 +260,9 @@ def test_a_commit_landing_while_the_check_lists_is_no_loss(rescaled: str, tmp_pa
 
 
 def test_the_query_start_checks_right_after_its_listing_of_commits() -> None:
-    """transform_with_state runs check_not_lost on the listing it starts from, before anything else reads
-    or writes the checkpoint (a rescale at start, the start-up cleanup); Spark is needed to run it."""
+    """transform_with_state starts from scan_for_writing (its listing of commits/, checked for a loss)
+    before anything else reads or writes the checkpoint (a rescale at start, the start-up cleanup); Spark
+    is needed to run it."""
     from blobstate.engine import query
 
     body = ast.parse(textwrap.dedent(inspect.getsource(query.transform_with_state))).body[0]
@@ -269,9 +270,8 @@ def test_the_query_start_checks_right_after_its_listing_of_commits() -> None:
     calls = [
         ast.unparse(node) for node in body.body if isinstance(node, (ast.Assign, ast.Expr, ast.ImportFrom))
     ]
-    scan = calls.index("scan = CommitLog(store).scan()")
-    assert calls[scan + 2] == "check_not_lost(store, scan, action='start a query on')"
-    assert any(c.startswith("num_partitions, rescaled = _layout_at_start(") for c in calls[scan + 3 :])
+    scan = calls.index("scan, _ = scan_for_writing(store, action='start a query on')")
+    assert any(c.startswith("num_partitions, rescaled = _layout_at_start(") for c in calls[scan + 1 :])
 
 
 # ---------------------------------------------------------------------------------------------- verify
@@ -333,7 +333,7 @@ def test_verify_right_after_a_rescale_commit_is_ok_with_a_note(tmp_path: Path) -
         assert report.problems == [] and report.notes == []
 
 
-# ------------------------------------------------------------------------- known gaps (issue 32)
+# ------------------------------------------------- a lost commit's cleanup: pruned commits, deleted versions
 def _snapshot_every_batch(versions: int, local: Path) -> BlobStore:
     """``versions`` commits of one partition with a snapshot each and ``min_versions_to_retain`` 2, each
     cleaned up: the steady state of a checkpoint, where each commit's cleanup deletes the version that
@@ -351,44 +351,138 @@ def _snapshot_every_batch(versions: int, local: Path) -> BlobStore:
     return store
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=IncompleteCommitLogError,
-    reason="known gap (issue 32): the lost commit's cleanup pruned commits/3.json, below its horizon 4, "
-    "which the readable commit 5 still counts: writers refuse with a hole naming commits/3.json, and "
-    "accept-loss refuses the holes, where the way out is putting back commits/6.json or accepting its loss",
-)
+def _load(store: BlobStore, local: Path) -> bytes | None:
+    """Partition 0's value of ``k`` at the newest commit, loaded from the blob store alone."""
+    shutil.rmtree(local, ignore_errors=True)
+    forget_process_memory()
+    committed = CommitLog(store).latest_commit()
+    assert committed is not None
+    with open_p(store, local, committed.checkpoint_id(OP, 0)) as state:
+        return state.store.get("a", b"k")
+
+
 def test_a_lost_commit_whose_cleanup_pruned_commits_is_refused_as_lost_and_can_be_accepted(
     tmp_path: Path,
 ) -> None:
-    store = _snapshot_every_batch(6, tmp_path)
+    store = _snapshot_every_batch(6, tmp_path / "local")
     log = CommitLog(store)
     assert (log.read_commit(5).horizon, log.read_commit(6).horizon) == (3, 4)
+    assert not store.exists(commit_name(3)), "commit 6's cleanup pruned commits/3.json"
     store.delete(commit_name(6))
     forget_process_memory()
+    # Every writer names the lost commit and the way out, not the hole its cleanup left below it.
+    with pytest.raises(LostCommitError, match=r"commits/6\.json.*accept-loss"):
+        scan_for_writing(store, action="start a query on")
     with pytest.raises(LostCommitError, match=r"commits/6\.json"):
-        check_not_lost(store, CommitLog(store).scan(), action="start a query on")
-    with pytest.raises(LostCommitError):
-        gc_checkpoint(store)
-    accept_loss(store, 5)
-    assert cleanup_latest(store) is not None
+        gc_checkpoint(store, full=True, now=FAR_FUTURE)
+    acceptance, after = accept_loss(store, 5)
+    assert (acceptance.version, acceptance.horizon, after.lost) == (5, 4, ())
+    forget_process_memory()
+    scan, _ = scan_for_writing(store, action="start a query on")
+    assert (scan.latest, scan.newest.retained_from, scan.newest.horizon, scan.holes) == (5, 5, 4, [])
+    cleanup_latest(store, scan)
+    assert verify(store).problems == []
+    assert _load(store, tmp_path / "fresh") == b"5"
+    # The query continues: the next commit takes the lost one's number and retains from version 5 on.
+    driver = Driver(store, retain=2)
+    with open_p(store, tmp_path / "fresh", scan.newest.checkpoint_id(OP, 0), snapshot_every=1) as state:
+        state.store.put("a", b"k", b"again")
+        result = state.commit()
+    driver.cleanup(commit := driver.commit({0: result}, 6))
+    assert (commit.retained_from, commit.horizon) == (5, 4)
+    gc_checkpoint(store, full=True, now=FAR_FUTURE)
+    assert verify(store).problems == [] and _load(store, tmp_path / "fresh2") == b"again"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=MissingObjectError,
-    reason="known gap (issue 32): after accept-loss at version 2, commit 2 retains version 1, which the "
-    "lost commit 3's cleanup deleted (it retained 2..3): the query's start-up cleanup and gc fail on it",
-)
 def test_after_accepting_a_loss_the_query_starts(tmp_path: Path) -> None:
-    store = _snapshot_every_batch(3, tmp_path)
+    """The lost commit 3's cleanup deleted version 1, which commit 2 still retains: after the acceptance
+    version 2 alone is retained, and start-up, gc and verify agree."""
+    store = _snapshot_every_batch(3, tmp_path / "local")
     assert CommitLog(store).read_commit(3).retained_from == 2
+    assert CommitLog(store).read_commit(2).retained_from == 1
     store.delete(commit_name(3))
     forget_process_memory()
     accept_loss(store, 2)
     forget_process_memory()
-    scan = CommitLog(store).scan()
-    check_not_lost(store, scan, action="start a query on")
+    scan, _ = scan_for_writing(store, action="start a query on")
+    assert scan.newest.retained_from == 2
     cleanup_latest(store, scan)
     gc_checkpoint(store, now=FAR_FUTURE)
-    assert verify(store).problems == []
+    report = verify(store)
+    assert report.problems == [] and report.retained_from == 2
+    assert _load(store, tmp_path / "fresh") == b"2"
+
+
+def test_accepting_a_loss_refuses_when_the_readable_version_was_deleted_too(tmp_path: Path) -> None:
+    """With ``min_versions_to_retain`` 1 and a snapshot in the lost commit, its cleanup deleted all of
+    version 2: the loss cannot be accepted at 2 (only putting commits/3.json back helps), and nothing is
+    written."""
+    store = new_memory_store()
+    driver = Driver(store, retain=1)
+    committed = None
+    for version in range(1, 4):
+        with open_p(store, tmp_path / "local", committed, snapshot_every=1) as state:
+            state.store.put("a", b"k", b"%d" % version)
+            result = state.commit()
+        driver.cleanup(driver.commit({0: result}, version))
+        committed = result.checkpoint_id
+    saved = store.get(commit_name(3))
+    store.delete(commit_name(3))
+    forget_process_memory()
+    before = sorted(store.list(""))
+    with pytest.raises(AcceptLossError, match=r"version 2: it is not restorable.*commits/3\.json back"):
+        accept_loss(store, 2)
+    assert sorted(store.list("")) == before and read_acceptances(store) == []
+    assert store.put_if_absent(commit_name(3), saved)
+    forget_process_memory()
+    assert verify(store).problems == [] and _load(store, tmp_path / "fresh") == b"3"
+
+
+def test_accepting_a_loss_refuses_a_hole_that_no_pruning_made(tmp_path: Path) -> None:
+    """A commit missing above a present one (not a pruned prefix) is damage: restore it."""
+    store = new_memory_store()
+    driver = Driver(store, retain=10)
+    committed = None
+    for version in range(1, 6):
+        with open_p(store, tmp_path / "local", committed) as state:
+            state.store.put("a", b"k", b"%d" % version)
+            result = state.commit()
+        driver.cleanup(driver.commit({0: result}, version))
+        committed = result.checkpoint_id
+    store.delete(commit_name(5))
+    store.delete(commit_name(3))
+    forget_process_memory()
+    with pytest.raises(IncompleteCommitLogError, match=r"commits/3\.json"):
+        accept_loss(store, 4)
+    assert read_acceptances(store) == []
+
+
+def test_an_acceptance_changes_only_the_commit_it_continued_from(tmp_path: Path) -> None:
+    """Commit 4 is lost and accepted at 3, then commit 3 too (accepted at 2): the first acceptance, of the
+    lost commit 3, must not shrink the window of the new commit 3 that took its number."""
+    store = new_memory_store()
+    driver = Driver(store, retain=3)
+    committed = None
+    for version in range(1, 5):
+        with open_p(store, tmp_path / "local", committed, snapshot_every=1) as state:
+            state.store.put("a", b"k", b"%d" % version)
+            result = state.commit()
+        driver.cleanup(driver.commit({0: result}, version))
+        committed = result.checkpoint_id
+    for lost in (4, 3):
+        store.delete(commit_name(lost))
+        forget_process_memory()
+        accept_loss(store, lost - 1)
+    forget_process_memory()
+    scan, _ = scan_for_writing(store, action="start a query on")
+    assert (scan.latest, scan.newest.retained_from) == (2, 2)
+    cleanup_latest(store, scan)
+    driver = Driver(store, retain=3)
+    with open_p(store, tmp_path / "fresh", scan.newest.checkpoint_id(OP, 0), snapshot_every=1) as state:
+        state.store.put("a", b"k", b"again")
+        result = state.commit()
+    driver.cleanup(driver.commit({0: result}, 3))
+    forget_process_memory()
+    newest = CommitLog(store).scan().newest
+    assert (newest.version, newest.retained_from) == (3, 2), "the acceptance of the lost commit 3 applied"
+    assert verify(store).problems == [] and _load(store, tmp_path / "fresh2") == b"again"

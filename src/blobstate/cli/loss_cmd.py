@@ -33,7 +33,10 @@ def accept_loss(
     no command: everything works again). It records the acceptance create-only in
     accepted-loss/<version>_<uid>.json, naming the lost attempts found now; from then on gc, rescale and
     a query's start proceed from --version, and the next commit takes the lost commit's number, so the
-    lost commits can never be put back. A later loss is refused again.
+    lost commits can never be put back. Version --version alone stays retained (the lost commits'
+    cleanup may have deleted older ones), and it is checked restorable first: if the lost commits'
+    cleanup deleted part of it, nothing is written and only putting them back helps. A later loss is
+    refused again.
     """
     from blobstate.blobstore import open_existing_blob_store
     from blobstate.state.lost import accept_loss as record
@@ -59,8 +62,8 @@ def accept_loss(
         typer.echo(
             f"checkpoint {redact(after.url)}: accepted the loss of {shown} ({acceptance.name}); writers "
             f"continue from version {acceptance.version}, the next commit is version "
-            f"{acceptance.version + 1}; run `blobstate verify {redact(after.url)}` to check version "
-            f"{acceptance.version} and the versions retained with it"
+            f"{acceptance.version + 1}; version {acceptance.version} was checked restorable and is the only "
+            "one retained now"
         )
         for line in after.warnings():
             typer.echo(f"warning: {redact(line)}", err=True)

@@ -30,6 +30,7 @@ from blobstate.ids import (
 )
 from blobstate.jsonfields import Fail, JsonFields, check_record_size, load_strict_json
 from blobstate.layout import COMMITS_PREFIX, METADATA, commit_name
+from blobstate.lineage.acceptance import Acceptance, apply_acceptances, read_acceptances
 from blobstate.lineage.refs import PartitionObjects
 
 METADATA_FORMAT_VERSION = 2
@@ -310,6 +311,14 @@ class Commit:
             ),
             **({"instant_keys": True} if self.format_version >= INSTANT_KEYS_COMMIT_FORMAT else {}),
         }
+
+    def attempts_digest(self) -> str:
+        """SHA-256 of the attempts (uids) this commit names: tells two commits of one version apart (a lost
+        commit and the one that took its number later), since every commit names attempts of its own."""
+        named = {
+            op: {str(p): uid for p, uid in sorted(parts.items())} for op, parts in self.checkpoints.items()
+        }
+        return hashlib.sha256(json.dumps(named, sort_keys=True).encode("utf-8")).hexdigest()
 
     def same_content(self, other: Commit) -> bool:
         """Whether two commits store the same JSON apart from their creation time (an idempotent retry)."""
@@ -630,6 +639,11 @@ class CommitLog:
         are create-only, so a listed size stays the size of that commit while it exists."""
         self.last_scan: LogScan | None = None
         """What this object's last :meth:`scan` found."""
+        self.assumed: list[Acceptance] = []
+        """Acceptances of lost commits not written yet, applied as if they were (``accept-loss`` checks
+        the version it would continue from before it writes)."""
+        self._listed_newest = 0
+        self._acceptances: list[Acceptance] | None = None
 
     def _where(self, name: str) -> str:
         return f"{name} in {self.store.url}"
@@ -765,7 +779,17 @@ class CommitLog:
         """
         name = commit_name(validate_version(version))
         data = self._read_bounded(name, MAX_COMMIT_BYTES)
-        return parse_commit(data, self._where(name), version, self.read_metadata())
+        commit = parse_commit(data, self._where(name), version, self.read_metadata())
+        if version == self._listed_newest:
+            commit = apply_acceptances(commit, self.acceptances())
+        return commit
+
+    def acceptances(self) -> list[Acceptance]:
+        """The accepted losses of this checkpoint (``accepted-loss/``, listed once per listing of
+        ``commits/``) and the :attr:`assumed` ones."""
+        if self._acceptances is None:
+            self._acceptances = read_acceptances(self.store)
+        return [*self._acceptances, *self.assumed]
 
     def commit_exists(self, version: int) -> bool:
         """Whether ``commits/<version>.json`` exists (without reading or validating it)."""
@@ -783,7 +807,10 @@ class CommitLog:
             if match:
                 found.append(int(match.group(1)))
         self._listed_sizes = sizes
-        return sorted(found)
+        found.sort()
+        # The newest commit a listing finds is read as an accepted loss left it (read_commit).
+        self._listed_newest, self._acceptances = (found[-1] if found else 0), None
+        return found
 
     def latest_version(self) -> int:
         """The highest committed version, or 0 (the empty state) if nothing was committed."""
@@ -801,7 +828,13 @@ class CommitLog:
         newest = self.read_commit(versions[-1]) if versions else None
         scan = LogScan(versions, newest)
         self.last_scan = scan
-        if check and scan.holes:
+        if check:
+            self.check_complete(scan)
+        return scan
+
+    def check_complete(self, scan: LogScan) -> None:
+        """Raise :class:`IncompleteCommitLogError` naming the missing commits if ``scan`` found holes."""
+        if scan.holes:
             missing = scan.holes
             shown = ", ".join(commit_name(v) for v in missing[:5]) + (", ..." if len(missing) > 5 else "")
             raise IncompleteCommitLogError(
@@ -810,7 +843,6 @@ class CommitLog:
                 f" {shown}; restore them from a backup, or start a new checkpoint",
                 missing=missing,
             )
-        return scan
 
     def complete_versions(self) -> list[int]:
         """The versions from the newest commit's horizon to the newest, ascending, after proving that

@@ -178,13 +178,12 @@ def plan_rescale(
         metadata = log.read_metadata()
     except Exception as error:  # BlobNotFoundError or a format error
         raise RescaleError(f"{store.url} is not a readable query checkpoint: {error}") from None
-    try:
-        scan = log.scan()
+    from blobstate.state.lost import scan_for_writing
+
+    try:  # LostCommitError first: its number would take a lost commit's
+        scan, _ = scan_for_writing(store, action="rescale", log=log)
     except IncompleteCommitLogError as error:
         raise RescaleError(f"cannot rescale {store.url}: {error}") from None
-    from blobstate.state.lost import check_not_lost
-
-    check_not_lost(store, scan, action="rescale")  # LostCommitError: its number would take a lost commit's
     newest = scan.newest
     if newest is None:
         raise RescaleError(

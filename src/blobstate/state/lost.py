@@ -25,33 +25,38 @@ references. Readers (``lineage``, ``inspect``, ``restore``, ``read_state``) say 
   (version and uid) whose permanent objects were the evidence. Those attempts are no evidence any more;
   writers continue from version ``N`` and the next commit takes the number ``N + 1``, so the lost commits
   can no longer be put back. Evidence of any other attempt (a later loss) is refused again. ``gc --full``
-  sweeps the accepted attempts' objects once the newest commit passes their versions.
+  sweeps the accepted attempts' objects once the newest commit passes their versions. The lost commits'
+  cleanup may have deleted versions below ``N`` and pruned commits ``N`` still counts, so from the
+  acceptance on version ``N`` alone is retained (:mod:`blobstate.lineage.acceptance`), after it was checked
+  restorable.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
-from blobstate.errors import CorruptionError, StateError
-from blobstate.ids import InvalidIdError, new_uid, validate_uid
-from blobstate.jsonfields import JsonFields, check_record_size, is_int, load_strict_json
-from blobstate.layout import ACCEPTED_LOSS_PREFIX, accepted_loss_name, commit_name
+from blobstate.errors import StateError
+from blobstate.ids import new_uid
+from blobstate.jsonfields import is_int
+from blobstate.layout import commit_name
+from blobstate.lineage.acceptance import (
+    ACCEPTANCE_FORMAT_VERSION,
+    ACCEPTANCE_FORMATS_READ,
+    MAX_ACCEPTANCE_BYTES,
+    Acceptance,
+    AcceptanceFormatError,
+    parse_acceptance,
+    read_acceptances,
+)
 
 if TYPE_CHECKING:
-    from blobstate.lineage.commitlog import LogScan
-
-ACCEPTANCE_FORMAT_VERSION = 1
-"""The ``accepted-loss/<v>_<uid>.json`` format version this build writes."""
-
-ACCEPTANCE_FORMATS_READ = (1,)
-"""The ``accepted-loss/<v>_<uid>.json`` format versions this build reads."""
+    from blobstate.lineage.commitlog import CommitLog, LogScan
 
 _STATE_OBJECT_RE = re.compile(r"state/([^/]+)/([0-9]+)/([0-9]+)_([0-9a-f]+)\.(delta|snapshot)")
-_ACCEPTANCE_NAME_RE = re.compile(re.escape(ACCEPTED_LOSS_PREFIX) + r"([0-9]+)_([0-9a-f]+)\.json")
 _SHOWN = 3
 
 
@@ -71,17 +76,6 @@ class AcceptLossError(StateError):
     nothing lost to accept."""
 
 
-class AcceptanceFormatError(CorruptionError, ValueError):
-    """An ``accepted-loss/<v>_<uid>.json`` record that is malformed: names the object, field and problem."""
-
-    def __init__(self, name: str, field: str, problem: str) -> None:
-        where = f" field {field}" if field else ""
-        super().__init__(f"invalid {name}:{where}: {problem}")
-        self.name = name
-        self.field = field
-        self.problem = problem
-
-
 class LostCommitWarning(UserWarning):
     """What :func:`blobstate.read_state` warns, first, when the checkpoint's newest commits were lost or
     its commit log has holes: the version it reads as the newest is not."""
@@ -95,100 +89,6 @@ class LostAttempt:
     uid: str
     name: str
     """One of its permanent objects."""
-
-
-@dataclass(frozen=True)
-class Acceptance:
-    """An operator's acceptance of lost commits: ``accepted-loss/<version>_<uid>.json``.
-
-    ``version`` is the newest readable version the checkpoint continues from; ``lost`` maps each lost
-    version to the uids of the attempts whose permanent objects were the evidence."""
-
-    version: int
-    uid: str
-    lost: dict[int, tuple[str, ...]]
-    reason: str | None = None
-    created_time_ms: int = 0
-    format_version: int = ACCEPTANCE_FORMAT_VERSION
-
-    @property
-    def name(self) -> str:
-        """``accepted-loss/<version>_<uid>.json``."""
-        return accepted_loss_name(self.version, self.uid)
-
-    def covers(self, attempt: LostAttempt) -> bool:
-        """Whether this acceptance names ``attempt``."""
-        return attempt.uid in self.lost.get(attempt.version, ())
-
-    def to_json(self) -> dict[str, object]:
-        """The JSON object stored (before its digest)."""
-        return {
-            "format_version": self.format_version,
-            "version": self.version,
-            "lost": {str(v): list(uids) for v, uids in sorted(self.lost.items())},
-            "reason": self.reason,
-            "created_time_ms": self.created_time_ms,
-        }
-
-
-def _dump(acceptance: Acceptance) -> bytes:
-    import json
-
-    from blobstate.lineage.commitlog import DIGEST_FIELD, content_digest
-
-    obj = acceptance.to_json()
-    return json.dumps({**obj, DIGEST_FIELD: content_digest(obj)}, indent=1).encode("utf-8")
-
-
-MAX_ACCEPTANCE_BYTES = 16 * 1024 * 1024
-"""The largest ``accepted-loss/<v>_<uid>.json`` a reader parses (one names the lost attempts of a few
-versions of up to 10,000 partitions: a few MB at most)."""
-
-
-def parse_acceptance(data: bytes, name: str) -> Acceptance:
-    """Read and validate ``accepted-loss/<v>_<uid>.json``; raises :class:`AcceptanceFormatError`."""
-    from blobstate.lineage.commitlog import DIGEST_FIELD, content_digest
-
-    def fail(field_: str, problem: str) -> NoReturn:
-        raise AcceptanceFormatError(name, field_, problem)
-
-    match = _ACCEPTANCE_NAME_RE.fullmatch(name)
-    if match is None:
-        fail("", f"not a name of the form {ACCEPTED_LOSS_PREFIX}<version>_<uid>.json")
-    check_record_size(len(data), MAX_ACCEPTANCE_BYTES, fail, read=True)
-    f = JsonFields(load_strict_json(data, fail), fail)
-    format_version = f.integer("format_version", minimum=1)
-    if format_version not in ACCEPTANCE_FORMATS_READ:
-        fail(
-            "format_version",
-            f"format {format_version} was written by a newer blobstate; this build reads "
-            f"{', '.join(map(str, ACCEPTANCE_FORMATS_READ))}",
-        )
-    version = f.integer("version", minimum=0)
-    if version != int(match.group(1)):
-        fail("version", f"{version} is not the version {match.group(1)} of the object's name")
-    raw = f.mapping("lost")
-    assert raw is not None
-    if not raw:
-        fail("lost", "names no lost version")
-    lost: dict[int, tuple[str, ...]] = {}
-    for key, uids in raw.items():
-        if not key.isdigit() or int(key) <= version or str(int(key)) != key:
-            fail(f"lost[{key!r}]", f"expected a version above {version}")
-        if not isinstance(uids, list) or not uids:
-            fail(f"lost[{key!r}]", f"expected a non-empty list of uids, found {uids!r}")
-        for uid in uids:
-            try:
-                validate_uid(uid)
-            except InvalidIdError as error:
-                fail(f"lost[{key!r}]", str(error))
-        lost[int(key)] = tuple(uids)
-    reason = f.get("reason", lambda v: isinstance(v, str), "a string", optional=True)
-    created = f.integer("created_time_ms", minimum=0)
-    stored = f.get(DIGEST_FIELD, lambda v: isinstance(v, str), "a SHA-256 hex string")
-    if stored != content_digest(f.obj):
-        fail(DIGEST_FIELD, "content does not match its checksum: the object was changed after it was written")
-    return Acceptance(version, match.group(2), lost, reason, created, format_version)
 
 
 @dataclass(frozen=True)
@@ -259,7 +159,9 @@ class LossScan:
         """Information: accepted losses whose objects are still above the newest commit."""
         if not self.accepted:
             return []
-        records = sorted({a.name for a in self.acceptances if any(a.covers(x) for x in self.accepted)})
+        records = sorted(
+            {a.name for a in self.acceptances if any(a.covers(x.version, x.uid) for x in self.accepted)}
+        )
         return [
             f"the loss of {_commit_range(self.accepted_versions)} of {self.url} was accepted "
             f"({', '.join(records)}): the {_evidence(self.accepted, exist=False)} are no evidence of a lost "
@@ -303,16 +205,13 @@ def _permanent(store: BlobStore, names: list[str]) -> str | None:
     return None
 
 
-def read_acceptances(store: BlobStore) -> list[Acceptance]:
-    """Every acceptance recorded in ``accepted-loss/`` (one listing, then each read and checked)."""
-    names = [n for n in store.list(ACCEPTED_LOSS_PREFIX) if _ACCEPTANCE_NAME_RE.fullmatch(n)]
-    return [parse_acceptance(store.get(n), n) for n in names]
-
-
-def scan_for_loss(store: BlobStore, scan: LogScan | None = None) -> LossScan:
+def scan_for_loss(
+    store: BlobStore, scan: LogScan | None = None, *, assumed: Sequence[Acceptance] = ()
+) -> LossScan:
     """Look for the evidence of lost newest commits (see the module docstring), bounded in cost.
 
-    ``scan``: a listing of ``commits/`` already made (else one is made, holes tolerated).
+    ``scan``: a listing of ``commits/`` already made (else one is made, holes tolerated); ``assumed``:
+    acceptances not written yet, counted as if they were (``accept-loss`` checks before it writes).
     """
     from blobstate.lineage.commitlog import CommitLog
 
@@ -336,9 +235,9 @@ def scan_for_loss(store: BlobStore, scan: LogScan | None = None) -> LossScan:
         if now > newest:
             newest = now
             found = [a for a in found if a.version > newest]
-    acceptances: list[Acceptance] = read_acceptances(store) if found else []
-    lost = tuple(a for a in found if not any(acc.covers(a) for acc in acceptances))
-    accepted = tuple(a for a in found if any(acc.covers(a) for acc in acceptances))
+    acceptances = [*read_acceptances(store), *assumed] if found else []
+    lost = tuple(a for a in found if not any(acc.covers(a.version, a.uid) for acc in acceptances))
+    accepted = tuple(a for a in found if any(acc.covers(a.version, a.uid) for acc in acceptances))
     return LossScan(
         url=store.url,
         newest=newest,
@@ -365,24 +264,57 @@ def check_not_lost(store: BlobStore, scan: LogScan | None = None, *, action: str
     return found
 
 
+def scan_for_writing(
+    store: BlobStore, *, action: str, log: CommitLog | None = None
+) -> tuple[LogScan, LossScan]:
+    """The listing of ``commits/`` every writer starts from, proven safe to write after.
+
+    A lost newest commit is refused first (:class:`LostCommitError`): its cleanup may have pruned
+    commits that the readable commit still counts, which would otherwise read as holes and hide the way
+    out. Then holes refuse (:class:`~blobstate.lineage.commitlog.IncompleteCommitLogError`).
+    """
+    from blobstate.lineage.commitlog import CommitLog
+
+    log = log if log is not None else CommitLog(store)
+    scan = log.scan(check=False)
+    found = check_not_lost(store, scan, action=action)
+    log.check_complete(scan)
+    return scan, found
+
+
+def _unbroken_from(scan: LogScan) -> int:
+    """The oldest version from which every commit up to the newest exists."""
+    return max(scan.holes) + 1 if scan.holes else scan.horizon
+
+
 def accept_loss(store: BlobStore, version: int, *, reason: str | None = None) -> tuple[Acceptance, LossScan]:
     """Record that the commits above ``version`` (the newest readable one) are lost for good.
+
+    The lost commits' post-commit cleanup was free to delete every version below their retained window
+    and to prune the commits below their horizon, so the checkpoint continues from ``version`` alone:
+    commits missing at the bottom of its retained window count as pruned (pruning goes oldest first, so
+    the lost commits' pruning leaves a prefix), and ``version`` itself is checked restorable (as
+    ``verify`` checks a retained version) before anything is written.
 
     Writes ``accepted-loss/<version>_<uid>.json`` create-only, naming every attempt that is evidence now,
     and returns it with the scan made afterwards (whose ``lost`` is empty unless new evidence appeared
     meanwhile). Raises :class:`AcceptLossError` for a location that is not a checkpoint, a ``version``
-    other than the newest readable one, or nothing lost; a commit log with holes raises
-    :class:`~blobstate.lineage.commitlog.IncompleteCommitLogError` (holes are not accepted: restore them).
+    other than the newest readable one, nothing lost, or a ``version`` that is not restorable any more
+    (only putting the lost commits back can help then); a commit log with holes that are not at the
+    bottom of the window raises :class:`~blobstate.lineage.commitlog.IncompleteCommitLogError` (no
+    cleanup makes those: restore them).
     """
     from blobstate.layout import METADATA
     from blobstate.lineage.commitlog import CommitLog, now_ms
+    from blobstate.state.verify import verify
 
     log = CommitLog(store)
     try:
         log.read_metadata()
     except BlobNotFoundError:
         raise AcceptLossError(f"{store.url} is not a query checkpoint ({METADATA} is missing)") from None
-    found = scan_for_loss(store, log.scan())
+    scan = log.scan(check=False)
+    found = scan_for_loss(store, scan)
     if not is_int(version) or version != found.newest:
         raise AcceptLossError(
             f"the newest readable version of {store.url} is {found.newest}, not {version!r}: give "
@@ -390,17 +322,38 @@ def accept_loss(store: BlobStore, version: int, *, reason: str | None = None) ->
         )
     if not found.lost:
         already = f" (the loss of {_commit_range(found.accepted_versions)} is accepted already)"
+        if found.holes:
+            log.check_complete(scan)  # holes without a lost commit: restore them
         raise AcceptLossError(
             f"nothing to accept: no commit above version {version} of {store.url} is known lost"
             f"{already if found.accepted else ''}; `blobstate verify {store.url}` checks the checkpoint"
         )
+    holes = list(scan.holes)
+    if holes != list(range(scan.horizon, scan.horizon + len(holes))):
+        log.check_complete(scan)  # a hole above a present commit: no pruning made it
     lost: dict[int, list[str]] = {}
     for attempt in found.lost:
         lost.setdefault(attempt.version, []).append(attempt.uid)
     acceptance = Acceptance(
-        version, new_uid(), {v: tuple(sorted(u)) for v, u in lost.items()}, reason, now_ms()
+        version,
+        new_uid(),
+        {v: tuple(sorted(u)) for v, u in lost.items()},
+        reason,
+        now_ms(),
+        commit=scan.newest.attempts_digest() if scan.newest is not None else None,
+        horizon=_unbroken_from(scan),
     )
-    data = _dump(acceptance)
+    log.assumed.append(acceptance)
+    report = verify(store, commit_log=log)
+    if report.problems:
+        first, more = report.problems[0], len(report.problems) - 1
+        raise AcceptLossError(
+            f"cannot continue {store.url} from version {version}: it is not restorable any more: {first}"
+            f"{f' (and {more} more problems)' if more else ''}; the lost commits' cleanup deleted what it "
+            f"needs, so only putting {_commit_range(found.lost_versions)} back can recover the checkpoint; "
+            "nothing was written"
+        )
+    data = acceptance.dump()
     parse_acceptance(data, acceptance.name)
     if not store.put_if_absent(acceptance.name, data):  # a fresh uid: never taken
         raise AcceptLossError(f"{acceptance.name} exists already in {store.url}; run accept-loss again")
@@ -410,6 +363,7 @@ def accept_loss(store: BlobStore, version: int, *, reason: str | None = None) ->
 __all__ = [
     "ACCEPTANCE_FORMATS_READ",
     "ACCEPTANCE_FORMAT_VERSION",
+    "MAX_ACCEPTANCE_BYTES",
     "AcceptLossError",
     "Acceptance",
     "AcceptanceFormatError",
@@ -422,4 +376,5 @@ __all__ = [
     "parse_acceptance",
     "read_acceptances",
     "scan_for_loss",
+    "scan_for_writing",
 ]

@@ -570,10 +570,10 @@ def referenced_by_retained(
 
 def _read_checkpoint(store: BlobStore) -> tuple[CommitLog, Commit | None]:
     """The commit log and its newest commit (None: nothing committed), after proving the log complete
-    and that no newer commit is known lost (:func:`blobstate.state.lost.check_not_lost`: gc would sweep
+    and that no newer commit is known lost (:func:`blobstate.state.lost.scan_for_writing`: gc would sweep
     what a lost commit references, and what its cleanup made permanent)."""
     from blobstate.lineage.commitlog import CommitLogError
-    from blobstate.state.lost import check_not_lost
+    from blobstate.state.lost import scan_for_writing
 
     log_ = _commit_log(store)
     try:
@@ -582,11 +582,10 @@ def _read_checkpoint(store: BlobStore) -> tuple[CommitLog, Commit | None]:
         raise GcRefusedError(
             f"{store.url} is not a query checkpoint ({METADATA} is missing): gc deletes nothing there"
         ) from None
-    try:
-        scan = log_.scan()
+    try:  # LostCommitError first, with no commit at all too: was commits/ lost?
+        scan, _ = scan_for_writing(store, action="run gc on", log=log_)
     except CommitLogError as error:
         raise GcRefusedError(f"gc refuses to touch {store.url}: {error}") from error
-    check_not_lost(store, scan, action="run gc on")  # with no commit at all too: was commits/ lost?
     return log_, scan.newest
 
 

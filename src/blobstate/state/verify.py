@@ -31,8 +31,9 @@ partition, version and uid. The :class:`VerifyReport` also says what was not rea
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
 from blobstate.encoding.layout import META_CF, meta_key
@@ -42,6 +43,10 @@ from blobstate.lineage.delta import DeltaFormatError, decode_delta
 from blobstate.state.chain import fetch_checked_delta, resolve_chain
 from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory, layouts
+
+if TYPE_CHECKING:
+    from blobstate.lineage.acceptance import Acceptance
+    from blobstate.lineage.commitlog import CommitLog
 
 DECLARATION_KEY = meta_key("")
 """The key prefix of a state variable's declaration in ``META_CF``."""
@@ -401,13 +406,15 @@ def _cid_of(error: StateLoadError, default: CheckpointId) -> CheckpointId:
     return cid if isinstance(cid, CheckpointId) else default
 
 
-def _lost_newer_commits(store: BlobStore, scan: Any, report: VerifyReport) -> None:
+def _lost_newer_commits(
+    store: BlobStore, scan: Any, report: VerifyReport, assumed: Sequence[Acceptance] = ()
+) -> None:
     """Permanent state objects of versions above the newest commit: newer commits were lost (a problem
     per version), unless an operator accepted their loss (a note). :mod:`blobstate.state.lost` finds
     them, as every command that writes does before it refuses such a checkpoint."""
     from blobstate.state.lost import scan_for_loss
 
-    found = scan_for_loss(store, scan)
+    found = scan_for_loss(store, scan, assumed=assumed)
     report.accepted_loss += found.notes()
     if found.lost and not found.newest:
         report.problems.append(
@@ -483,17 +490,19 @@ def verify(
     check_ttl: bool = True,
     operator: str | None = None,
     partition: int | None = None,
+    commit_log: CommitLog | None = None,
 ) -> VerifyReport:
     """Check that every retained version of every partition (or of one) is restorable.
 
     ``report.problems`` is empty only when every object a retained version reaches was checked and is
     good; a location that is not a checkpoint, a commit log with holes or an unreadable commit are
-    problems too. ``checksums`` also downloads every blob and checks its CRC-32.
+    problems too. ``checksums`` also downloads every blob and checks its CRC-32. ``commit_log``: the
+    log to read through (with its assumed acceptances), else a new one.
     """
     from blobstate.lineage.commitlog import CommitLogError
 
     report = VerifyReport(store.url, blobs_read=checksums, ttl_checked=check_ttl)
-    log_ = _commits(store)
+    log_ = commit_log if commit_log is not None else _commits(store)
     try:
         metadata = log_.read_metadata()
     except BlobNotFoundError:
@@ -508,7 +517,7 @@ def verify(
     versions = log_.versions()
     present = set(versions)
     if not versions:
-        _lost_newer_commits(store, LogScan([], None), report)  # was commits/ lost?
+        _lost_newer_commits(store, LogScan([], None), report, log_.assumed)  # was commits/ lost?
         return report
     latest = versions[-1]
     try:
@@ -536,7 +545,7 @@ def verify(
                 cache.commit(version)
             except CommitLogError as error:
                 report.problems.append(Problem(commit_name(version), f"unreadable: {error}", version=version))
-    _lost_newer_commits(store, LogScan(versions, newest), report)
+    _lost_newer_commits(store, LogScan(versions, newest), report, log_.assumed)
     if report.problems:
         return report
     fresh = _fresh_objects(cache, newest, report)
