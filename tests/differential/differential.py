@@ -365,8 +365,23 @@ def normalize(value: Any) -> Any:
     return value
 
 
+def order(value: Any) -> str:
+    """The sort key of rows to compare: their repr, with every DECIMAL in one form (Spark collects
+    0.0000000001 of a DECIMAL(10,10) as ``Decimal('1.00E-10')``, equal to the model's ``Decimal('1E-10')``
+    but of another repr, which would sort the two lists differently)."""
+
+    def canonical(v: Any) -> Any:
+        if isinstance(v, Decimal):
+            return ("decimal", str(v.normalize()) if v.is_finite() else str(v))
+        if isinstance(v, (tuple, list)):
+            return tuple(canonical(x) for x in v)
+        return v
+
+    return repr(canonical(value))
+
+
 def _sorted(rows: Sequence[Any]) -> list[Any]:
-    return sorted((normalize(tuple(r)) for r in rows), key=repr)
+    return sorted((normalize(tuple(r)) for r in rows), key=order)
 
 
 @dataclass
@@ -495,7 +510,7 @@ def read_blobstate_state(spark: Any, job: Job, root: Path) -> tuple[list[Any], l
             keys = [F.col(f"key.{k}") for k in job.key_names]
             wrong = frame.where(F.pmod(F.hash(*keys), F.lit(job.n)) != F.col("partition_id")).collect()
             misplaced += [f"{var}: {r['key']} in partition {r['partition_id']}" for r in wrong]
-    return sorted(rows, key=repr), misplaced
+    return sorted(rows, key=order), misplaced
 
 
 def read_spark_state(spark: Any, job: Job, root: Path) -> list[Any]:
@@ -505,7 +520,7 @@ def read_spark_state(spark: Any, job: Job, root: Path) -> list[Any]:
         for var, column in (("agg", "value"), ("kept", "list_element")):
             frame = spark.read.format("statestore").option("stateVarName", var).load(str(root / "spark-ckpt"))
             rows += [(var, *r) for r in _sorted(frame.select("key", column).collect())]
-    return sorted(rows, key=repr)
+    return sorted(rows, key=order)
 
 
 def contains_timestamp(dtype: DataType) -> bool:
@@ -585,7 +600,7 @@ def reference(job: Job) -> tuple[dict[int, list[Any]], dict[Any, tuple[int, int]
             count[key] = count.get(key, 0) + 1
             kept[key] = min(3, kept.get(key, 0) + 1)
             touched.add(key)
-        out[b] = sorted(([*k, count[k], kept[k]] for k in touched), key=repr)
+        out[b] = sorted(([*k, count[k], kept[k]] for k in touched), key=order)
     return out, {k: (count[k], kept[k]) for k in count}
 
 
@@ -602,7 +617,7 @@ def _blur(rows: list[Any], job: Job, zone: str) -> list[Any]:
                 if reads_ambiguously(instant, t, zone):
                     key[i] = ("reads", str(instant.tz_convert(zone).tz_localize(None)))
         out.append([*key, *row[arity:]])
-    return sorted(out, key=repr)
+    return sorted(out, key=order)
 
 
 def _output_summary(job: Job, rows: list[Any]) -> list[Any]:
@@ -613,7 +628,7 @@ def _output_summary(job: Job, rows: list[Any]) -> list[Any]:
         # the generator draws no null keys, so a null float key in an output is that NaN.
         key = [_output_key(v, t) for v, t in zip(row[:arity], job.key_types, strict=True)]
         summary.append([*key, row[arity], row[arity + 2]])
-    return sorted(summary, key=repr)
+    return sorted(summary, key=order)
 
 
 def _nan_is_null(key: Sequence[Any], job: Job) -> list[Any]:
@@ -674,7 +689,7 @@ def run_job(spark: Any, job: Job, root: Path) -> Verdict:
         zone = job.first_zone if b < 2 else job.second_zone
         got = _blur(_output_summary(job, ours.get(b, [])), job, zone)
         want = [[*_nan_is_null(r[:arity], job), *r[arity:]] for r in expected[b]]
-        if got != _blur(sorted(want, key=repr), job, zone):
+        if got != _blur(sorted(want, key=order), job, zone):
             verdict.disagreements.append(f"batch {b}: blobstate {got} != model {expected[b]}")
     state_ours, misplaced = read_blobstate_state(spark, job, root / "ours")
     counts = {
@@ -718,7 +733,7 @@ def run_job(spark: Any, job: Job, root: Path) -> Verdict:
             for var, key, value in state_theirs
             if comparable(_spark_key(key, job))
         ]
-        if mine_state != sorted(spark_state, key=repr):
+        if mine_state != sorted(spark_state, key=order):
             verdict.disagreements.append(f"state: blobstate {mine_state} != Spark {spark_state}")
     verdict.seconds = time.monotonic() - started
     return verdict
