@@ -173,10 +173,10 @@ def transform_with_state(
     )
     # One listing of commits/ at start (another after a rescale): holes in the retained window refuse
     # the start, and the cleanup prunes whatever a crash left below the horizon.
-    from blobstate.state.lost import scan_for_writing
+    scan = CommitLog(store).scan()
+    from blobstate.state.lost import check_not_lost
 
-    # A lost newest commit refuses first: read-only until an operator decides.
-    scan, _ = scan_for_writing(store, action="start a query on")
+    check_not_lost(store, scan, action="start a query on")  # a lost newest commit: read-only until decided
     num_partitions, rescaled = _layout_at_start(
         spark, store_url, metadata, scan.newest, config.operator, num_partitions, allow_rescale
     )
@@ -385,21 +385,49 @@ def _validate_processor(processor: object, config: QueryConfig) -> None:
             )
 
 
+SPARK_DEFAULT_SHUFFLE_PARTITIONS = 200
+"""Spark's default ``spark.sql.shuffle.partitions``: too many state partitions for most small jobs."""
+
+
 def default_num_partitions(store: BlobStore, spark: SparkSession) -> int:
     """The partition count of a query that names none, as Spark's stateful operators choose it: an
     existing checkpoint's (its newest commit's, which a rescale changes; else ``metadata.json``'s), else
-    the session's ``spark.sql.shuffle.partitions``."""
+    the session's ``spark.sql.shuffle.partitions``.
+
+    A new checkpoint's count is logged once, on the driver, with where it came from and how to choose
+    it (:func:`log_new_checkpoint_partitions`): it stays the checkpoint's until a rescale."""
     from blobstate.blobstore import BlobNotFoundError
 
     commits = CommitLog(store)
     try:
         metadata = commits.read_metadata()
     except BlobNotFoundError:
-        return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or "200")  # Spark checks it
+        default = str(SPARK_DEFAULT_SHUFFLE_PARTITIONS)
+        count = int(spark.conf.get("spark.sql.shuffle.partitions", default) or default)  # Spark checks it
+        log_new_checkpoint_partitions(store.url, count)
+        return count
     newest = commits.latest_commit()
     if newest is not None and newest.num_partitions is not None:
         return newest.num_partitions
     return metadata.num_partitions
+
+
+def log_new_checkpoint_partitions(url: str, count: int) -> None:
+    """Say once, when a query creates the checkpoint at ``url`` without ``num_partitions``, that it took
+    ``count`` state partitions from ``spark.sql.shuffle.partitions`` and how to choose: a warning at
+    Spark's default of 200 (rarely what a job wants), else information."""
+    level = logging.WARNING if count == SPARK_DEFAULT_SHUFFLE_PARTITIONS else logging.INFO
+    default = " (Spark's default)" if count == SPARK_DEFAULT_SHUFFLE_PARTITIONS else ""
+    log.log(
+        level,
+        "new checkpoint %s: %d state partitions, taken from spark.sql.shuffle.partitions%s because the"
+        " query names no num_partitions; the checkpoint keeps this count until a rescale. To choose it,"
+        " pass transform_with_state(..., num_partitions=N) or set spark.sql.shuffle.partitions before the"
+        " first start (a few partitions per executor core; `blobstate rescale` changes it later)",
+        url,
+        count,
+        default,
+    )
 
 
 class PartitionCountMismatchError(MetadataConflictError):
