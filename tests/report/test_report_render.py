@@ -8,6 +8,8 @@ import json
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from report_helpers import write_checkpoint
@@ -161,3 +163,32 @@ def test_the_header_and_table_count_batches_and_the_state_size_caption_matches_i
     assert "<th>snapshots</th><td>2 partition snapshots committed</td>" in page
     assert "<tr><th>batch</th><th>version</th>" in page
     assert "<tr><td>1</td><td>2</td>" in page and "<td>snapshot</td></tr><tr><td>2</td><td>3</td>" in page
+
+
+def test_the_header_counts_failovers_as_the_plot_draws_them() -> None:
+    """Cold failovers are in the header as in the plot, and a task Spark ran elsewhere while its executor
+    lived is no failover in either."""
+    from blobstate.report.metrics import Move, StandbyMetrics
+    from blobstate.report.render import failover_summary
+
+    def batch(failovers: int, cold: int, moves: tuple[Move, ...]) -> Any:
+        standby = StandbyMetrics(
+            replicas=1,
+            failovers=failovers,
+            failovers_without_standby=cold,
+            active_failures=failovers + cold,
+            standby_failures=0,
+            moves=moves,
+            max_lag_versions=0,
+            lag_versions={},
+            sync_bytes=0,
+        )
+        return SimpleNamespace(standby=standby)
+
+    elsewhere = Move(3, "1", "0", "elsewhere", "127.0.0.4", "127.0.0.3")
+    rows = [batch(0, 0, (elsewhere,)), batch(2, 1, ()), batch(0, 3, ())]
+    assert failover_summary(rows) == (
+        "2 to a standby, 4 cold (no standby); 1 task(s) Spark ran on another executor while theirs lived "
+        "(no failover)"
+    )
+    assert "no failover" in elsewhere.describe() and not elsewhere.failover

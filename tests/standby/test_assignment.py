@@ -19,6 +19,7 @@ from blobstate.batch.executor import ExecutorIdentity
 from blobstate.standby.assignment import (
     PartitionAssignment,
     assignment_json,
+    moves_in_stage,
     parse_assignment,
     placement_json,
     plan_assignment,
@@ -227,3 +228,29 @@ def test_standby_lag_counts_versions_behind_the_commit_it_is_recorded_in() -> No
         lags.append(lag["0"]["127.0.0.3"])
     assert lags == [1, 2, 3]
     assert standby_lag({0: PartitionAssignment(ex(0, 2), (ex(1, 3),))}, {}, 5) == {"0": {"127.0.0.3": 5}}
+
+
+# ------------------------------------------------------------------ tasks Spark ran elsewhere
+def test_a_task_spark_ran_elsewhere_while_its_executor_lived_is_no_failover() -> None:
+    """On a healthy cluster Spark may run a task on another executor (its locality wait ran out): that is
+    ``elsewhere``, no failover; only a task whose planned executor is gone after the stage failed over
+    (``during-batch``), to a standby or cold."""
+    assignment = {
+        0: PartitionAssignment(ex(0, 0), (ex(1, 1),)),
+        1: PartitionAssignment(ex(1, 1), (ex(0, 0),)),
+        2: PartitionAssignment(ex(2, 2), (ex(0, 0),)),
+        3: PartitionAssignment(ex(0, 0), (ex(2, 2),)),
+    }
+    ran = {0: ex(0, 0), 1: ex(2, 2), 2: ex(0, 0), 3: ex(1, 1)}
+    alive_after = [ex(0, 0), ex(1, 1)]  # executor 2 was lost during the stage
+    moved = {m.partition: (m.reason, m.standby) for m in moves_in_stage(assignment, ran, lambda: alive_after)}
+    assert moved == {1: ("elsewhere", False), 2: ("during-batch", True), 3: ("elsewhere", False)}
+
+
+def test_the_executors_are_asked_only_when_a_task_ran_elsewhere() -> None:
+    assignment = {0: PartitionAssignment(ex(0, 0), (ex(1, 1),))}
+
+    def never() -> list[ExecutorIdentity]:
+        raise AssertionError("asked the JVM for the executors")
+
+    assert moves_in_stage(assignment, {0: ex(0, 0)}, never) == []

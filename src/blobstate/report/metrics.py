@@ -109,7 +109,9 @@ class Move:
     """The executor it left (None: not recorded, as for a move during the batch)."""
     target: str | None
     reason: str | None
-    """``same-host``, ``standby``, ``cold``, ``rebalance`` or ``during-batch``."""
+    """``same-host``, ``standby``, ``cold``, ``rebalance``, ``during-batch`` (its executor was lost while
+    the batch ran: a failover), or ``elsewhere`` (Spark's scheduler ran the task on another executor while
+    the planned one lived: no failover)."""
     source_host: str | None = None
     target_host: str | None = None
 
@@ -121,7 +123,19 @@ class Move:
             return f"{text} ({host})" if host else text
 
         where = f"{end(self.source, self.source_host)} -> {end(self.target, self.target_host)}"
-        return f"partition {self.partition}: {where}" + (f", {self.reason}" if self.reason else "")
+        reason = MOVE_REASONS.get(self.reason or "", self.reason)
+        return f"partition {self.partition}: {where}" + (f", {reason}" if reason else "")
+
+    @property
+    def failover(self) -> bool:
+        """Whether the partition moved because its executor was lost (to a standby or cold)."""
+        return self.reason in ("standby", "cold", "during-batch")
+
+
+MOVE_REASONS = {
+    "elsewhere": "elsewhere (Spark ran the task on another executor while the planned one lived: no failover)"
+}
+"""How :meth:`Move.describe` words a reason that needs more than its name."""
 
 
 @dataclass(frozen=True)

@@ -329,6 +329,21 @@ def _operators(ids: Sequence[str]) -> str:
     return f"{len(ids)} (id{'s' if len(ids) != 1 else ''} {', '.join(ids)})"
 
 
+def failover_summary(rows: Sequence[BatchMetrics]) -> str:
+    """The report header's failovers, counted as the failovers plot draws them: ``2 to a standby, 1 cold
+    (no standby)``, and the tasks Spark's scheduler ran elsewhere while their executor lived (no
+    failover)."""
+    standbys = [r.standby for r in rows if r.standby is not None]
+    text = (
+        f"{sum(s.failovers for s in standbys)} to a standby, "
+        f"{sum(s.failovers_without_standby for s in standbys)} cold (no standby)"
+    )
+    elsewhere = sum(1 for s in standbys for m in s.moves if m.reason == "elsewhere")
+    if elsewhere:
+        text += f"; {elsewhere} task(s) Spark ran on another executor while theirs lived (no failover)"
+    return text
+
+
 def _summary_table(summary: CheckpointSummary, rows: Sequence[BatchMetrics]) -> str:
     first, last = rows[0], rows[-1]
     span_s = (last.created_time_ms - first.created_time_ms) / 1000
@@ -347,8 +362,7 @@ def _summary_table(summary: CheckpointSummary, rows: Sequence[BatchMetrics]) -> 
         ("snapshots", f"{sum(r.snapshots for r in rows)} partition snapshots committed"),
     ]
     if has_standby(rows):
-        failovers = sum(r.standby.failovers for r in rows if r.standby is not None)
-        items.append(("failovers", f"{failovers} to a standby"))
+        items.append(("failovers", failover_summary(rows)))
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in items)
     return f'<table class="summary">{body}</table>'
 

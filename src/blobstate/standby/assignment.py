@@ -28,11 +28,11 @@ by ``(partition, host)``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from blobstate.batch.contracts import TaskResult
+from blobstate.batch.contracts import JsonValue, TaskResult
 from blobstate.batch.executor import ExecutorIdentity
 
 
@@ -429,3 +429,56 @@ def replica_versions_of(placement: Mapping[Any, Any]) -> dict[tuple[int, str], i
             ):
                 out[(int(p), r["host"])] = r["version"]
     return out
+
+
+@dataclass(frozen=True)
+class StageMove:
+    """A partition whose task Spark ran on another executor than the plan's active, seen after the stage.
+
+    ``reason`` is ``during-batch`` when the planned executor was lost (a failover: ``standby`` says
+    whether the task ran on one of the partition's replicas), or ``elsewhere`` when the planned executor
+    is still alive: Spark's scheduler placed the task elsewhere (its locality wait ran out, or the
+    executor was busy). That is no failure and no failover; the partition simply lives there now."""
+
+    partition: int
+    planned: ExecutorIdentity
+    ran: ExecutorIdentity
+    reason: str
+    standby: bool
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The form recorded in ``metrics.standby.moves``."""
+        return {
+            "partition": self.partition,
+            "from": self.planned.executor_id,
+            "to": self.ran.executor_id,
+            "reason": self.reason,
+            "from_host": self.planned.host,
+            "to_host": self.ran.host,
+        }
+
+
+def moves_in_stage(
+    assignment: Mapping[int, PartitionAssignment],
+    ran: Mapping[int, ExecutorIdentity],
+    alive: Callable[[], Sequence[ExecutorIdentity]],
+) -> list[StageMove]:
+    """The partitions whose task ran (``ran``) elsewhere than ``assignment``'s active, classified
+    (:class:`StageMove`). ``alive`` (the executors alive after the stage) is asked only when a task ran
+    elsewhere: an executor lost during the stage is gone from it by then, since Spark runs a lost task
+    again only once it has declared its executor lost."""
+    moved: list[StageMove] = []
+    live: set[ExecutorIdentity] | None = None
+    for p, executor in sorted(ran.items()):
+        a = assignment.get(p)
+        if a is None or executor == a.active:
+            continue
+        if live is None:
+            live = set(alive())
+        lost = a.active not in live
+        moved.append(
+            StageMove(
+                p, a.active, executor, "during-batch" if lost else "elsewhere", executor in a.replicas()
+            )
+        )
+    return moved

@@ -22,6 +22,7 @@ from blobstate.standby.assignment import (
     PartitionAssignment,
     Plan,
     committed_assignment,
+    moves_in_stage,
     parse_placement,
     placement_json,
     plan_assignment,
@@ -214,27 +215,11 @@ class StandbyStep:
         if plan is None:
             return {}
         failovers, cold = plan.failovers, plan.failovers_without_standby
-        moved_in_stage: list[dict[str, JsonValue]] = []
-        for p, r in sorted(results.items()):
-            a = plan.assignment.get(p)
-            if a is None or (r.executor_id, r.host) == (a.active.executor_id, a.active.host):
-                continue
-            # Spark ran the task elsewhere: the planned executor was lost during the batch.
-            to_replica = any((r.executor_id, r.host) == (e.executor_id, e.host) for e in a.replicas())
-            moved_in_stage.append(
-                {
-                    "partition": p,
-                    "from": a.active.executor_id,
-                    "to": r.executor_id,
-                    "from_host": a.active.host,
-                    "to_host": r.host,
-                    "standby": to_replica,
-                }
-            )
-            if to_replica:
-                failovers += 1
-            else:
-                cold += 1
+        ran = {p: ExecutorIdentity(r.executor_id, r.host) for p, r in results.items()}
+        in_stage = moves_in_stage(plan.assignment, ran, self._helper.executors)
+        lost_in_stage = [m for m in in_stage if m.reason == "during-batch"]
+        failovers += sum(1 for m in lost_in_stage if m.standby)
+        cold += sum(1 for m in lost_in_stage if not m.standby)
         versions = self._replica_versions()
         rounds = self.syncer.take_rounds() if self.syncer is not None else []
         committing = max((r.version for r in results.values()), default=0)
@@ -250,13 +235,10 @@ class StandbyStep:
             }
             for m in plan.moves
         ]
-        moves += [
-            {**{k: v for k, v in m.items() if k != "standby"}, "reason": "during-batch"}
-            for m in moved_in_stage
-        ]
+        moves += [m.to_json() for m in in_stage]
         return {
             "replicas": self.settings.standby_replicas,
-            "active_failures": plan.active_failures + len(moved_in_stage),
+            "active_failures": plan.active_failures + len(lost_in_stage),
             "standby_failures": plan.standby_failures,
             "failovers": failovers,
             "failovers_without_standby": cold,
