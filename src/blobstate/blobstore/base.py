@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from blobstate.blobstore.activity import note, observed
 from blobstate.blobstore.names import validate_blob_name, validate_prefix
 from blobstate.blobstore.redact import redact
 from blobstate.errors import BlobStoreError
@@ -161,9 +162,12 @@ class BlobStore(ABC):
         if isinstance(data, bytes | bytearray | memoryview):
             payload = bytes(data) if isinstance(data, bytearray) else data
             self._retry("put", name, lambda: self._put_bytes(name, payload, ttl))
+            note("write", len(payload))
         else:
             path = Path(data)
             self._retry("put", name, lambda: self._put_file(name, path, ttl))
+            if observed():  # no stat on a query's upload path
+                note("write", _size_of(path))
 
     def put_if_absent(self, name: str, data: bytes, *, ttl: float | None = None) -> bool:
         """Create ``name`` only if it does not exist. Returns True if this call created it.
@@ -183,7 +187,10 @@ class BlobStore(ABC):
                 return True
             return retry and self._holds(name, payload)
 
-        return self._retry("put_if_absent", name, create)
+        created = self._retry("put_if_absent", name, create)
+        if created:
+            note("write", len(payload))
+        return created
 
     def _holds(self, name: str, payload: bytes) -> bool:
         """Whether ``name`` exists holding exactly ``payload``."""
@@ -195,13 +202,17 @@ class BlobStore(ABC):
     def get(self, name: str) -> bytes:
         """Return the whole object."""
         name = validate_blob_name(name)
-        return self._retry("get", name, lambda: self._get_bytes(name))
+        data = self._retry("get", name, lambda: self._get_bytes(name))
+        note("read", len(data))
+        return data
 
     def get_file(self, name: str, path: str | os.PathLike[str]) -> int:
         """Stream the object into the local file ``path`` (replaced on every try); returns its size."""
         name = validate_blob_name(name)
         target = Path(path)
-        return self._retry("get", name, lambda: self._get_file(name, target))
+        size = self._retry("get", name, lambda: self._get_file(name, target))
+        note("read", size)
+        return size
 
     def delete(self, name: str) -> None:
         """Delete the object; raises :class:`BlobNotFoundError` if it does not exist.
@@ -222,6 +233,7 @@ class BlobStore(ABC):
                     raise
 
         self._retry("delete", name, attempt)
+        note("delete", 1)
 
     def delete_if_exists(self, name: str) -> bool:
         """Delete the object if it exists; returns whether it did. Cleanup uses this: gone is done."""
@@ -249,7 +261,9 @@ class BlobStore(ABC):
     def list(self, prefix: str = "") -> list[str]:
         """Sorted names of all objects whose name starts with ``prefix``."""
         prefix = validate_prefix(prefix)
-        return sorted(self._retry("list", prefix, lambda: self._list(prefix)))
+        names = sorted(self._retry("list", prefix, lambda: self._list(prefix)))
+        note("list", len(names))
+        return names
 
     def list_sizes(self, prefix: str = "") -> dict[str, int]:
         """Every object whose name starts with ``prefix`` and its size in bytes, in name order.
@@ -258,6 +272,7 @@ class BlobStore(ABC):
         """
         prefix = validate_prefix(prefix)
         sizes = self._retry("list", prefix, lambda: self._list_sizes(prefix))
+        note("list", len(sizes))
         return dict(sorted(sizes.items()))
 
     def expire(self, now: float | None = None) -> builtins.list[str]:
@@ -397,3 +412,11 @@ class BlobStore(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+
+def _size_of(path: Path) -> int:
+    """The size of a file just uploaded, for :func:`~blobstate.blobstore.activity.note` (0 if gone)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -25,6 +22,7 @@ from typing import Annotated
 import typer
 
 from blobstate.blobstore.redact import redact
+from blobstate.cli.progress import byte_bar, shown
 from blobstate.cli.urls import URL_FORMS
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -64,25 +62,6 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-@contextmanager
-def _progress(description: str, total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A byte progress bar on a terminal; a no-op callback otherwise."""
-    if not enabled or not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
-
-
 def _tree_size(path: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
@@ -106,7 +85,7 @@ def backup(
         raise _fail(f"{directory} is not a directory")
     with (
         open_blob_store(url) as store,
-        _progress("backup", _tree_size(directory), not as_json) as progress,
+        byte_bar("backup", _tree_size(directory), shown(as_json)) as progress,
     ):
         done = backup_to_repository(
             store, directory, metadata={"source": str(directory.resolve())}, progress=progress
@@ -171,7 +150,7 @@ def restore(
         check_restore_target(store, directory)
         chosen = read_snapshot(store, snapshot)
         try:
-            with _progress("restore", chosen.index.total_size, not as_json) as progress:
+            with byte_bar("restore", chosen.index.total_size, shown(as_json)) as progress:
                 chosen, stats = restore_repository(
                     store, directory, chosen, delete_extra=delete_extra, progress=progress
                 )

@@ -45,10 +45,14 @@ def gc(
     lifecycle rule, it checks that the rule is set up, and fails saying how to fix it when it is not.
     """
     from blobstate.blobstore import open_existing_blob_store
+    from blobstate.cli.progress import shown, store_activity
     from blobstate.snapshot.repository import gc_repository, is_backup_repository
     from blobstate.state.retention import gc_checkpoint
 
-    with open_existing_blob_store(url) as store:
+    with (
+        open_existing_blob_store(url) as store,
+        store_activity("gc --dry-run" if dry_run else "gc", shown(as_json)),
+    ):
         if is_backup_repository(store):
             repo_stats = gc_repository(store, full=full, dry_run=dry_run)
             stats = None

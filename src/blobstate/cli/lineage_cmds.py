@@ -477,6 +477,7 @@ def verify(
     yet are a note ("cleanup pending"), not a problem; so is a loss of commits accepted with accept-loss.
     """
     from blobstate.blobstore import open_existing_blob_store
+    from blobstate.cli.progress import shown, store_activity
     from blobstate.snapshot.repository import is_backup_repository
     from blobstate.state.verify import verify as run_verify
 
@@ -484,7 +485,8 @@ def verify(
         if is_backup_repository(store):
             _verify_repository(store, url, checksums, as_json)
             return
-        report = run_verify(store, checksums=checksums)
+        with store_activity("verify", shown(as_json)):
+            report = run_verify(store, checksums=checksums)
     if as_json:
         typer.echo(
             json.dumps(
@@ -515,9 +517,11 @@ def verify(
 
 
 def _verify_repository(store: Any, url: str, checksums: bool, as_json: bool) -> None:
+    from blobstate.cli.progress import shown, store_activity
     from blobstate.snapshot.repository import verify_repository
 
-    result = verify_repository(store, checksums=checksums)
+    with store_activity("verify", shown(as_json)):
+        result = verify_repository(store, checksums=checksums)
     if as_json:
         typer.echo(
             json.dumps(

@@ -3,39 +3,13 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from blobstate.blobstore.redact import redact
 from blobstate.cli.lineage_cmds import JsonOption, UrlArgument
-
-
-@contextmanager
-def _progress_bar() -> Any:
-    """A progress callback drawing a bar on stderr (nothing when stderr is not a terminal)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield None
-        return
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
-    ) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(done: int, total: int, what: str) -> None:
-            if what not in tasks:
-                tasks[what] = bar.add_task(
-                    f"reading {what}" if what != "plots" else "drawing plots", total=total
-                )
-            bar.update(tasks[what], completed=done, total=total)
-
-        yield update
 
 
 def report(
@@ -73,11 +47,12 @@ def report(
     """
     from blobstate.blobstore import open_existing_blob_store
     from blobstate.cli.lineage_cmds import require_checkpoint
+    from blobstate.cli.progress import shown, step_bars
     from blobstate.report.metrics import load_batch_metrics
     from blobstate.report.render import ReportError, pyplot, write_report
 
     pyplot()  # fail before reading anything when matplotlib is missing
-    with open_existing_blob_store(url) as store, _progress_bar() as progress:
+    with open_existing_blob_store(url) as store, step_bars(shown(as_json)) as progress:
         require_checkpoint(store, url)
         summary, rows = load_batch_metrics(store, state_sizes=not no_state_sizes, progress=progress)
         if not rows:

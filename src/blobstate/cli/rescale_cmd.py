@@ -58,13 +58,17 @@ def rescale(
     the command again finishes the job. See docs/RESCALE.md.
     """
     from blobstate.blobstore import open_existing_blob_store
+    from blobstate.cli.progress import shown, store_activity
     from blobstate.rescale import rescale_checkpoint
     from blobstate.rescale.job import plan_rescale
 
     count = _partition_count(partitions)
     with open_existing_blob_store(url) as store:
         plan_rescale(store, count)  # a checkpoint that cannot be rescaled is refused before Spark starts
-    result = rescale_checkpoint(_spark(master), url, count)
+    spark = _spark(master)  # (the JVM's start-up lines are its own: no display over them)
+    with store_activity(f"rescale to {count} partitions", shown(as_json)) as activity:
+        activity.follow_spark(spark)
+        result = rescale_checkpoint(spark, url, count)
     partitions_done = result.new_partitions
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))

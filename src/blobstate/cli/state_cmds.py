@@ -64,11 +64,12 @@ def inspect_checkpoint(
     url: str, partition: int | None, version: int | None, operator: str | None, sample: int, as_json: bool
 ) -> None:
     """Print the partition's state variables (kind, schema, keys, rows, a sample) and its timers."""
+    from blobstate.cli.progress import shown, store_activity
     from blobstate.reader.partition import inspect_partition
 
-    info = inspect_partition(
-        url, _need_partition(url, partition), version=version, operator=operator, sample=sample
-    )
+    chosen = _need_partition(url, partition)
+    with store_activity(f"inspect: loading partition {chosen}", shown(as_json)):
+        info = inspect_partition(url, chosen, version=version, operator=operator, sample=sample)
     _warn(info)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
@@ -112,11 +113,12 @@ def restore_checkpoint(
     url: str, directory: Path, partition: int | None, version: int | None, operator: str | None, as_json: bool
 ) -> None:
     """Materialise the partition's RocksDB at the version in ``directory`` (empty or absent)."""
+    from blobstate.cli.progress import shown, store_activity
     from blobstate.reader.partition import restore_partition
 
-    info = restore_partition(
-        url, directory, _need_partition(url, partition), version=version, operator=operator
-    )
+    chosen = _need_partition(url, partition)
+    with store_activity(f"restore: partition {chosen}", shown(as_json)):
+        info = restore_partition(url, directory, chosen, version=version, operator=operator)
     _warn(info)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
