@@ -38,6 +38,14 @@ def test_a_fresh_session_reads_state_by_format_name_without_registering(tmp_path
         spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
         df = spark.read.format("blobstate").option("stateVarName", "totals").load({url!r})
         print("ROWS", sorted((r.key.key, r.value["count"], r.value["total"]) for r in df.collect()))
+
+        import blobstate  # reads that register again only when the workers' environment changed
+
+        for _ in range(3):
+            blobstate.read_state(spark, {url!r}, state_var="totals").collect()
+        print("READS DONE", flush=True)
+        spark.sparkContext.environment["BLOBSTATE_REGISTRATION_TEST"] = "1"
+        blobstate.read_state(spark, {url!r}, state_var="totals").collect()
         """
     )
     env = dict(os.environ)
@@ -48,5 +56,9 @@ def test_a_fresh_session_reads_state_by_format_name_without_registering(tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = next(line for line in done.stdout.splitlines() if line.startswith("ROWS"))
+    # Spark says it once per registration that replaced one: the first read_state, then the read after
+    # the workers' environment changed (not each of the three reads).
+    replaced = [line for line in done.stderr.splitlines() if "data source blobstate replaced a" in line]
+    assert len(replaced) == 2, done.stderr[-3000:]
     totals = expected[-1]["totals"]
     assert rows == "ROWS " + str(sorted((k, v[0], v[1]) for k, v in totals.items()))

@@ -19,13 +19,33 @@ __all__ = ["TIMERS", "StateReadError", "read_state", "register_reader"]
 def register_reader(spark: Any) -> None:
     """Register the ``blobstate`` data source with ``spark`` (idempotent).
 
-    Registering again in a session where PySpark registered it at start-up (from the installed
-    ``pyspark_blobstate`` module) is deliberate, and Spark logs that it replaced that one: a registration
-    carries the Python workers' environment of its moment (``sparkContext.environment``, where
-    credentials for a blob store may have been set since the session started)."""
+    A registration carries the Python workers' environment of its moment (``sparkContext.environment``,
+    where credentials for a blob store may have been set since the session started), so the first one in
+    a session replaces the one PySpark made at start-up from the installed ``pyspark_blobstate`` module
+    (Spark logs one line saying so), and a later one registers again only when that environment changed
+    since: not on every state read."""
     from blobstate.reader.datasource import BlobstateDataSource
 
+    environment = _workers_environment(spark)
+    if environment is not None and getattr(spark, _REGISTERED_WITH, None) == environment:
+        return
     spark.dataSource.register(BlobstateDataSource)
+    if environment is not None:
+        setattr(spark, _REGISTERED_WITH, environment)
+
+
+_REGISTERED_WITH = "_blobstate_reader_environment"
+"""The attribute of a session that holds the workers' environment of blobstate's last registration."""
+
+
+def _workers_environment(spark: Any) -> tuple[tuple[str, str], ...] | None:
+    """The Python workers' environment of a classic session, None when there is none to compare
+    (Spark Connect: then every call registers)."""
+    try:
+        environment = spark.sparkContext.environment
+    except Exception:  # a Spark Connect session has no SparkContext
+        return None
+    return tuple(sorted((str(k), str(v)) for k, v in environment.items()))
 
 
 def _warn_if_lost(checkpoint: str) -> None:
