@@ -173,10 +173,10 @@ def transform_with_state(
     )
     # One listing of commits/ at start (another after a rescale): holes in the retained window refuse
     # the start, and the cleanup prunes whatever a crash left below the horizon.
-    scan = CommitLog(store).scan()
-    from blobstate.state.lost import check_not_lost
+    from blobstate.state.lost import scan_for_writing
 
-    check_not_lost(store, scan, action="start a query on")  # a lost newest commit: read-only until decided
+    # A lost newest commit refuses first: read-only until an operator decides.
+    scan, _ = scan_for_writing(store, action="start a query on")
     num_partitions, rescaled = _layout_at_start(
         spark, store_url, metadata, scan.newest, config.operator, num_partitions, allow_rescale
     )
