@@ -260,6 +260,7 @@ PARTITION_METRICS = (
     "snapshot_repairs",
     "snapshot_upload",
     "state_keys",
+    "adjunct_keys",
     "snapshot_restore_bytes",
     "executor_id",
     "host",
@@ -305,6 +306,9 @@ class TaskResult:
     process_seconds: float
     adjuncts: JsonObject | None = None
     """With side streams: what the task applied, and the broadcast versions it read."""
+    adjunct_keys: int = 0
+    """RocksDB's estimate of the keys of the partition's side (adjunct) stores; ``state_keys`` is the
+    query's own state without them."""
 
     def metrics(self) -> JsonObject:
         """The task's ``PARTITION_METRICS`` (and ``adjuncts``), for the commit and the progress."""

@@ -215,7 +215,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             failed = True
         if not failed:
             commit_started = time.monotonic()
-            stats.state_keys = state.store.estimated_keys()
+            stats.state_keys, stats.adjunct_keys = _estimated_keys(state.store)
             result = state.commit(uid)
             stats.commit_seconds = round(time.monotonic() - commit_started, 4)
             stats.process_seconds = round(commit_started - started - load_seconds, 4)
@@ -263,6 +263,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         commit_seconds=stats.commit_seconds,
         process_seconds=stats.process_seconds,
         adjuncts=stats.adjuncts,
+        adjunct_keys=stats.adjunct_keys,
     )
     yield _marker_batch(stage_schema, META_COLUMN, json.dumps(task_result.to_json()), inline.payload())
 
@@ -274,9 +275,21 @@ class _TaskStats:
     input_rows: int = 0
     output_rows: int = 0
     state_keys: int = 0
+    adjunct_keys: int = 0
     commit_seconds: float = 0.0
     process_seconds: float = 0.0
     adjuncts: JsonObject | None = None
+
+
+def _estimated_keys(store: RocksStateStore) -> tuple[int, int]:
+    """RocksDB's estimates of the partition's keys: the query's own state (every column family but the
+    side stores'), and its partitioned side stores' (``$adjunct:<name>``), counted apart so that a side
+    stream's rows never read as open state."""
+    from blobstate.encoding.layout import ADJUNCT_CF_PREFIX
+
+    by_family = store.estimated_keys_by_family()
+    side = sum(n for cf, n in by_family.items() if cf.startswith(ADJUNCT_CF_PREFIX))
+    return sum(by_family.values()) - side, side
 
 
 def failure_record(error: BaseException) -> dict[str, str]:

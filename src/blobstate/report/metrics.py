@@ -12,7 +12,7 @@ by another writer) is ``None`` here, never 0, so tables print "-" and plots leav
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -83,9 +83,14 @@ class PartitionMetrics:
     restore_bytes: int | None = None
     load_rule: str | None = None
     state_keys: int | None = None
-    """RocksDB's estimate of the partition's keys after the batch."""
+    """RocksDB's estimate of the partition's keys after the batch: the query's own state, without its
+    side stores' keys where the commit records them apart (:attr:`adjunct_keys`); with them before."""
+    adjunct_keys: int | None = None
+    """RocksDB's estimate of the keys of the partition's side (adjunct) stores after the batch; None in
+    commits that did not record them apart."""
     state_bytes: int | None = None
-    """Size of the partition's RocksDB files, known at versions with a readable snapshot index."""
+    """Size of the partition's RocksDB files (its partitioned side stores' included), known at versions
+    with a readable snapshot index."""
     task_seconds: float | None = None
     process_seconds: float | None = None
     commit_seconds: float | None = None
@@ -179,6 +184,11 @@ class BatchMetrics:
     """The slowest partition's load seconds (loads run in parallel)."""
     restore_bytes: int | None = None
     state_keys: int | None = None
+    """RocksDB's estimate of the partitions' keys (see :attr:`PartitionMetrics.state_keys`)."""
+    adjunct_keys: int | None = None
+    """The partitions' side (adjunct) store keys, when the commit records them apart."""
+    side_stores: tuple[str, ...] = ()
+    """The side (adjunct) stores the commit's metrics name (``metrics.adjuncts``)."""
     max_task_seconds: float | None = None
     spark_recovery_seconds: float | None = None
     """Time the processing stage spent on retries after a failure (0 without one); None in commits
@@ -298,6 +308,7 @@ def _partitions(
             restore_bytes=_integer(m, "restore_bytes"),
             load_rule=rule if isinstance(rule, str) else None,
             state_keys=_integer(m, "state_keys"),
+            adjunct_keys=_integer(m, "adjunct_keys"),
             state_bytes=state_bytes.get((commit.version, p)),
             task_seconds=_number(m, "task_seconds"),
             process_seconds=_number(m, "process_seconds"),
@@ -388,6 +399,8 @@ def batch_row(
         restore_seconds=_maximum(p.restore_seconds for p in parts),
         restore_bytes=_opt_int(_total(p.restore_bytes for p in parts)),
         state_keys=_opt_int(_total(p.state_keys for p in parts)),
+        adjunct_keys=_opt_int(_total(p.adjunct_keys for p in parts)),
+        side_stores=_side_stores(metrics),
         max_task_seconds=_maximum(p.task_seconds for p in parts),
         **_spark_seconds(metrics),
         split={k: v for k in STAGE_SPLIT if (v := _number(metrics, k)) is not None},
@@ -397,6 +410,26 @@ def batch_row(
         num_partitions=commit.num_partitions,
         rescale=commit.rescaled,
     )
+
+
+def _side_stores(metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    """The side (adjunct) stores ``metrics.adjuncts`` names (its ``$held_rows`` entry is none)."""
+    adjuncts = metrics.get("adjuncts")
+    if not isinstance(adjuncts, Mapping):
+        return ()
+    return tuple(sorted(name for name in adjuncts if isinstance(name, str) and not name.startswith("$")))
+
+
+def state_key_series(row: BatchMetrics) -> dict[str, int | None]:
+    """A batch's keys as the state size plot draws them: ``state`` (the query's own operator state),
+    ``side stores`` (its partitioned side stores, apart) and ``together`` (both, in a commit with side
+    stores that did not record them apart: never drawn as the query's state). Unknown: None."""
+    split = not row.side_stores or row.adjunct_keys is not None
+    return {
+        "state": row.state_keys if split else None,
+        "side stores": row.adjunct_keys if row.side_stores else None,
+        "together": None if split else row.state_keys,
+    }
 
 
 def _spark_seconds(metrics: Mapping[str, Any]) -> dict[str, float | None]:
@@ -467,10 +500,15 @@ def _read_all(
 
 
 def snapshot_sizes(
-    store: Any, commits: Iterable[Commit], progress: Progress | None = None
+    store: Any,
+    commits: Iterable[Commit],
+    progress: Progress | None = None,
+    operators: Collection[str] | None = None,
 ) -> dict[tuple[int, int], int]:
     """``(version, partition) -> bytes`` of every committed snapshot whose index can still be read, at
     the version the snapshot is of (a snapshot uploaded in the background is named by a later commit).
+    With ``operators`` only their snapshots count (a broadcast side store's own operator is no
+    partition's state).
 
     Older snapshots removed by retention are simply absent (the plot leaves a gap).
     """
@@ -482,6 +520,8 @@ def snapshot_sizes(
     wanted = []
     for c in commits:
         for op, parts in sorted(c.objects.items()):
+            if operators is not None and op not in operators:
+                continue
             for p, refs in sorted(parts.items()):
                 if refs.snapshot is not None:
                     wanted.append((c.version, op, p, snapshot_name(op, p, c.checkpoint_id(op, p))))
@@ -536,7 +576,9 @@ def load_batch_metrics(
     summary = summarize(store.url, metadata, present, scan.horizon, newest)
     chosen = present[-window:] if versions is None else sorted(set(versions) & set(present))
     commits = _read_all(chosen, log.read_commit, "commits", progress)
-    sizes = snapshot_sizes(store, commits, progress) if state_sizes else {}
+    # a broadcast side store is an operator of its own (with its own partition count): not the state
+    query_operators = {op for op, spec in metadata.operators.items() if "partitions" not in spec}
+    sizes = snapshot_sizes(store, commits, progress, query_operators) if state_sizes else {}
     return summary, batch_metrics(commits, sizes)
 
 
@@ -554,5 +596,6 @@ __all__ = [
     "late_names",
     "load_batch_metrics",
     "snapshot_sizes",
+    "state_key_series",
     "summarize",
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from blobstate.errors import ConfigurationError
-from blobstate.report.metrics import STAGE_SPLIT, BatchMetrics, CheckpointSummary, Progress
+from blobstate.report.metrics import STAGE_SPLIT, BatchMetrics, CheckpointSummary, Progress, state_key_series
 
 PAGE_NAME = "index.html"
 MAX_BARS = 150
@@ -197,10 +197,25 @@ class _Figures:
         fig, ax = self._axes()
         ax.plot(
             self.batches,
-            _series(self.rows, lambda r: r.state_keys),
+            _series(self.rows, lambda r: state_key_series(r)["state"]),
             marker="o",
-            label="state keys (estimate)",
+            label="the query's state keys (estimate)",
         )
+        side = _series(self.rows, lambda r: state_key_series(r)["side stores"])
+        if _known(side):
+            stores = ", ".join(sorted({name for r in self.rows for name in r.side_stores}))
+            ax.plot(
+                self.batches, side, marker="^", linestyle="--", label=f"side store keys, not state ({stores})"
+            )
+        together = _series(self.rows, lambda r: state_key_series(r)["together"])
+        if _known(together):
+            ax.plot(
+                self.batches,
+                together,
+                marker="x",
+                linestyle=":",
+                label="state and side store keys together (commits that did not split them)",
+            )
         ax.set_ylabel("keys")
         sizes = _series(
             self.rows,
@@ -218,7 +233,8 @@ class _Figures:
                 [s / 1024 for s in sizes],
                 "s",
                 color="tab:red",
-                label="RocksDB files of each snapshot (KiB)",
+                label="RocksDB files of each snapshot (KiB)"
+                + (", side stores' included" if any(r.side_stores for r in self.rows) else ""),
             )
             right.set_ylabel("KiB at snapshots", color="tab:red")
             right.set_ylim(0, max(s for s in sizes if s == s) / 1024 * 1.15)
@@ -266,7 +282,12 @@ PLOTS: list[tuple[str, str, str]] = [
     ("rows_in_out", "Rows in and out", "Input rows handed to the processor and output rows it emitted."),
     ("bytes_uploaded", "Bytes uploaded", "What the batch uploaded to the blob store, and its deltas' size."),
     ("restore_seconds", "Restore seconds per partition", "Seconds each task spent loading its state."),
-    ("state_size", "State size", "State keys after each batch (RocksDB's estimate)."),
+    (
+        "state_size",
+        "State size",
+        "The query's own state keys after each batch (RocksDB's estimate); a side stream's store (adjunct)"
+        " is drawn apart, never as state.",
+    ),
     ("snapshots", "Snapshots", "Partitions whose state after the batch was snapshotted (and committed)."),
 ]
 STATE_FILES_CAPTION = (
@@ -396,7 +417,7 @@ def _batch_table(rows: Sequence[BatchMetrics]) -> str:
                 _cell(r.seconds, "{:.3f}"),
                 _cell(r.bytes_uploaded),
                 _cell(r.restore_seconds, "{:.3f}"),
-                _cell(r.state_keys),
+                _cell(state_key_series(r)["state"]),
                 r.checkpoint_kind,
             )
         )

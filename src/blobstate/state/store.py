@@ -421,10 +421,16 @@ class RocksStateStore:
 
     def estimated_keys(self) -> int:
         """RocksDB's estimate of the number of keys over all column families (cheap; not exact)."""
+        return sum(self.estimated_keys_by_family().values())
+
+    def estimated_keys_by_family(self) -> dict[str, int]:
+        """RocksDB's estimate of the number of keys of each column family (cheap; not exact)."""
         self._open_db()
         self._sync()
-        families = self._cfs.values()
-        return sum(int(f.view.property_int_value("rocksdb.estimate-num-keys") or 0) for f in families)
+        return {
+            name: int(f.view.property_int_value("rocksdb.estimate-num-keys") or 0)
+            for name, f in self._cfs.items()
+        }
 
     # ------------------------------------------------------------------ reads
 
