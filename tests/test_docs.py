@@ -108,6 +108,10 @@ def test_every_block_says_what_it_is_and_every_block_not_run_says_why() -> None:
 ABBREVIATED = re.compile(r"^([0-9a-f]+)\.\.\.$")
 
 
+DIGEST_KEYS = {"sha256", "commit"}
+"""Fields that hold a SHA-256 (an acceptance's ``commit`` is the readable commit's attempts digest)."""
+
+
 def _unabbreviate(value: object, key: str = "") -> object:
     """Pad abbreviated hex (``"5b1e..."``): to 64 digits for a ``sha256``, else to a 32-digit uid."""
     if isinstance(value, dict):
@@ -115,7 +119,7 @@ def _unabbreviate(value: object, key: str = "") -> object:
     if isinstance(value, list):
         return [_unabbreviate(v, key) for v in value]
     if isinstance(value, str) and (match := ABBREVIATED.match(value)):
-        return match.group(1).ljust(64 if key == "sha256" else 32, "0")
+        return match.group(1).ljust(64 if key in DIGEST_KEYS else 32, "0")
     return value
 
 
@@ -153,7 +157,7 @@ def _parse(block: Block) -> object:
         assert obj == json.loads(guard_bytes()), f"{block.where}: not the guard this build writes"
         return obj
     if "lost" in obj:
-        from blobstate.state.lost import parse_acceptance
+        from blobstate.lineage.acceptance import parse_acceptance
 
         return parse_acceptance(data, f"accepted-loss/{obj['version']}_{'a' * 32}.json")
     raise AssertionError(f"{block.where}: no parser for this JSON block: validate it here or mark it not run")

@@ -68,7 +68,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
       * CorruptKeyError [encoding.codec; also ValueError]
       * StoredSchemaError [stored_schema; also ValueError]
       * DeferredRowsError [adjunct.deferred; also ValueError]
-      * AcceptanceFormatError [state.lost; also ValueError]
+      * AcceptanceFormatError [lineage.acceptance; also ValueError]
   * ConfigurationError [errors]
     * ArgumentTypeError [errors; also TypeError]
     * QueryConfigError [engine.config; also ValueError]

@@ -299,6 +299,11 @@ class PlacementHelper:
         self._helper_class()
         return _jvm_of(self._spark).org.apache.spark.sql.blobstate.TicksSource
 
+    def query_metrics(self) -> Any:
+        """The py4j class ``QueryMetrics`` (a query's figures in Spark's metrics system)."""
+        self._helper_class()
+        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.QueryMetrics
+
     def _helper_class(self) -> Any:
         """The helper's py4j class, adding the jar to this JVM thread's class loader when needed."""
         from py4j.java_gateway import JavaClass

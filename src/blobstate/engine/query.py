@@ -32,7 +32,7 @@ from blobstate.engine.executor_python import check_executors_python
 from blobstate.engine.handle import BlobstateStreamingQuery
 from blobstate.engine.spark_checkpoint import SparkCheckpoint
 from blobstate.engine.stage import Stage
-from blobstate.engine.ticks import Ticks
+from blobstate.engine.ticks import Ticks, metrics_source_name
 from blobstate.engine.watermark import input_watermark
 from blobstate.errors import ArgumentTypeError, QueryError
 from blobstate.layout import METADATA
@@ -192,7 +192,12 @@ def transform_with_state(
             " driver and to run batches for timers on idle streams; see the warning above for why it is"
             " unavailable (a JDK 17+ with javac on PATH or JAVA_HOME, not Spark Connect)"
         )
-    ticks = Ticks(placement_helper.ticks_source(), enabled=_no_data_batches_enabled(spark))
+    ticks = Ticks(
+        placement_helper.ticks_source(),
+        enabled=_no_data_batches_enabled(spark),
+        metrics_class=placement_helper.query_metrics(),
+        metrics_name=metrics_source_name(config.query_name, metadata.query_id),
+    )
     initial_frame, initial_keys = _initial_state(initial_state, key_columns, initial_state_key)
     from blobstate.state.retention import cleanup_latest
 

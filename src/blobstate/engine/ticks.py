@@ -15,12 +15,15 @@ As Spark's own operators, it runs no such batch with ``spark.sql.streaming.noDat
 set to false.
 
 The same source reports the metrics of the batch that just ran as its source metrics, which Spark puts
-in ``query.lastProgress["sources"]`` and hands to every ``StreamingQueryListener``.
+in ``query.lastProgress["sources"]`` and hands to every ``StreamingQueryListener``; their numbers also go
+to Spark's metrics system as the gauges of the source ``blobstate.<query>`` (``java/QueryMetrics.java``,
+:func:`gauges`), which its sinks, JMX and the Prometheus servlet carry.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -51,10 +54,21 @@ def wants_another_batch(time_mode: str, eviction_watermark_ms: int | None, water
 class Ticks:
     """The driver's end of one query's ticks source (a channel in the driver JVM, named by a token)."""
 
-    def __init__(self, source_class: Any, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        source_class: Any,
+        *,
+        enabled: bool = True,
+        metrics_class: Any = None,
+        metrics_name: str = "blobstate",
+    ) -> None:
         """``source_class`` is the py4j class ``TicksSource`` of the loaded JVM helper; with ``enabled``
-        False (Spark conf ``spark.sql.streaming.noDataMicroBatches.enabled=false``) no batch is requested."""
+        False (Spark conf ``spark.sql.streaming.noDataMicroBatches.enabled=false``) no batch is requested.
+        ``metrics_class`` (the helper's ``QueryMetrics``; None: none) receives the published numbers as
+        the gauges of the metrics source ``metrics_name``."""
         self._source = source_class
+        self._metrics = metrics_class
+        self.metrics_name = metrics_name
         self.enabled = enabled
         self.token = uuid.uuid4().hex
 
@@ -74,7 +88,49 @@ class Ticks:
         keys = sorted(metrics)
         values = [v if isinstance(v, str) else json.dumps(v) for v in (metrics[k] for k in keys)]
         self._source.publish(self.token, keys, values)
+        if self._metrics is not None:
+            numbers = gauges(metrics)
+            names = sorted(numbers)
+            self._metrics.update(self.metrics_name, names, [numbers[n] for n in names])
 
     def release(self) -> None:
-        """Forget the channel (after the query stopped)."""
+        """Forget the channel and remove the metrics source (after the query stopped)."""
         self._source.release(self.token)
+        if self._metrics is not None:
+            self._metrics.remove(self.metrics_name)
+
+
+GAUGE_GROUPS = ("standby", "loadRules")
+"""Metrics whose values are objects: their numbers become gauges ``<group>.<name>``."""
+
+
+def gauges(metrics: dict[str, Any]) -> dict[str, float]:
+    """The numbers of one batch's metrics as gauge values of Spark's metrics system: every number or
+    boolean at the top level (``inputRows``, ``stateKeys``, ``seconds``, ``skipped`` as 0 or 1, ...) and in
+    :data:`GAUGE_GROUPS` one level down (``standby.failovers``, ``loadRules.working``, ...). Per-partition
+    figures stay in the progress only: hundreds of partitions would be hundreds of series."""
+
+    def number(value: Any) -> float | None:
+        if isinstance(value, bool):
+            return float(value)
+        if isinstance(value, int | float) and value == value:  # not NaN
+            return float(value)
+        return None
+
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if (n := number(value)) is not None:
+            out[key] = n
+        elif key in GAUGE_GROUPS and isinstance(value, dict):
+            for inner, v in value.items():
+                if (n := number(v)) is not None:
+                    out[f"{key}.{inner}"] = n
+    return out
+
+
+def metrics_source_name(query_name: str | None, query_id: str) -> str:
+    """The name of a query's source in Spark's metrics system: ``blobstate.<queryName>``, else
+    ``blobstate.<query id>`` (the checkpoint's, stable across restarts), as Spark names its own
+    ``spark.streaming.<queryName or id>``; characters other than letters, digits, ``-`` and ``_`` become
+    ``_`` (a dot would split the name in sinks)."""
+    return "blobstate." + re.sub(r"[^A-Za-z0-9_-]", "_", query_name or query_id)

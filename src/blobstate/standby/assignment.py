@@ -461,12 +461,13 @@ class StageMove:
 def moves_in_stage(
     assignment: Mapping[int, PartitionAssignment],
     ran: Mapping[int, ExecutorIdentity],
-    alive: Callable[[], Sequence[ExecutorIdentity]],
+    alive: Callable[[], Sequence[ExecutorIdentity]] | None,
 ) -> list[StageMove]:
     """The partitions whose task ran (``ran``) elsewhere than ``assignment``'s active, classified
     (:class:`StageMove`). ``alive`` (the executors alive after the stage) is asked only when a task ran
     elsewhere: an executor lost during the stage is gone from it by then, since Spark runs a lost task
-    again only once it has declared its executor lost."""
+    again only once it has declared its executor lost. Without ``alive`` (no JVM helper to ask) every
+    such task counts as a failover."""
     moved: list[StageMove] = []
     live: set[ExecutorIdentity] | None = None
     for p, executor in sorted(ran.items()):
@@ -474,7 +475,7 @@ def moves_in_stage(
         if a is None or executor == a.active:
             continue
         if live is None:
-            live = set(alive())
+            live = set(alive()) if alive is not None else set()
         lost = a.active not in live
         moved.append(
             StageMove(

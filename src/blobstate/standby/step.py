@@ -216,7 +216,7 @@ class StandbyStep:
             return {}
         failovers, cold = plan.failovers, plan.failovers_without_standby
         ran = {p: ExecutorIdentity(r.executor_id, r.host) for p, r in results.items()}
-        in_stage = moves_in_stage(plan.assignment, ran, self._helper.executors)
+        in_stage = moves_in_stage(plan.assignment, ran, self._helper.executors if self._helper else None)
         lost_in_stage = [m for m in in_stage if m.reason == "during-batch"]
         failovers += sum(1 for m in lost_in_stage if m.standby)
         cold += sum(1 for m in lost_in_stage if not m.standby)
