@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import shutil
 import sys
 import textwrap
@@ -201,8 +202,10 @@ def test_a_changed_acceptance_record_is_refused(rescaled: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- readers
-def test_readers_say_first_that_the_newest_commit_was_lost(rescaled: str, tmp_path: Path) -> None:
-    """Before, inspect and read_state presented version 4 as the newest without a word."""
+def test_readers_say_first_that_the_newest_commit_was_lost(
+    rescaled: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, inspect, read_state and report presented version 4 as the newest without a word."""
     lose(rescaled, 5)
     info = inspect_partition(rescaled, 0)
     assert info["version"] == 4 and len(info["warnings"]) == 1
@@ -217,6 +220,14 @@ def test_readers_say_first_that_the_newest_commit_was_lost(rescaled: str, tmp_pa
     spark = mock.MagicMock()
     with pytest.warns(LostCommitWarning, match="version 4 is the newest readable version"):
         read_state(spark, rescaled, state_var="totals")
+    from blobstate.cli.main import main
+
+    pytest.importorskip("matplotlib")
+    with pytest.raises(SystemExit) as exited:
+        main(["report", rescaled, "--out", str(tmp_path / "report"), "--json", "--no-state-sizes"])
+    assert exited.value.code in (None, 0)
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["warnings"]) == 1 and "version 4 is the newest readable" in report["warnings"][0]
     with open_blob_store(rescaled) as store:
         accept_loss(store, 4)
     assert inspect_partition(rescaled, 0)["warnings"] == []

@@ -50,10 +50,15 @@ def report(
     from blobstate.cli.progress import shown, step_bars
     from blobstate.report.metrics import load_batch_metrics
     from blobstate.report.render import ReportError, pyplot, write_report
+    from blobstate.state.lost import scan_for_loss
 
     pyplot()  # fail before reading anything when matplotlib is missing
     with open_existing_blob_store(url) as store, step_bars(shown(as_json)) as progress:
         require_checkpoint(store, url)
+        # A reader says first when the newest version it shows is not the newest committed one.
+        warnings = [redact(line) for line in scan_for_loss(store).warnings()]
+        for line in warnings:
+            typer.echo(f"warning: {line}", err=True)
         summary, rows = load_batch_metrics(store, state_sizes=not no_state_sizes, progress=progress)
         if not rows:
             raise ReportError(f"{redact(url)} has no committed versions: nothing to report")
@@ -68,6 +73,7 @@ def report(
                     "partitions": summary.num_partitions,
                     "versions": [r.version for r in rows],
                     "missing_versions": summary.missing,
+                    "warnings": warnings,
                 },
                 indent=2,
             )
