@@ -49,11 +49,16 @@ The machine is shared: ``machine`` gives the load average, a fixed pure-Python l
 meanwhile. Events per CPU-second is the figure that holds up under load.
 
     .venv/bin/python bench/spark_vs_native.py [--keys 100000] [--events 20000] [--batches 4]
-        [--warmup 1] [--partitions 2] [--only blobstate,tws,apply,native] [--no-restart] [--large]
-        [--timeout SECONDS] [--timeout-restart SECONDS] [--workdir DIR (kept)] [--keep]
+        [--warmup 1] [--partitions 2] [--only blobstate,tws,apply,native] [--no-restart]
+        [--large | --many-partitions] [--timeout SECONDS] [--timeout-restart SECONDS]
+        [--workdir DIR (kept)] [--keep]
 
 ``--large``: 1,000,000 keys, 200,000-event batches, 6 batches (unless given), blobstate beside the
 JVM-native aggregation. Spark's Python APIs need 35-50 s per default batch on this machine.
+``--many-partitions``: Spark's default partition count, 200 (``spark.sql.shuffle.partitions``, which a
+new checkpoint takes by default), with 20,000 keys and 2,000-event batches (a low-latency job's small
+batches), 6 batches: the cost of a partition in a batch, blobstate beside the JVM-native aggregation and
+the floor.
 """
 
 from __future__ import annotations
@@ -102,6 +107,7 @@ IMPLEMENTATIONS = (
 )
 DEFAULT_SET = ("blobstate", "blobstate_row", "blobstate_arrow", "tws", "tws_row", "apply")
 LARGE_SET = ("blobstate", "blobstate_row", "blobstate_arrow", "native", "floor")
+MANY_PARTITIONS_SET = ("blobstate_arrow", "native", "floor")
 RESULT_FILE = "result.json"
 
 
@@ -758,10 +764,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="batches not measured (default 1): the JVM's JIT compiles for several batches",
     )
-    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=None, help="default 2 (200 with --many-partitions)")
     parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(IMPLEMENTATIONS)}")
     parser.add_argument(
         "--large", action="store_true", help="1M keys, 200k-event batches, blobstate vs native"
+    )
+    parser.add_argument(
+        "--many-partitions",
+        action="store_true",
+        help="200 partitions (Spark's default), 20k keys, 2k-event batches: arrow API vs native and floor",
     )
     parser.add_argument("--no-restart", action="store_true")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run (300 + 300 per batch)")
@@ -771,10 +782,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args(argv)
-    args.keys = args.keys or (1_000_000 if args.large else 100_000)
-    args.events = args.events or (200_000 if args.large else 20_000)
-    args.batches = args.batches or (6 if args.large else 4)
-    names = args.only.split(",") if args.only else list(LARGE_SET if args.large else DEFAULT_SET)
+    if args.large and args.many_partitions:
+        parser.error("choose one of --large and --many-partitions")
+    many = args.many_partitions
+    args.keys = args.keys or (1_000_000 if args.large else 20_000 if many else 100_000)
+    args.events = args.events or (200_000 if args.large else 2_000 if many else 20_000)
+    args.batches = args.batches or (6 if args.large or many else 4)
+    args.partitions = args.partitions or (200 if many else 2)
+    preset = LARGE_SET if args.large else MANY_PARTITIONS_SET if many else DEFAULT_SET
+    names = args.only.split(",") if args.only else list(preset)
     unknown = [n for n in names if n not in IMPLEMENTATIONS]
     if unknown:
         parser.error(f"unknown implementation(s) {unknown}; choose from {IMPLEMENTATIONS}")

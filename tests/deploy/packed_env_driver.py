@@ -1,15 +1,16 @@
 """The driver of ``test_packed_environment.py``: a reduced ``blobstate demo`` on a multi-host cluster.
 
-Run with the Python of a virtual environment that has the blobstate wheel installed, and with
+Run with ``spark-submit`` of a virtual environment that has the blobstate wheel installed, with
 ``PYSPARK_PYTHON=./environment/bin/python``: the executors run the Python of the packed environment that
-``spark.archives`` (``--archive``) unpacks into their working directory as ``environment``. Imports only
-blobstate, pyspark and the standard library (the test's modules are not on this Python's path).
+``--archives`` unpacks into their working directory as ``environment``. Imports only blobstate, pyspark,
+the standard library and the job's own module ``deployed_sessions`` (beside this script; the executors
+get it from ``--py-files``); the test's other modules are not on this Python's path.
 
-First every executor reports where its Python found blobstate, pyspark and rocksdict; then the demo's
-query runs over a small click stream with its profile side stream, and its sessions are checked against
-the plain-Python reference, as ``blobstate demo`` checks them; then the state left open is read back
-with ``spark.read.format("blobstate")`` (Python workers on the executors again). Prints one JSON object
-on stdout, with the seconds each step took.
+First every executor reports where its Python found blobstate, pyspark, rocksdict and the job's module;
+then the demo's query runs, with the job's processor, over a small click stream with its profile side
+stream, and its sessions are checked against the plain-Python reference, as ``blobstate demo`` checks
+them; then the state left open is read back with ``spark.read.format("blobstate")`` (Python workers on
+the executors again). Prints one JSON object on stdout, with the seconds each step took.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def where_imports(_: object) -> list[str]:
     """Runs in an executor's Python worker: where its interpreter and modules come from."""
     import socket
 
+    import deployed_sessions
     import pyspark
     import rocksdict
 
@@ -42,19 +44,20 @@ def where_imports(_: object) -> list[str]:
                 "blobstate": blobstate.__file__,
                 "pyspark": pyspark.__file__,
                 "rocksdict": rocksdict.__file__,
+                "job_module": os.path.abspath(deployed_sessions.__file__),
             }
         )
     ]
 
 
 def main() -> int:
-    """Run the probe and the demo's query on ``--master``; print the JSON report."""
+    """Run the probe and the demo's query (Spark settings from spark-submit); print the JSON report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--local-dir", required=True, help="blobstate's local_dir (the hosts' private disk)")
-    parser.add_argument("--conf", action="append", default=[], help="a Spark setting, key=value")
     args = parser.parse_args()
 
+    from deployed_sessions import DeployedSessions
     from pyspark.sql import SparkSession
 
     from blobstate.demo.clickstream import (
@@ -69,11 +72,7 @@ def main() -> int:
     from blobstate.demo.sessions import reference_sessions
 
     started = time.monotonic()
-    builder = SparkSession.builder.appName("blobstate-packed-environment")
-    for setting in args.conf:
-        key, _, value = setting.partition("=")
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = SparkSession.builder.appName("blobstate-packed-environment").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     report: dict[str, object] = {
         "executor_python": spark.sparkContext.pythonExec,
@@ -114,6 +113,7 @@ def main() -> int:
             args.local_dir,
             4,
             profiles_dir=args.workdir / "profiles",
+            processor=DeployedSessions(),
         )
         try:
             query.processAllAvailable()

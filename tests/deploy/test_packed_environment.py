@@ -2,10 +2,11 @@
 
 The README's "Deploying to a cluster" commands, run for real: a wheel built with ``python -m build``, a
 fresh virtual environment with the wheel installed (the driver's environment), packed with venv-pack
-(without pyspark: executors import Spark's own) and shipped to the executors with ``spark.archives``.
-The executors' interpreter is the base Python of this test's virtual environment, which has neither
-blobstate nor its dependencies. The driver runs with no Java compiler, so the helper jar shipped in the
-wheel is the one used.
+(without pyspark: executors import Spark's own) and shipped to the executors with ``spark-submit
+--archives``. The executors' interpreter is the base Python of this test's virtual environment, which has
+neither blobstate nor its dependencies. The driver runs with no Java compiler, so the helper jar shipped
+in the wheel is the one used. The job's processor lives in a module of its own (``deployed_sessions.py``,
+beside the job's script), shipped with ``--py-files`` as "Shipping the job's own code" says.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("packed_env_driver.py")
+JOB_MODULE = Path(__file__).with_name("deployed_sessions.py")
+"""The job's own module, beside its script: the processor's class."""
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 """The interpreter this test's virtual environment was made from: the executors' Python."""
 TEST_ONLY = {"pytest", "pytest-timeout", "hypothesis", "moto", "ruff", "build", "venv-pack", "matplotlib"}
@@ -101,10 +104,11 @@ def _driver(
     cluster: MultiHostCluster,
     packed: PackedEnvironment,
     work: Path,
-    conf: dict[str, str],
+    options: dict[str, str],
     **env: str,
 ) -> dict:
-    """Run ``packed_env_driver.py`` with the packed environment's Python against ``cluster``."""
+    """Run ``packed_env_driver.py`` with the packed environment's ``spark-submit`` against ``cluster``,
+    the README's command with ``options`` (``--archives``, ``--py-files``, ...)."""
     settings = {
         **cluster.driver_conf(),
         "spark.ui.enabled": "false",
@@ -112,13 +116,13 @@ def _driver(
         # The cluster's workers were started from this test's venv with this checkout on PYTHONPATH,
         # which their executors would pass on to every Python worker: clear it for this application.
         "spark.executorEnv.PYTHONPATH": "",
-        **conf,
     }
     command = [
-        packed.venv / "bin" / "python",
+        packed.venv / "bin" / "spark-submit",
+        *(f"--conf={k}={v}" for k, v in settings.items()),
+        *(f"--{option}={value}" for option, value in options.items()),
         DRIVER,
         *("--workdir", work, "--local-dir", cluster.host_disk),
-        *(f"--conf={k}={v}" for k, v in settings.items()),
     ]
     out = _run(
         command,
@@ -167,12 +171,13 @@ def test_executors_without_blobstate_run_the_demo_from_the_packed_wheel_environm
     )
     assert probe.stdout.strip() == "[]", f"{BASE_PYTHON} already has {probe.stdout}"
 
-    # Shipped the packed environment, that Python runs the demo with blobstate from the archive.
+    # Shipped the packed environment and the job's module, that Python runs the demo with blobstate from
+    # the archive and the job's processor from the module --py-files put in each executor's directory.
     report = _driver(
         multihost_cluster,
         packed,
         tmp_path / "with",
-        conf={"spark.archives": f"{packed.archive}#environment"},
+        options={"archives": f"{packed.archive}#environment", "py-files": str(JOB_MODULE)},
         PYSPARK_PYTHON="./environment/bin/python",
     )
     executors = [json.loads(line) for line in report["executors"]]
@@ -182,6 +187,7 @@ def test_executors_without_blobstate_run_the_demo_from_the_packed_wheel_environm
         assert prefix.name == "environment" and Path(e["cwd"]) == prefix.parent
         assert Path(e["blobstate"]).is_relative_to(prefix) and Path(e["rocksdict"]).is_relative_to(prefix)
         assert "pyspark.zip" in e["pyspark"]  # Spark's own
+        assert Path(e["job_module"]) == Path(e["cwd"]) / JOB_MODULE.name  # shipped, not this checkout's
         hosts.add(Path(e["cwd"]).relative_to(multihost_cluster.root / "work").parts[0])
     assert len(hosts) == 2, executors
     print(f"archive {packed.archive.stat().st_size:,} bytes; seconds: {packed.seconds} {report['seconds']}")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from blobstate.engine.driver import BatchReport
+    from blobstate.processor import StatefulProcessor
 
 
 def build_spark(app_name: str, master: str = "local[2]", locality_wait: str = "3s") -> SparkSession:
@@ -67,9 +68,12 @@ def start_query(
     on_batch: Callable[[BatchReport], None] | None = None,
     *,
     profiles_dir: Path,
+    processor: StatefulProcessor | None = None,
 ) -> StreamingQuery:
     """Start the demo's streaming query on ``spark`` (one click file and one profile file per
     micro-batch); returns it. The job's process runs it with its own session; tests run it with theirs.
+    ``processor`` replaces the demo's :class:`~blobstate.demo.sessions.SessionProcessor` (a subclass of
+    it, say, defined in a job's own module).
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -95,7 +99,7 @@ def start_query(
     return transform_with_state(
         clicks,
         key="user",
-        processor=SessionProcessor(),
+        processor=processor if processor is not None else SessionProcessor(),
         output_schema=OUTPUT_SCHEMA,
         checkpoint=checkpoint,
         sink=idempotent_parquet_sink(output_dir),

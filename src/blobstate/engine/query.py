@@ -28,7 +28,7 @@ from blobstate.engine.config import (
     spark_blobstate_conf,
 )
 from blobstate.engine.driver import BatchDriver, BatchReport, PostCommit, QueryTasks, Sink
-from blobstate.engine.executor_python import check_executors_python
+from blobstate.engine.executor_python import check_executors_python, processor_modules
 from blobstate.engine.handle import BlobstateStreamingQuery
 from blobstate.engine.spark_checkpoint import SparkCheckpoint
 from blobstate.engine.stage import Stage
@@ -156,7 +156,7 @@ def transform_with_state(
             " stop it before starting another on the same checkpoint"
         )
     if config.check_executor_python:  # before anything is written or any other job runs
-        check_executors_python(spark)
+        check_executors_python(spark, job_modules=processor_modules(processor))
     from blobstate.adjunct.union import with_side_streams
 
     combined, adjunct_specs = with_side_streams(df, key_columns, list(adjuncts))
