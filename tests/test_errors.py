@@ -44,6 +44,8 @@ PUBLIC_NAMES = [
     "Adjunct",
     "read_state",
     "register_reader",
+    "read_moved_state",
+    "last_watermark_ms",
     "BlobstateError",
     "BlobStoreError",
     "StateError",

@@ -4,8 +4,10 @@ Public names: :func:`transform_with_state`, :class:`StatefulProcessor` and the s
 PySpark's ``transformWithStateInPandas`` (``StatefulProcessorHandle``, ``ValueState``, ``ListState``,
 ``MapState``, ``TimerValues``, ``ExpiredTimerInfo``), the vectorized API (``ArrowStatefulProcessor``,
 ``ArrowHandle``, ``KeyedBatch``, ``ExpiredTimers``; ``api="arrow"``), :func:`read_state` (a
-checkpoint's state as a DataFrame), :func:`progress_metrics` (a batch's blobstate metrics from Spark's
-query progress), :mod:`blobstate.blobstore` and the exception tree: :class:`BlobstateError` and its
+checkpoint's state as a DataFrame), :func:`read_moved_state` and :func:`last_watermark_ms` (what a
+move between Spark's state store and blobstate carries: every declared variable, the timers, the
+watermark), :func:`progress_metrics` (a batch's blobstate metrics from Spark's query progress),
+:mod:`blobstate.blobstore` and the exception tree: :class:`BlobstateError` and its
 branches ``BlobStoreError``, ``StateError`` (with ``CorruptionError``), ``ConfigurationError``,
 ``QueryError`` and ``ProcessorError`` (drawn in :mod:`blobstate.errors`).
 Imports are lazy so the command line starts without loading Spark.
@@ -44,6 +46,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from blobstate.processor import ValueState as ValueState
     from blobstate.reader import read_state as read_state
     from blobstate.reader import register_reader as register_reader
+    from blobstate.reader.moving import last_watermark_ms as last_watermark_ms
+    from blobstate.reader.moving import read_moved_state as read_moved_state
 
 __version__ = "0.2.0"
 """This release. Written here only: ``pyproject.toml`` reads it (``[tool.setuptools.dynamic]``) into the
@@ -69,6 +73,8 @@ _EXPORTS = {
     "Adjunct": "blobstate.adjunct",
     "read_state": "blobstate.reader",
     "register_reader": "blobstate.reader",
+    "read_moved_state": "blobstate.reader.moving",
+    "last_watermark_ms": "blobstate.reader.moving",
     "BlobstateError": "blobstate.errors",
     "BlobStoreError": "blobstate.errors",
     "StateError": "blobstate.errors",

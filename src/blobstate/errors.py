@@ -54,6 +54,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
         * BackupConflictError [snapshot.repository]
       * RestoreTargetError [snapshot.restore]
     * StateReadError [reader.variables; also ValueError]
+      * MissingStateVariableError [reader.moving]
     * NotACheckpointError [cli.lineage_cmds]
     * VersionNotCommittedError [cli.lineage_cmds]
     * PartitionNotFoundError [cli.lineage_cmds]

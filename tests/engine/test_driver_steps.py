@@ -80,7 +80,9 @@ class RecordingStage:
         return StageRun(StageResult(results, frame=None), 0.0, 1)  # type: ignore[arg-type]
 
 
-def make_driver(calls: list[str], fail: bool = False) -> tuple[BatchDriver, RecordingStage]:
+def make_driver(
+    calls: list[str], fail: bool = False, config: QueryConfig | None = None, initial_watermark_ms: int = 0
+) -> tuple[BatchDriver, RecordingStage]:
     store = open_blob_store(f"memory://{uuid.uuid4().hex}")
     log = CommitLog(store)
     log.write_metadata(QueryMetadata.new(2, {"0": {"key_columns": ["key"]}}))
@@ -88,13 +90,14 @@ def make_driver(calls: list[str], fail: bool = False) -> tuple[BatchDriver, Reco
     post.steps = [("record", lambda commit: calls.append(f"post-commit {commit.version}"))]
     stage = RecordingStage(calls, fail)
     driver = BatchDriver(
-        config=QueryConfig(async_cleanup=False),
+        config=config or QueryConfig(async_cleanup=False),
         tasks=QueryTasks(PartitionSpec(store.url, "q", "0", 2), object(), OUTPUT, ("key",)),
         stage=stage,  # type: ignore[arg-type]
         post_commit=post,
         writer_id="w",
         steps=[RecordingStep("a", calls, log), RecordingStep("b", calls, log)],
         on_batch=lambda report: calls.append(f"report {report.version}"),
+        initial_watermark_ms=initial_watermark_ms,
     )
     return driver, stage
 
@@ -217,3 +220,46 @@ def test_a_failed_stage_commits_nothing_and_keeps_the_failure_for_the_handle() -
     assert calls == ["a.prepare", "b.prepare", "stage"]
     assert isinstance(driver.failure, ProcessorFailedError)
     assert not driver.commit_log.commit_exists(1)
+
+
+EVENT_TIME = QueryConfig(async_cleanup=False, time_mode="EventTime", event_time_column="ts")
+
+
+@pytest.mark.parametrize("initial", [0, 1_700_000_025_000])
+def test_an_event_time_query_starts_from_its_initial_watermark_and_never_goes_below_it(initial: int) -> None:
+    """A moved query's first batch fires timers and drops late rows at the old query's watermark (Spark's
+    first batch: 0 for both), and the batches after it keep it while no event moves it on."""
+    driver, stage = make_driver([], config=EVENT_TIME, initial_watermark_ms=initial)
+    for batch_id in (0, 1):
+        driver(FRAME, batch_id)  # type: ignore[arg-type]
+    assert [(s.plan.run.watermark_ms, s.plan.run.late_watermark_ms) for s in stage.specs] == [
+        (initial, initial),
+        (initial, initial),
+    ]
+    assert [driver.commit_log.read_commit(v).watermark_ms for v in (1, 2)] == [initial, initial]
+
+
+@pytest.mark.parametrize(
+    ("value", "time_mode", "error"),
+    [
+        (
+            1_700_000_000_000,
+            "None",
+            "initial_watermark_ms needs time_mode 'EventTime' (this query's is 'None')",
+        ),
+        (-1, "EventTime", "initial_watermark_ms must not be negative, not -1"),
+        ("1700000000000", "EventTime", "initial_watermark_ms must be an int of epoch milliseconds, not '17"),
+        (True, "EventTime", "initial_watermark_ms must be an int of epoch milliseconds, not True"),
+    ],
+)
+def test_an_initial_watermark_that_cannot_work_is_refused_naming_it(
+    value: object, time_mode: str, error: str
+) -> None:
+    from blobstate.engine.query import _check_initial_watermark
+    from blobstate.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as raised:
+        _check_initial_watermark(value, replace(EVENT_TIME, time_mode=time_mode))  # type: ignore[arg-type]
+    assert str(raised.value).startswith(error)
+    _check_initial_watermark(None, QueryConfig())
+    _check_initial_watermark(0, EVENT_TIME)

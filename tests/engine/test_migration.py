@@ -9,6 +9,11 @@ and after the move, equals the output of the job that never moved (computed in p
 state at the end holds every key, those the later batches never touched included. The two runs use
 different partition counts: the initial state is grouped by key, so a move may change the count.
 Timers are moved by a processor that registers them again from the timer readers' rows.
+
+An event-time job (two value variables, event-time timers) moves with what ``blobstate.read_moved_state``
+reads (every declared variable, the timers, the watermark; refused when a variable is forgotten) onto
+input whose first rows are late by the old query's watermark: the moved run equals the old engine's
+own run continued from its checkpoint over the same later input, outputs and final state.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from typing import Any
 import pandas as pd
 import pytest
 from engine_helpers import (
+    EVENT_DDL,
     SPARK_ROCKSDB_PROVIDER,
     BatchRecorder,
+    event_table,
     file_stream,
     kv_table,
     run_blobstate,
@@ -36,6 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 import blobstate
+from blobstate.reader.moving import MissingStateVariableError, MovedState
 
 pytestmark = pytest.mark.spark
 
@@ -349,3 +357,240 @@ def test_timers_move_with_the_state_when_the_processor_registers_them_again(
     # b and c: the timer their input registered after the move, due in the next batch, and the far one
     assert sorted(after) == ["a", "b", "c"]
     assert [(len(after[k]), after[k][-1]) for k in ("b", "c")] == [(2, FAR), (2, FAR)]
+
+
+# ---------------------------------------------------------------------------------------------- event time
+SESSION_OUTPUT = (
+    "key STRING, kind STRING, start_ms BIGINT, last_ms BIGINT, events BIGINT, lifetime BIGINT,"
+    " watermark_ms BIGINT"
+)
+GAP_MS = 10_000
+DELAY_MS = 5_000
+T0 = 1_700_000_000_000
+SESSION_BATCHES = [
+    # the old query: watermark T0 - 3s after batch 0, T0 + 25s after batch 1; its batch without input
+    # then closes a (last T0 + 4s) and c (T0 + 2s); b's and d's sessions stay open
+    [("a", T0), ("b", T0 + 1_000), ("c", T0 + 2_000)],
+    [("a", T0 + 4_000), ("b", T0 + 30_000), ("d", T0 + 20_000)],
+    # after the move: a at T0 + 5s and d at T0 + 25s, the old watermark itself, are late; e at T0 + 26s
+    # is not; the watermark moves to T0 + 26s
+    [("a", T0 + 5_000), ("d", T0 + 25_000), ("e", T0 + 26_000), ("b", T0 + 31_000)],
+    # c at T0 + 24s is late; f moves the watermark to T0 + 45s: the batch after closes b, d and e
+    [("c", T0 + 24_000), ("f", T0 + 50_000)],
+]
+LATE = [("a", T0 + 5_000), ("d", T0 + 25_000), ("c", T0 + 24_000)]
+"""The rows after the move that the old query drops as late."""
+OLD_WATERMARK_MS = T0 + 25_000
+
+
+def epoch_ms(values: pd.Series) -> list[int]:
+    """Epoch ms of the timestamps a processor gets (naive times of the session time zone, UTC here)."""
+    stamps = pd.to_datetime(values)
+    if stamps.dt.tz is None:
+        stamps = stamps.dt.tz_localize("UTC")
+    return [int(t.value // 1_000_000) for t in stamps]
+
+
+class UserSessions(StatefulProcessor):
+    """Event-time sessions per user (pyspark's own classes; time mode EventTime): ``session`` (value:
+    start, last event, events) closed by a timer at last event + :data:`GAP_MS`, and ``lifetime``
+    (value: every event ever seen). Emits an ``input`` row per key per batch and a ``closed`` row, each
+    with the watermark the handler saw. ``handleInitialState`` takes a moved key's row (:func:`moved`)."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the two state variables."""
+        self.handle = handle
+        self.session = handle.getValueState("session", "start_ms BIGINT, last_ms BIGINT, events BIGINT")
+        self.lifetime = handle.getValueState("lifetime", "n BIGINT")
+
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
+        """The moved key's session (if open), lifetime count and timers."""
+        for row in initialState.to_dict("records"):
+            self.lifetime.update((int(row["lifetime"]),))
+            if not pd.isna(row["start_ms"]):
+                self.session.update((int(row["start_ms"]), int(row["last_ms"]), int(row["events"])))
+            for ts in row["timers"] if row["timers"] is not None else []:
+                self.handle.registerTimer(int(ts))
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        """Extend the key's session, move its timer, count the events."""
+        times = [t for pdf in rows for t in epoch_ms(pdf["ts"])]
+        old = self.session.get()
+        start, last, events = min(times), max(times), len(times)
+        if old is not None:
+            self.handle.deleteTimer(int(old[1]) + GAP_MS)
+            start, last, events = min(start, int(old[0])), max(last, int(old[1])), events + int(old[2])
+        self.session.update((start, last, events))
+        self.handle.registerTimer(last + GAP_MS)
+        seen = self.lifetime.get()
+        lifetime = len(times) + (int(seen[0]) if seen is not None else 0)
+        self.lifetime.update((lifetime,))
+        yield self._row(key, "input", (start, last, events), lifetime, timerValues)
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        """The watermark passed the session's last event + gap: emit it and forget it."""
+        session = tuple(int(v) for v in self.session.get())
+        self.session.clear()
+        yield self._row(key, "closed", session, int(self.lifetime.get()[0]), timerValues)
+
+    def _row(self, key: Any, kind: str, session: tuple, lifetime: int, timerValues: Any) -> pd.DataFrame:
+        row = (key[0], kind, *session, lifetime, timerValues.getCurrentWatermarkInMs())
+        return pd.DataFrame([row], columns=SESSION_COLUMNS)
+
+
+SESSION_COLUMNS = ["key", "kind", "start_ms", "last_ms", "events", "lifetime", "watermark_ms"]
+
+
+def moved(state: MovedState) -> DataFrame:
+    """One row per key from what :func:`blobstate.read_moved_state` read: ``lifetime``, the open
+    session's columns (null when none is open) and the key's timers."""
+    keyed = {name: frame.withColumn("key", F.col("key.key")) for name, frame in state.variables.items()}
+    lifetime = keyed["lifetime"].select("key", F.col("value.n").alias("lifetime"))
+    session = keyed["session"].select("key", "value.start_ms", "value.last_ms", "value.events")
+    timers = state.timers.groupBy(F.col("key.key").alias("key")).agg(
+        F.collect_list("expiration_timestamp_ms").alias("timers")
+    )
+    return lifetime.join(session, "key", "left").join(timers, "key", "left")
+
+
+def session_state(spark: Any, checkpoint: Path) -> tuple[dict[str, tuple], int]:
+    """A checkpoint's final state, either engine's, read as a move reads it: per key ``(lifetime, start,
+    last, events, timers)``, and the watermark."""
+    state = blobstate.read_moved_state(spark, str(checkpoint), ["session", "lifetime"])
+    rows = moved(state).collect()
+    by_key = {
+        r["key"]: (r["lifetime"], r["start_ms"], r["last_ms"], r["events"], sorted(r["timers"] or []))
+        for r in rows
+    }
+    return by_key, state.watermark_ms
+
+
+def run_spark_sessions(
+    spark: Any,
+    input_dir: Path,
+    checkpoint: Path,
+    initial: DataFrame | None = None,
+    later_than_ms: int | None = None,
+) -> BatchRecorder:
+    """Run :class:`UserSessions` with Spark's own ``transformWithStateInPandas``; a moved query keeps
+    only the rows after the old query's watermark (``later_than_ms``)."""
+    recorder = BatchRecorder()
+    events = file_stream(spark, input_dir, EVENT_DDL)
+    if later_than_ms is not None:  # Spark's rule: an event at or before the watermark is late
+        events = events.where(F.col("ts") > F.timestamp_millis(F.lit(later_than_ms)))
+    with spark_conf(spark, {"spark.sql.streaming.stateStore.providerClass": SPARK_ROCKSDB_PROVIDER}):
+        query = (
+            events.withWatermark("ts", f"{DELAY_MS} milliseconds")
+            .groupBy("key")
+            .transformWithStateInPandas(
+                statefulProcessor=UserSessions(),
+                outputStructType=SESSION_OUTPUT,
+                outputMode="Update",
+                timeMode="EventTime",
+                initialState=initial.groupBy("key") if initial is not None else None,
+            )
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+        run_to_end(query)
+    return recorder
+
+
+def run_blobstate_sessions(spark: Any, input_dir: Path, checkpoint: Path, **options: Any) -> BatchRecorder:
+    """Run :class:`UserSessions` with blobstate."""
+    recorder, _ = run_blobstate(
+        spark,
+        input_dir,
+        checkpoint,
+        UserSessions(),
+        input_schema=EVENT_DDL,
+        output_schema=SESSION_OUTPUT,
+        num_partitions=3,
+        local_dir=checkpoint.parent / "local",
+        time_mode="EventTime",
+        event_time_column="ts",
+        watermark_delay_ms=DELAY_MS,
+        **options,
+    )
+    return recorder
+
+
+def write_session_input(tmp_path: Path) -> tuple[Path, Path]:
+    """The batches before the move in ``old/``; those after it in ``new/``, for the moved query."""
+    tables = [event_table(b) for b in SESSION_BATCHES]
+    write_batch_files(tmp_path / "old", tables[:MOVE_AFTER])
+    write_batch_files(tmp_path / "new", tables[MOVE_AFTER:], first=MOVE_AFTER)
+    return tmp_path / "old", tmp_path / "new"
+
+
+def continue_unmoved(tmp_path: Path) -> Path:
+    """The later batches added to the old query's input: the job that never moved reads them next."""
+    write_batch_files(
+        tmp_path / "old", [event_table(b) for b in SESSION_BATCHES[MOVE_AFTER:]], first=MOVE_AFTER
+    )
+    return tmp_path / "old"
+
+
+def in_order(recorder: BatchRecorder, without_watermark: bool = False) -> list[list[tuple]]:
+    """The batches that emitted rows, in order (a moved query numbers its batches from 0 again)."""
+    batches = list(recorder.nonempty().values())
+    return [[row[:-1] for row in rows] for rows in batches] if without_watermark else batches
+
+
+def assert_unmoved_dropped_the_late_rows(unmoved: list[list[tuple]]) -> None:
+    """The never-moved run dropped :data:`LATE`: neither a nor c has input after the move, and d's
+    session closed with its one event before the move."""
+    rows = [row for batch in unmoved for row in batch]
+    assert not [r for r in rows if r[0] in ("a", "c")]
+    assert [r[:6] for r in rows if r[0] == "d"] == [("d", "closed", T0 + 20_000, T0 + 20_000, 1, 1)]
+    assert unmoved[0][0][-1] == OLD_WATERMARK_MS  # the first batch's watermark: the old one
+
+
+def test_an_event_time_job_moves_to_blobstate_with_its_watermark(spark: Any, tmp_path: Path) -> None:
+    old_input, new_input = write_session_input(tmp_path)
+    with spark_conf(spark, {"spark.sql.session.timeZone": "UTC"}):
+        run_spark_sessions(spark, old_input, tmp_path / "spark-ckpt")
+        assert blobstate.last_watermark_ms(str(tmp_path / "spark-ckpt")) == OLD_WATERMARK_MS
+        with pytest.raises(MissingStateVariableError, match="declares state variable 'lifetime', which"):
+            blobstate.read_moved_state(spark, str(tmp_path / "spark-ckpt"), ["session"])
+
+        state = blobstate.read_moved_state(spark, str(tmp_path / "spark-ckpt"), ["session", "lifetime"])
+        assert (state.engine, state.watermark_ms) == ("spark", OLD_WATERMARK_MS)
+        on_blobstate = run_blobstate_sessions(
+            spark,
+            new_input,
+            tmp_path / "ckpt",
+            initial_state=moved(state).groupBy("key"),
+            initial_watermark_ms=state.watermark_ms,
+        )
+        unmoved = run_spark_sessions(spark, continue_unmoved(tmp_path), tmp_path / "spark-ckpt")
+        assert_unmoved_dropped_the_late_rows(in_order(unmoved))
+        assert in_order(on_blobstate) == in_order(unmoved)
+        assert session_state(spark, tmp_path / "ckpt") == session_state(spark, tmp_path / "spark-ckpt")
+
+
+def test_an_event_time_job_moves_to_spark_keeping_the_rows_after_its_watermark(
+    spark: Any, tmp_path: Path
+) -> None:
+    old_input, new_input = write_session_input(tmp_path)
+    with spark_conf(spark, {"spark.sql.session.timeZone": "UTC"}):
+        run_blobstate_sessions(spark, old_input, tmp_path / "ckpt")
+        with pytest.raises(MissingStateVariableError, match="declares state variable 'session', which"):
+            blobstate.read_moved_state(spark, str(tmp_path / "ckpt"), ["lifetime"])
+
+        state = blobstate.read_moved_state(spark, str(tmp_path / "ckpt"), ["session", "lifetime"])
+        assert (state.engine, state.watermark_ms) == ("blobstate", OLD_WATERMARK_MS)
+        on_spark = run_spark_sessions(
+            spark, new_input, tmp_path / "spark-ckpt", moved(state), later_than_ms=state.watermark_ms
+        )
+        unmoved = run_blobstate_sessions(spark, continue_unmoved(tmp_path), tmp_path / "ckpt")
+        assert_unmoved_dropped_the_late_rows(in_order(unmoved))
+        # Spark's watermark starts at 0 in any new query: only the handlers' view of it differs, in the
+        # first batch (the late rows were dropped before, and timers due by the old watermark had fired)
+        assert in_order(on_spark, without_watermark=True) == in_order(unmoved, without_watermark=True)
+        assert {row[-1] for row in in_order(on_spark)[0]} == {0}
+        assert in_order(on_spark)[1:] == in_order(unmoved)[1:]
+        assert session_state(spark, tmp_path / "spark-ckpt") == session_state(spark, tmp_path / "ckpt")

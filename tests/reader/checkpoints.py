@@ -46,9 +46,11 @@ def write_checkpoint(
     num_partitions: int = 2,
     retain: int = 3,
     operator_spec: dict[str, Any] | None = None,
+    watermarks: list[int] | None = None,
 ) -> None:
     """Run ``processor()`` (time mode ProcessingTime) over every batch into the checkpoint at ``url``;
-    ``operator_spec`` adds entries to the operator's ``metadata.json`` record.
+    ``operator_spec`` adds entries to the operator's ``metadata.json`` record; ``watermarks`` are the
+    commits' ``watermark_ms`` (one per batch; default none).
 
     Batch ``i`` runs at batch timestamp ``T0_MS + i * 1000``; a snapshot every 2 versions.
     """
@@ -82,6 +84,7 @@ def write_checkpoint(
                 checkpoints={"0": {p: r.checkpoint_id.uid for p, r in results.items()}},
                 objects={"0": {p: r.objects for p, r in results.items()}},
                 retained_from=retained_from(previous, version, retain),
+                watermark_ms=None if watermarks is None else watermarks[i],
                 writer=f"test-{uuid.uuid4().hex[:8]}",
             )
             log.write_commit(commit)

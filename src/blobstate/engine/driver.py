@@ -270,6 +270,9 @@ class BatchDriver:
     ticks: Ticks | None = None
     """The query's ticks source: batches without input, and metrics in Spark's progress."""
     on_batch: Callable[[BatchReport], None] | None = None
+    initial_watermark_ms: int = 0
+    """The event-time watermark a new checkpoint's first batch starts from (``transform_with_state``'s
+    ``initial_watermark_ms``, a moved query's old watermark; Spark's start is 0)."""
     reports: deque[BatchReport] = field(default_factory=lambda: deque(maxlen=RECENT_REPORTS))
     """The most recent batches' reports (``RECENT_REPORTS`` of them: a query that runs for years keeps a
     bounded number, as Spark keeps ``spark.sql.streaming.numRecentProgressUpdates`` progresses)."""
@@ -436,13 +439,14 @@ class BatchDriver:
     def _watermarks(self, previous: Commit | None) -> tuple[int | None, int | None]:
         """The event-time watermarks of this batch: for timers and eviction, and for late rows.
 
-        As in Spark, the watermark starts at 0, and late rows are dropped by the previous batch's
-        eviction watermark (one step behind the one that fires timers).
+        As in Spark, the watermark starts at 0 (a moved query: at :attr:`initial_watermark_ms`, for both),
+        and late rows are dropped by the previous batch's eviction watermark (one step behind the one that
+        fires timers). It never goes back: each commit's is at least the one before (``commit.py``).
         """
         if self.config.time_mode != "EventTime":
             return None, None
         if previous is None:
-            return 0, 0
+            return self.initial_watermark_ms, self.initial_watermark_ms
         eviction = previous.watermark_ms if previous.watermark_ms is not None else 0
         late = (previous.metrics or {}).get("eviction_watermark_ms")
         return eviction, late if late is not None else 0

@@ -81,6 +81,7 @@ def transform_with_state(
     on_batch: Callable[[BatchReport], None] | None = None,
     initial_state: Any = None,
     initial_state_key: str | Sequence[str] | None = None,
+    initial_watermark_ms: int | None = None,
     adjuncts: Sequence[Adjunct] = (),
     allow_rescale: bool = False,
     **options: Any,
@@ -109,7 +110,11 @@ def transform_with_state(
     ``initial_state`` is Spark's ``initialState``: a DataFrame (or ``df.groupBy(...)``) whose rows are
     handed to the processor's ``handleInitialState`` in the query's first batch (ignored when the query
     resumes from a checkpoint), grouped by ``initial_state_key`` (default: its ``groupBy`` columns, else
-    ``key``).
+    ``key``). ``initial_watermark_ms`` (time mode ``EventTime``) is the event-time watermark the query
+    starts from instead of Spark's 0, in epoch ms, ignored too when it resumes: a query moved from
+    another one starts from the old one's (:func:`blobstate.last_watermark_ms`), so its first batch fires
+    the timers due by then and drops the input rows at or before it as late, and its watermark never
+    goes below it.
     ``adjuncts`` declares side streams (:class:`blobstate.Adjunct`): each is materialized into a
     read-only store the processor reads with ``handle.getAdjunct(name)``; its rows are never handed to
     ``handleInputRows``. Side streams join the main stream in one query, so Spark's offset log records
@@ -133,6 +138,7 @@ def transform_with_state(
         raise ArgumentTypeError(f"allow_rescale must be True or False, not {allow_rescale!r}")
     spark = df.sparkSession
     config = QueryConfig.build(spark_blobstate_conf(spark), options, input_watermark(df))
+    _check_initial_watermark(initial_watermark_ms, config)
     key_columns = (key,) if isinstance(key, str) else tuple(key)
     missing = [k for k in key_columns if k not in df.columns]
     if not key_columns or missing:
@@ -281,6 +287,7 @@ def transform_with_state(
         spark_checkpoint=spark_files,
         ticks=ticks,
         on_batch=on_batch,
+        initial_watermark_ms=initial_watermark_ms or 0,
     )
     if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
         driver.request_tick(latest)
@@ -327,6 +334,24 @@ def _initial_state(
             f" {list(key_columns)}; its grouping columns are {names} (columns: {frame.columns})"
         )
     return frame, tuple(names)
+
+
+def _check_initial_watermark(initial_watermark_ms: int | None, config: QueryConfig) -> None:
+    """Refuse an ``initial_watermark_ms`` that is not a watermark, or that a query without event time
+    would ignore."""
+    if initial_watermark_ms is None:
+        return
+    if isinstance(initial_watermark_ms, bool) or not isinstance(initial_watermark_ms, int):
+        raise ArgumentTypeError(
+            f"initial_watermark_ms must be an int of epoch milliseconds, not {initial_watermark_ms!r}"
+        )
+    if initial_watermark_ms < 0:
+        raise QueryConfigError(f"initial_watermark_ms must not be negative, not {initial_watermark_ms}")
+    if config.time_mode != "EventTime":
+        raise QueryConfigError(
+            f"initial_watermark_ms needs time_mode 'EventTime' (this query's is {config.time_mode!r}):"
+            " only an event-time query has a watermark"
+        )
 
 
 def _no_data_batches_enabled(spark: SparkSession) -> bool:

@@ -8,12 +8,15 @@ checkpoint is only read, never written.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blobstate.blobstore.schemes import normalize_location
 from blobstate.reader.variables import TIMERS, StateReadError
 
-__all__ = ["TIMERS", "StateReadError", "read_state", "register_reader"]
+if TYPE_CHECKING:
+    from blobstate.reader.plan import ReadPlan
+
+__all__ = ["TIMERS", "StateReadError", "read_planned", "read_state", "register_reader"]
 
 
 def register_reader(spark: Any) -> None:
@@ -94,7 +97,13 @@ def read_state(
     )  # fmt: skip
     _warn_if_lost(checkpoint)
     register_reader(spark)
+    return read_planned(spark, plan)
+
+
+def read_planned(spark: Any, plan: ReadPlan) -> Any:
+    """The DataFrame of a read already planned (:mod:`.plan`), through the ``blobstate`` data source
+    (registered by the caller)."""
     reader = spark.read.format("blobstate").schema(plan.schema)
     options = {"version": str(plan.version), "operator": plan.operator, "stateVarName": plan.state_var}
     options["partition"] = ",".join(str(p) for p in plan.partitions)
-    return reader.options(**options).load(checkpoint)
+    return reader.options(**options).load(plan.url)

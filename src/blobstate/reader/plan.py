@@ -12,6 +12,7 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from blobstate.blobstore import open_blob_store
+from blobstate.encoding import layout
 from blobstate.reader.checkpoint import (
     CheckpointVersion,
     choose_operator,
@@ -107,3 +108,57 @@ def plan_read(
     if key_schema is None:  # nothing stored anywhere: any key type reads no rows
         key_schema = infer_key_schema(names, [])
     return ReadPlan(url, checkpoint.version, op, partitions, state_var, row_schema(key_schema, var))
+
+
+@dataclass(frozen=True)
+class DeclaredState:
+    """Every state variable a checkpoint's operator declares at a version, each planned for reading, and
+    its timers: what a move reads (:mod:`blobstate.reader.moving`)."""
+
+    version: int
+    operator: str
+    variables: dict[str, ReadPlan]
+    """A plan per declared state variable, by name."""
+    timers: ReadPlan
+    time_mode: str | None
+    """The operator's time mode as its partitions record it (None when none recorded one)."""
+
+
+def plan_every_variable(
+    url: str, *, version: int | None = None, operator: str | None = None
+) -> DeclaredState:
+    """Plan a read of every state variable the operator declares at ``version`` (default the latest), and
+    of its timers, restoring as few partitions as that needs (usually one: every partition's task
+    declares the processor's variables in every batch)."""
+    with open_blob_store(url) as store:
+        checkpoint = open_version(store, version)
+        op = choose_operator(checkpoint, operator)
+        partitions = choose_partitions(checkpoint, None)
+        names = checkpoint.key_columns(op)
+        key_schema = _key_schema(checkpoint, op)
+        declared: dict[str, StateVariable] = {}
+        time_mode: str | None = None
+        for p in partitions:
+            with restored_partition(store, checkpoint, op, p) as rocks:
+                declared.update(declarations(rocks, where=checkpoint.describe(op, p)))
+                mode = rocks.get(layout.META_CF, layout.TIME_MODE_KEY)
+                time_mode = time_mode if mode is None else bytes(mode).decode("utf-8", "replace")
+                if key_schema is None:
+                    key = any_key(rocks, list(declared), len(names))
+                    if key is not None:
+                        key_schema = infer_key_schema(names, [key])
+            if declared and key_schema is not None:
+                break
+    if key_schema is None:  # nothing stored anywhere: any key type reads no rows
+        key_schema = infer_key_schema(names, [])
+
+    def plan(state_var: str, var: StateVariable | None) -> ReadPlan:
+        return ReadPlan(url, checkpoint.version, op, partitions, state_var, row_schema(key_schema, var))
+
+    return DeclaredState(
+        checkpoint.version,
+        op,
+        {name: plan(name, var) for name, var in sorted(declared.items())},
+        plan(TIMERS, None),
+        time_mode,
+    )
