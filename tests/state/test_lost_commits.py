@@ -345,12 +345,13 @@ def test_verify_right_after_a_rescale_commit_is_ok_with_a_note(tmp_path: Path) -
 
 
 # ------------------------------------------------- a lost commit's cleanup: pruned commits, deleted versions
-def _snapshot_every_batch(versions: int, local: Path) -> BlobStore:
-    """``versions`` commits of one partition with a snapshot each and ``min_versions_to_retain`` 2, each
-    cleaned up: the steady state of a checkpoint, where each commit's cleanup deletes the version that
-    left its retained window and prunes the commits below its horizon."""
+def _snapshot_every_batch(versions: int, local: Path, retain: int = 2) -> BlobStore:
+    """``versions`` commits of one partition with a snapshot each and ``min_versions_to_retain``
+    ``retain``, each cleaned up: the steady state of a checkpoint, where each commit's cleanup deletes the
+    version that left its retained window and prunes the commits below its horizon. Partition 0's value
+    of ``k`` at version ``v`` is ``b"<v>"``."""
     store = new_memory_store()
-    driver = Driver(store, retain=2)
+    driver = Driver(store, retain=retain)
     committed = None
     for version in range(1, versions + 1):
         with open_p(store, local, committed, snapshot_every=1) as state:
@@ -428,15 +429,7 @@ def test_accepting_a_loss_refuses_when_the_readable_version_was_deleted_too(tmp_
     """With ``min_versions_to_retain`` 1 and a snapshot in the lost commit, its cleanup deleted all of
     version 2: the loss cannot be accepted at 2 (only putting commits/3.json back helps), and nothing is
     written."""
-    store = new_memory_store()
-    driver = Driver(store, retain=1)
-    committed = None
-    for version in range(1, 4):
-        with open_p(store, tmp_path / "local", committed, snapshot_every=1) as state:
-            state.store.put("a", b"k", b"%d" % version)
-            result = state.commit()
-        driver.cleanup(driver.commit({0: result}, version))
-        committed = result.checkpoint_id
+    store = _snapshot_every_batch(3, tmp_path / "local", retain=1)
     saved = store.get(commit_name(3))
     store.delete(commit_name(3))
     forget_process_memory()
@@ -471,15 +464,7 @@ def test_accepting_a_loss_refuses_a_hole_that_no_pruning_made(tmp_path: Path) ->
 def test_an_acceptance_changes_only_the_commit_it_continued_from(tmp_path: Path) -> None:
     """Commit 4 is lost and accepted at 3, then commit 3 too (accepted at 2): the first acceptance, of the
     lost commit 3, must not shrink the window of the new commit 3 that took its number."""
-    store = new_memory_store()
-    driver = Driver(store, retain=3)
-    committed = None
-    for version in range(1, 5):
-        with open_p(store, tmp_path / "local", committed, snapshot_every=1) as state:
-            state.store.put("a", b"k", b"%d" % version)
-            result = state.commit()
-        driver.cleanup(driver.commit({0: result}, version))
-        committed = result.checkpoint_id
+    store = _snapshot_every_batch(4, tmp_path / "local", retain=3)
     for lost in (4, 3):
         store.delete(commit_name(lost))
         forget_process_memory()
