@@ -118,12 +118,19 @@ def test_the_cli_refuses_a_rescale_its_workers_python_cannot_run_in_one_line(
         assert CommitLog(store).latest_commit().version == 2  # nothing committed
 
 
-def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("made", "says"), [(False, "nothing does not exist"), (True, "is not a readable query checkpoint")]
+)
+def test_cli_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], made: bool, says: str
+) -> None:
+    if made:
+        (tmp_path / "nothing").mkdir()
     with pytest.raises(SystemExit) as exit_:
         main(["rescale", str(tmp_path / "nothing"), "--partitions", "3"])
     assert exit_.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "is not a readable query checkpoint" in err[0]
+    assert len(err) == 1 and err[0].startswith("error: ") and says in err[0], err
 
 
 @pytest.mark.parametrize(
