@@ -218,6 +218,7 @@ class Driver:
         self.writer = writer
         self.retain = retain
         self.needed_from = 0
+        self._latest: Commit | None = None
         self.log.write_metadata(QueryMetadata(QUERY_ID, num_partitions, {OP: {"key_columns": ["k"]}}))
 
     def committed(self, partition: int = 0) -> CheckpointId | None:
@@ -229,9 +230,7 @@ class Driver:
 
     def commit(self, results: dict[int, CommitResult], version: int, *, retain: int | None = None) -> Commit:
         """Write ``commits/<version>`` naming the checkpoints (and object references) of ``results``."""
-        # As the engine's driver does, the previous commit is the newest one a listing found, read as an
-        # accepted loss left it (CommitLog.read_commit).
-        previous = self.log.read_commit(version - 1) if version > 1 and self.log.versions() else None
+        previous = self._previous(version)
         retained = retained_from(previous, version, retain or self.retain)
         commit = Commit(
             version=version,
@@ -242,7 +241,19 @@ class Driver:
             writer=self.writer,
         )
         self.log.write_commit(commit)
+        self._latest = commit
         return commit
+
+    def _previous(self, version: int) -> Commit | None:
+        """The commit before ``version``, as the engine's driver has it: the one it wrote last, else (its
+        first batch) the newest one a listing found, read as an accepted loss left it
+        (``CommitLog.read_commit``)."""
+        if version <= 1:
+            return None
+        if self._latest is not None and self._latest.version == version - 1:
+            return self._latest
+        self.log.versions()
+        return self.log.read_commit(version - 1)
 
     def cleanup(self, commit: Commit) -> Any:
         """Post-commit cleanup (and commit pruning) through the real retention code."""
