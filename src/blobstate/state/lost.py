@@ -34,7 +34,7 @@ references. Readers (``lineage``, ``inspect``, ``restore``, ``read_state``) say 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -205,13 +205,12 @@ def _permanent(store: BlobStore, names: list[str]) -> str | None:
     return None
 
 
-def scan_for_loss(
-    store: BlobStore, scan: LogScan | None = None, *, assumed: Sequence[Acceptance] = ()
-) -> LossScan:
+def scan_for_loss(store: BlobStore, scan: LogScan | None = None, *, log: CommitLog | None = None) -> LossScan:
     """Look for the evidence of lost newest commits (see the module docstring), bounded in cost.
 
-    ``scan``: a listing of ``commits/`` already made (else one is made, holes tolerated); ``assumed``:
-    acceptances not written yet, counted as if they were (``accept-loss`` checks before it writes).
+    ``scan``: a listing of ``commits/`` already made (else one is made, holes tolerated); ``log``: the
+    commit log that made it, whose acceptances (read with its newest commit, and its ``assumed`` ones not
+    written yet: ``accept-loss`` checks before it writes) are used instead of reading them again.
     """
     from blobstate.lineage.commitlog import CommitLog
 
@@ -235,7 +234,7 @@ def scan_for_loss(
         if now > newest:
             newest = now
             found = [a for a in found if a.version > newest]
-    acceptances = [*read_acceptances(store), *assumed] if found else []
+    acceptances = (log.acceptances() if log is not None else read_acceptances(store)) if found else []
     lost = tuple(a for a in found if not any(acc.covers(a.version, a.uid) for acc in acceptances))
     accepted = tuple(a for a in found if any(acc.covers(a.version, a.uid) for acc in acceptances))
     return LossScan(
@@ -249,14 +248,16 @@ def scan_for_loss(
     )
 
 
-def check_not_lost(store: BlobStore, scan: LogScan | None = None, *, action: str) -> LossScan:
+def check_not_lost(
+    store: BlobStore, scan: LogScan | None = None, *, action: str, log: CommitLog | None = None
+) -> LossScan:
     """Refuse (:class:`LostCommitError`, one line) to let ``action`` write to a checkpoint whose newest
     commits are known lost and not accepted; return what was found otherwise.
 
     ``action`` completes "refusing to ... <url>" (``rescale``, ``run gc on``, ``start a query on``);
-    ``scan``: a listing of ``commits/`` the caller already made.
+    ``scan``: a listing of ``commits/`` the caller already made (by ``log``).
     """
-    found = scan_for_loss(store, scan)
+    found = scan_for_loss(store, scan, log=log)
     if found.lost:
         raise LostCommitError(
             found.refusal(action), url=store.url, newest=found.newest, lost=found.lost_versions
@@ -277,7 +278,7 @@ def scan_for_writing(
 
     log = log if log is not None else CommitLog(store)
     scan = log.scan(check=False)
-    found = check_not_lost(store, scan, action=action)
+    found = check_not_lost(store, scan, action=action, log=log)
     log.check_complete(scan)
     return scan, found
 
@@ -314,7 +315,7 @@ def accept_loss(store: BlobStore, version: int, *, reason: str | None = None) ->
     except BlobNotFoundError:
         raise AcceptLossError(f"{store.url} is not a query checkpoint ({METADATA} is missing)") from None
     scan = log.scan(check=False)
-    found = scan_for_loss(store, scan)
+    found = scan_for_loss(store, scan, log=log)
     if not is_int(version) or version != found.newest:
         raise AcceptLossError(
             f"the newest readable version of {store.url} is {found.newest}, not {version!r}: give "

@@ -31,7 +31,6 @@ partition, version and uid. The :class:`VerifyReport` also says what was not rea
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +44,6 @@ from blobstate.state.errors import StateLoadError
 from blobstate.state.history import CommitCache, PartitionHistory, layouts
 
 if TYPE_CHECKING:
-    from blobstate.lineage.acceptance import Acceptance
     from blobstate.lineage.commitlog import CommitLog
 
 DECLARATION_KEY = meta_key("")
@@ -406,15 +404,13 @@ def _cid_of(error: StateLoadError, default: CheckpointId) -> CheckpointId:
     return cid if isinstance(cid, CheckpointId) else default
 
 
-def _lost_newer_commits(
-    store: BlobStore, scan: Any, report: VerifyReport, assumed: Sequence[Acceptance] = ()
-) -> None:
+def _lost_newer_commits(store: BlobStore, scan: Any, report: VerifyReport, log: CommitLog) -> None:
     """Permanent state objects of versions above the newest commit: newer commits were lost (a problem
     per version), unless an operator accepted their loss (a note). :mod:`blobstate.state.lost` finds
     them, as every command that writes does before it refuses such a checkpoint."""
     from blobstate.state.lost import scan_for_loss
 
-    found = scan_for_loss(store, scan, assumed=assumed)
+    found = scan_for_loss(store, scan, log=log)
     report.accepted_loss += found.notes()
     if found.lost and not found.newest:
         report.problems.append(
@@ -517,7 +513,7 @@ def verify(
     versions = log_.versions()
     present = set(versions)
     if not versions:
-        _lost_newer_commits(store, LogScan([], None), report, log_.assumed)  # was commits/ lost?
+        _lost_newer_commits(store, LogScan([], None), report, log_)  # was commits/ lost?
         return report
     latest = versions[-1]
     try:
@@ -545,7 +541,7 @@ def verify(
                 cache.commit(version)
             except CommitLogError as error:
                 report.problems.append(Problem(commit_name(version), f"unreadable: {error}", version=version))
-    _lost_newer_commits(store, LogScan(versions, newest), report, log_.assumed)
+    _lost_newer_commits(store, LogScan(versions, newest), report, log_)
     if report.problems:
         return report
     fresh = _fresh_objects(cache, newest, report)
