@@ -22,6 +22,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
     * TransientBlobError [blobstore.base]
       * MalformedAnswerError [blobstore.answers]
     * InvalidBlobNameError [blobstore.base; also ValueError]
+    * LocalPathError [blobstore.local; also ValueError]
     * S3OptionError [blobstore.s3_options; also ValueError]
     * AzureOptionError [blobstore.azure_options; also ValueError]
     * UnsupportedSchemeError [blobstore.schemes; also ValueError]

@@ -360,3 +360,13 @@ def test_missing_s3_credentials_name_the_endpoint_without_its_secret(
     ):
         store.exists("x")
     assert f"http://127.0.0.1:{port}" in str(caught.value) and MASK not in str(caught.value)
+
+
+def test_reading_a_moved_querys_watermark_shows_no_secret(port: int) -> None:
+    """``blobstate.last_watermark_ms`` (the move recipe) names the checkpoint in its errors: redacted."""
+    from blobstate import last_watermark_ms
+
+    for case, url in secret_urls(port).items():
+        with pytest.raises(BlobstateError) as refused:
+            last_watermark_ms(url)
+        assert_hidden(str(refused.value), f" ({case})")

@@ -92,6 +92,22 @@ def test_locations_are_normalized_to_one_spelling(tmp_path: Path, monkeypatch: p
     assert normalize_location("s3://bucket/ckpt/") == "s3://bucket/ckpt"
 
 
+def test_a_file_url_is_spelled_as_the_local_store_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the spelling cut ``file://`` off and took the rest for a path below the working directory:
+    ``file://localhost/data`` became ``<cwd>/localhost/data``, and a URL naming another host (or carrying
+    a user and password) a directory of that name, its password in every message that named it."""
+    from blobstate.blobstore.local import LocalPathError
+
+    monkeypatch.chdir(tmp_path)
+    assert normalize_location("file://localhost/data/ckpt") == "/data/ckpt"
+    assert normalize_location("file:///data/a%20b") == "/data/a b"
+    with pytest.raises(LocalPathError, match="names host") as refused:
+        normalize_location("file://user:Secret0001@host/tmp/ckpt")
+    assert "Secret0001" not in str(refused.value)
+
+
 def test_each_scheme_opens_its_store(tmp_path: Path) -> None:
     with open_blob_store(str(tmp_path)) as local, open_blob_store("memory://schemes") as memory:
         assert isinstance(local, LocalBlobStore) and isinstance(memory, MemoryBlobStore)

@@ -48,23 +48,34 @@ STALE_TMP_SECONDS = 24 * 3600.0
 _MKDIR_RETRIES = 5
 
 
-def root_from_url(url: str) -> Path:
-    """The absolute root directory named by a ``file://`` URL or a plain path."""
+class LocalPathError(BlobStoreError, ValueError):
+    """A ``file://`` URL that names another host or no path, or an empty path (names it, redacted)."""
+
+
+def local_path(url: str) -> str:
+    """The path a ``file://`` URL (``file:///p``, ``file://localhost/p``, percent-decoded) or a plain path
+    names, as given: the one reading of a local location, for the store and for the location's spelling
+    (:func:`blobstate.blobstore.schemes.normalize_location`). Raises :class:`LocalPathError`."""
     if url.startswith("file://"):
         parsed = urlparse(url)
         if parsed.netloc not in ("", "localhost"):
-            raise ValueError(
+            raise LocalPathError(
                 f"file URL {redact(url)!r} names host {redact(url).split('/')[2]!r}; only local paths are"
                 " supported"
             )
         path = unquote(parsed.path)
         if not path:
-            raise ValueError(f"file URL {redact(url)!r} has no path")
+            raise LocalPathError(f"file URL {redact(url)!r} has no path")
     else:
         path = url
     if not path:
-        raise ValueError("empty blob store path")
-    return Path(path).expanduser().resolve()
+        raise LocalPathError("empty blob store path")
+    return path
+
+
+def root_from_url(url: str) -> Path:
+    """The absolute root directory named by a ``file://`` URL or a plain path."""
+    return Path(local_path(url)).expanduser().resolve()
 
 
 def _refuse_a_file(url: str, root: Path) -> None:

@@ -119,10 +119,11 @@ class LocalScheme(Scheme):
     """A local directory: ``file://`` URLs and plain paths."""
 
     def normalize(self, url: str) -> str:
-        """The absolute path of a plain path or a ``file://`` URL (relative to the working directory)."""
-        if url.startswith("file://"):
-            url = url[len("file://") :]
-        return os.path.abspath(url)
+        """The absolute path of a plain path or a ``file://`` URL (relative to the working directory), read
+        as the local store reads it (a URL naming another host is refused, never taken for a path)."""
+        from blobstate.blobstore.local import local_path
+
+        return os.path.abspath(local_path(url))
 
     def hadoop_location(self, url: str) -> str:
         """The absolute path: Spark writes local files by path."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore, open_existing_blob_store
+from blobstate.blobstore.redact import redact
 from blobstate.blobstore.schemes import hadoop_location, normalize_location
 from blobstate.layout import METADATA
 from blobstate.reader.variables import StateReadError
@@ -65,8 +66,8 @@ def last_commit(checkpoint: str) -> LastCommit:
         if store.exists(SPARK_METADATA):
             return _spark_commit(store)
     raise StateReadError(
-        f"{url} is not a query checkpoint: it has neither Spark's {SPARK_METADATA} file nor blobstate's"
-        f" {METADATA}"
+        f"{redact(url)} is not a query checkpoint: it has neither Spark's {SPARK_METADATA} file nor"
+        f" blobstate's {METADATA}"
     )
 
 
