@@ -89,7 +89,10 @@ class MultiHostCluster:
 
     @staticmethod
     def fast_recovery_conf() -> dict[str, str]:
-        """Spark settings that shorten its own recovery after a host loss (see the README)."""
+        """Spark settings that shorten its own recovery after a host loss, for the tests' sake: the shuffle
+        retries as the README advises, and a short locality wait, which the README advises against in
+        production (an idle replacement executor then takes partitions cold) but which keeps the tests'
+        kills during a stage quick."""
         return {
             "spark.shuffle.io.retryWait": "1s",
             "spark.shuffle.io.maxRetries": "1",
