@@ -173,3 +173,123 @@ def test_the_checks_find_an_engine_import_in_a_function_and_a_cycle(tmp_path: Pa
 @pytest.mark.parametrize("below", BELOW_THE_ENGINE)
 def test_each_guarded_package_exists(below: str) -> None:
     assert (SRC / "blobstate" / below / "__init__.py").exists()
+
+
+# ------------------------------------------------------------------------------- task side and the JVM
+FEATURES = ("adjunct", "standby")
+"""The feature packages: each brings its own per-batch steps, which the task and the batch contracts
+only know through their interfaces (``batch.steps.BatchStep``, ``batch.steps.TaskStep``)."""
+
+FEATURE_FREE = ("blobstate.engine.task", "blobstate.batch")
+"""Modules (and packages: every module under them) that import no feature and name none in an import."""
+
+PY4J_ATTRIBUTES = frozenset({"_jvm", "_jsc", "_jdf", "_jsparkSession", "_gateway", "_jgd", "_jsq"})
+"""PySpark's private handles on py4j objects (the JVM, the Java context, session, DataFrame, grouping,
+query) and py4j's gateway: what a module touches to drive the JVM directly."""
+
+JVM_SEAM = ("blobstate.engine.jvm.classic",)
+"""The one implementation of ``batch.jvm.JvmSeam`` that talks to the JVM through py4j."""
+
+KNOWN_PY4J: frozenset[tuple[str, str]] = frozenset({("blobstate.engine.handle", "_jsq")})
+"""``(module, name)`` touches of py4j outside the seam that stay: the query's handle subclasses PySpark's
+classic ``StreamingQuery``, whose constructor takes the Java query."""
+
+
+def import_names(path: Path) -> list[tuple[int, str]]:
+    """Every dotted name an import statement of a module mentions (modules and imported names), any
+    package's, with its line."""
+    names: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [(node.lineno, alias.name) for alias in node.names]
+            names += [(node.lineno, alias.asname) for alias in node.names if alias.asname]
+        elif isinstance(node, ast.ImportFrom):
+            names.append((node.lineno, "." * node.level + (node.module or "")))
+            for alias in node.names:
+                names += [(node.lineno, n) for n in (alias.name, alias.asname) if n]
+    return names
+
+
+def feature_imports(src: Path = SRC) -> list[str]:
+    """Import lines of the feature-free modules that import or name a feature."""
+    found = []
+    for module, path in module_names(src).items():
+        if not any(module == m or module.startswith(m + ".") for m in FEATURE_FREE):
+            continue
+        for line, name in import_names(path):
+            if any(feature in name.lower() for feature in FEATURES):
+                found.append(f"{path.relative_to(src)}:{line}: {module} imports {name}")
+    return found
+
+
+def py4j_touches(src: Path = SRC) -> list[tuple[str, str, str]]:
+    """``(module, name, where)`` for every py4j import and every access to a py4j handle (an attribute,
+    or ``getattr``/``hasattr`` with the name as a constant) in the modules under ``src/blobstate``."""
+    found = []
+    for module, path in module_names(src).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            name = None
+            if isinstance(node, ast.Import):
+                name = next((a.name for a in node.names if a.name.split(".")[0] == "py4j"), None)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "py4j":
+                name = node.module
+            elif isinstance(node, ast.Attribute) and node.attr in PY4J_ATTRIBUTES:
+                name = node.attr
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in PY4J_ATTRIBUTES
+            ):
+                name = str(node.args[1].value)
+            if name is not None:
+                found.append((module, name, f"{path.relative_to(src)}:{getattr(node, 'lineno', 0)}"))
+    return found
+
+
+def test_the_task_and_the_batch_contracts_import_no_feature() -> None:
+    found = feature_imports()
+    assert not found, "the task side names a feature package:\n" + "\n".join(found)
+
+
+def test_only_the_jvm_seam_touches_py4j() -> None:
+    outside = [
+        f"{where}: {module} touches {name}"
+        for module, name, where in py4j_touches()
+        if module not in JVM_SEAM and (module, name) not in KNOWN_PY4J
+    ]
+    assert not outside, "py4j outside the JVM seam (blobstate.engine.jvm.classic):\n" + "\n".join(outside)
+
+
+def test_every_known_py4j_touch_still_exists() -> None:
+    present = {(module, name) for module, name, _ in py4j_touches()}
+    assert present >= KNOWN_PY4J, sorted(KNOWN_PY4J - present)
+
+
+def test_the_seam_checks_find_py4j_and_a_feature_anywhere_in_a_module(tmp_path: Path) -> None:
+    _write(tmp_path, "blobstate.engine.task", "def f():\n    from blobstate.batch import x as standby_x\n")
+    _write(tmp_path, "blobstate.batch.steps", "from ..adjunct import spec\n")
+    _write(
+        tmp_path,
+        "blobstate.engine.stage",
+        "import py4j.java_gateway\n"
+        "def f(spark, df):\n    getattr(spark, '_jsparkSession', None)\n    return df._jdf\n",
+    )
+    _write(tmp_path, "blobstate.engine.jvm.classic", "from py4j.protocol import Py4JJavaError\n")
+    assert [f.split(": ", 1)[1] for f in feature_imports(tmp_path)] == [
+        "blobstate.batch.steps imports ..adjunct",
+        "blobstate.engine.task imports standby_x",
+    ]
+    assert sorted((m, n) for m, n, _ in py4j_touches(tmp_path)) == [
+        ("blobstate.engine.jvm.classic", "py4j.protocol"),
+        ("blobstate.engine.stage", "_jdf"),
+        ("blobstate.engine.stage", "_jsparkSession"),
+        ("blobstate.engine.stage", "py4j.java_gateway"),
+    ]
+
+
+def test_the_jvm_seam_exists() -> None:
+    for module in JVM_SEAM:
+        assert (SRC / Path(*module.split("."))).with_suffix(".py").exists(), module

@@ -176,6 +176,7 @@ def test_a_rate_side_stream_never_holds_main_rows_back(spark: Any, tmp_path: Pat
     from pyspark.sql import functions as F
 
     from blobstate.adjunct.history import is_rate_limited
+    from blobstate.engine.jvm import seam_for
 
     (tmp_path / "discounts").mkdir()
     write(tmp_path / "clicks" / "c0.parquet", clicks([("u0", 1), ("u1", 2)]), time.time() - 10)
@@ -183,11 +184,12 @@ def test_a_rate_side_stream_never_holds_main_rows_back(spark: Any, tmp_path: Pat
     profiles_stream = rate.select(
         F.concat(F.lit("u"), (F.col("value") % 3).cast("string")).alias("user"), F.lit("gold").alias("tier")
     )
-    assert not is_rate_limited(profiles_stream)
+    jvm = seam_for(spark)
+    assert not is_rate_limited(jvm.streaming_leaves(profiles_stream))
     limited = (
         spark.readStream.schema(CLICKS).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "clicks"))
     )
-    assert is_rate_limited(limited)
+    assert is_rate_limited(jvm.streaming_leaves(limited))
     sink = AllBatches()
     query = blobstate.transform_with_state(
         spark.readStream.schema(CLICKS).parquet(str(tmp_path / "clicks")),

@@ -10,9 +10,9 @@ import pytest
 from blobstate import defaults
 from blobstate.adjunct.broadcast import PendingVersion
 from blobstate.adjunct.step import pending_from_json, pending_json
+from blobstate.adjunct.task_step import AdjunctPlan
 from blobstate.batch.contracts import (
     PARTITION_METRICS,
-    AdjunctPlan,
     BatchPlan,
     PartitionSpec,
     RunSpec,
@@ -47,18 +47,23 @@ def test_a_batch_plan_comes_back_equal_from_json() -> None:
             late_watermark_ms=4_000,
             initial_state_key_columns=("u", "d"),
         ),
-        adjuncts=AdjunctPlan(
-            recreate=("prices",),
-            defer_main=True,
-            broadcast={"rates": {"version": 3}},
-            side_files={"prices": ("f1.json", "f2.json")},
-        ),
         inline_output_bytes=4096,
         report_failures=False,
     )
     back = BatchPlan.from_json(through_json(plan))  # type: ignore[arg-type]
     assert back == plan
     assert back.run.output_schema.equals(OUTPUT) and back.committing == 8
+
+
+def test_an_adjunct_plan_comes_back_equal_from_json() -> None:
+    plan = AdjunctPlan(
+        recreate=("prices",),
+        defer_main=True,
+        broadcast={"rates": {"version": 3}},
+        side_files={"prices": ("f1.json", "f2.json")},
+    )
+    assert AdjunctPlan.from_json(through_json(plan)) == plan  # type: ignore[arg-type]
+    assert AdjunctPlan.from_json(through_json(AdjunctPlan())) == AdjunctPlan()  # type: ignore[arg-type]
 
 
 def test_a_run_spec_with_a_ddl_schema_and_defaults_comes_back_equal() -> None:

@@ -199,7 +199,7 @@ def _arg(args: list[str], flag: str) -> str | None:
 
 def kill_executor(spark: Any, executor_id: str, timeout: float = 120.0) -> int:
     """SIGKILL the JVM of ``executor_id`` and wait until the driver no longer lists it; returns its pid."""
-    from blobstate.engine.placement import PlacementHelper
+    from blobstate.engine.jvm.classic import PlacementHelper
 
     app_id = spark.sparkContext.applicationId
     pids = executor_pids(app_id, executor_id)
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_spark(args.master)
     print(json.dumps({"started": spark.sparkContext.applicationId}), flush=True)
     if args.master.startswith("local-cluster"):
-        from blobstate.engine.placement import PlacementHelper
+        from blobstate.engine.jvm.classic import PlacementHelper
 
         helper = PlacementHelper.get(spark)
         assert helper is not None, "placement helper unavailable"

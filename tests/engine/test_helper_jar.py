@@ -28,9 +28,9 @@ from blobstate.engine.helper_jar import (
     sources_digest,
     write_jar,
 )
+from blobstate.engine.jvm.classic import PlacementHelper
 from blobstate.engine.placement import (
     HELPER_CLASS,
-    PlacementHelper,
     PlacementUnavailableError,
     SparkConnectUnsupportedError,
 )
@@ -148,7 +148,7 @@ def test_spark_connect_is_one_clear_error() -> None:
 LOAD_SCRIPT = """
 import json, sys
 from pyspark.sql import SparkSession
-from blobstate.engine.placement import PlacementHelper
+from blobstate.engine.jvm.classic import PlacementHelper
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 helper = PlacementHelper.load(spark)
 print(json.dumps({"jar": str(helper.jar), "executors": [e.executor_id for e in helper.executors()]}))

@@ -79,7 +79,7 @@ def main(base: Path) -> None:
     query B with a 300 s grace period; prints one JSON line."""
     import failure_jobs
 
-    from blobstate.engine.placement import PlacementHelper
+    from blobstate.engine.jvm.classic import PlacementHelper
 
     spark = failure_jobs.build_spark("local-cluster[2,1,1024]")
     app = spark.sparkContext.applicationId

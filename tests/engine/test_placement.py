@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from blobstate.batch.executor import ExecutorIdentity, current_executor, location_string, wait_for_hosts
-from blobstate.engine.placement import HELPER_CLASS, PlacementHelper, build_jar
+from blobstate.engine.jvm.classic import PlacementHelper
+from blobstate.engine.placement import HELPER_CLASS, build_jar
 
 CLUSTER_RUNS = 5
 CLUSTER_PARTITIONS = 4

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import blobstate
     from blobstate.engine.driver import BatchReport
-    from blobstate.engine.placement import PlacementHelper
+    from blobstate.engine.jvm.classic import PlacementHelper
     from blobstate.standby.step import StandbyStep
 
     conf = dict(item.split("=", 1) for item in args.conf)

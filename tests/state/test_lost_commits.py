@@ -271,18 +271,25 @@ def test_a_commit_landing_while_the_check_lists_is_no_loss(rescaled: str, tmp_pa
 
 
 def test_the_query_start_checks_right_after_its_listing_of_commits() -> None:
-    """transform_with_state starts from scan_for_writing (its listing of commits/, checked for a loss)
-    before anything else reads or writes the checkpoint (a rescale at start, the start-up cleanup); Spark
-    is needed to run it."""
-    from blobstate.engine import query
+    """transform_with_state starts from scan_for_writing (its listing of commits/, checked for a loss, in
+    the start-up's open_checkpoint) before anything else reads or writes the checkpoint (a rescale at
+    start, the start-up cleanup); Spark is needed to run it."""
+    from blobstate.engine import query, startup
 
-    body = ast.parse(textwrap.dedent(inspect.getsource(query.transform_with_state))).body[0]
-    assert isinstance(body, ast.FunctionDef)
-    calls = [
-        ast.unparse(node) for node in body.body if isinstance(node, (ast.Assign, ast.Expr, ast.ImportFrom))
-    ]
+    def statements(function: object) -> list[str]:
+        body = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]  # type: ignore[arg-type]
+        assert isinstance(body, ast.FunctionDef)
+        kinds = (ast.Assign, ast.Expr, ast.ImportFrom, ast.If)
+        return [ast.unparse(node) for node in body.body if isinstance(node, kinds)]
+
+    calls = statements(startup.open_checkpoint)
     scan = calls.index("scan, _ = scan_for_writing(store, action='start a query on')")
     assert any(c.startswith("num_partitions, rescaled = _layout_at_start(") for c in calls[scan + 1 :])
+    # transform_with_state opens the checkpoint before the start-up cleanup and anything after it
+    steps = statements(query.transform_with_state)
+    opened = next(i for i, c in enumerate(steps) if c.startswith("opened = open_checkpoint("))
+    assert any(c.startswith("started_cleanup = cleanup_latest(") for c in steps[opened + 1 :])
+    assert not any("cleanup_latest(" in c or "_layout_at_start(" in c for c in steps[:opened])
 
 
 # ---------------------------------------------------------------------------------------------- verify

@@ -11,11 +11,12 @@ the source.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from blobstate.adjunct.spec import AdjunctError
+from blobstate.batch.jvm import SourceLeaf
 
 FILE_SOURCE_OPTIONS_DROPPED = {
     "path",
@@ -37,54 +38,29 @@ class FileSource:
     columns: tuple[str, ...]
 
 
-def file_source_of(name: str, df: Any) -> FileSource:
-    """The file source under side stream ``df`` of adjunct ``name``; AdjunctError when it is not one
-    (a single file source with at most a selection of its columns on top)."""
-    node = df._jdf.queryExecution().analyzed()
-    while True:
-        kind = node.getClass().getSimpleName()
-        children = node.children()
-        if kind == "Project":
-            exprs = node.projectList()
-            plain = all(
-                exprs.apply(i).getClass().getSimpleName() == "AttributeReference" for i in range(exprs.size())
-            )
-            if not plain:
-                break
-        elif kind not in ("SubqueryAlias",):
-            break
-        node = children.apply(0)
-    if node.getClass().getSimpleName() != "StreamingRelation" or not is_file_relation(node):
+def file_source_of(name: str, source: SourceLeaf | None, columns: Sequence[str]) -> FileSource:
+    """The file source under side stream ``columns`` of adjunct ``name``, from the streaming relation the
+    stream reads when its plan is only that relation with at most a selection of its columns on top
+    (``JvmSeam.plain_source``; None: another plan); AdjunctError when it is not a file source."""
+    if source is None or not is_file_relation(source):
         raise AdjunctError(
             f"adjunct {name!r}: its store must be rebuilt from the side stream's history, which blobstate"
             " can read again only for a file source read as it is (spark.readStream...load(path), at most"
             " selecting columns; move computed columns into transform=); keep the store persistent without"
             " max_age_seconds, or start on a new checkpoint"
         )
-    source = node.dataSource()
-    options = _scala_map(source.options())
-    schema = source.userSpecifiedSchema()
     return FileSource(
-        format=str(source.className()),
-        options={k: v for k, v in options.items() if k.lower() not in FILE_SOURCE_OPTIONS_DROPPED},
-        schema_json=str(schema.get().json()) if schema.isDefined() else None,
-        columns=tuple(df.columns),
+        format=str(source.format),
+        options={k: v for k, v in source.options.items() if k.lower() not in FILE_SOURCE_OPTIONS_DROPPED},
+        schema_json=source.schema_json,
+        columns=tuple(columns),
     )
 
 
-def is_file_relation(node: Any) -> bool:
+def is_file_relation(leaf: SourceLeaf) -> bool:
     """Whether a ``StreamingRelation`` of an analyzed plan reads a file source."""
-    name = str(node.dataSource().className()).lower()
+    name = str(leaf.format).lower()
     return name in {"parquet", "json", "csv", "orc", "text", "avro"} or name.endswith("fileformat")
-
-
-def _scala_map(m: Any) -> dict[str, str]:
-    out: dict[str, str] = {}
-    it = m.iterator()
-    while it.hasNext():
-        pair = it.next()
-        out[str(pair._1())] = str(pair._2())
-    return out
 
 
 def files_up_to(log_files: Mapping[str, bytes], last_batch: int) -> list[str]:
@@ -129,25 +105,18 @@ def history_frame(spark: Any, source: FileSource, files: list[str]) -> Any:
     return joined.select(*[F.col(f"`{c}`") for c in source.columns], F.col("__rank"), row)
 
 
-def is_rate_limited(df: Any) -> bool:
-    """Whether a source of ``df`` takes only part of its backlog per batch (a per-trigger limit such as
-    ``maxFilesPerTrigger`` or ``maxOffsetsPerTrigger``): then the first batch does not hold the whole
-    side table, and a bootstrap waits for a batch that finds no new side rows.
+def is_rate_limited(leaves: Sequence[SourceLeaf]) -> bool:
+    """Whether a source among a side stream's plan ``leaves`` (``JvmSeam.streaming_leaves``) takes only
+    part of its backlog per batch (a per-trigger limit such as ``maxFilesPerTrigger`` or
+    ``maxOffsetsPerTrigger``): then the first batch does not hold the whole side table, and a bootstrap
+    waits for a batch that finds no new side rows.
 
     A generated source (``rate``, ``rate-micro-batch``) is not: it has no backlog, only the rows due at
     each trigger, and it never runs out of new rows, so waiting for it would hold main rows forever.
     """
-    plan = df._jdf.queryExecution().analyzed()
-    leaves = plan.collectLeaves()
-    for i in range(leaves.size()):
-        leaf = leaves.apply(i)
-        kind = leaf.getClass().getSimpleName()
-        if kind == "StreamingRelation":
-            options = _scala_map(leaf.dataSource().options())
-        elif kind == "StreamingRelationV2":
-            options = {str(k): str(v) for k, v in dict(leaf.extraOptions().asCaseSensitiveMap()).items()}
-        else:
+    for leaf in leaves:
+        if leaf.node not in ("StreamingRelation", "StreamingRelationV2"):
             continue
-        if any("pertrigger" in k.lower() for k in options):
+        if any("pertrigger" in k.lower() for k in leaf.options):
             return True
     return False

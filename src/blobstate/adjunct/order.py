@@ -24,20 +24,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from blobstate.adjunct.spec import FILE_COLUMN, RANK_COLUMN
+from blobstate.batch.jvm import SourceLeaf
 
 log = logging.getLogger("blobstate")
 
 
-def file_of_row(df: Any) -> Any:
-    """The column naming each row's file when ``df`` reads a file source (null for other sources)."""
+def file_of_row(leaves: Sequence[SourceLeaf]) -> Any:
+    """The column naming each row's file when a stream whose plan has ``leaves``
+    (``JvmSeam.streaming_leaves``) reads a file source (null for other sources)."""
     from pyspark.sql import functions as F
 
     from blobstate.adjunct.history import is_file_relation
 
-    plan = df._jdf.queryExecution().analyzed()
-    leaves = plan.collectLeaves()
-    nodes = [leaves.apply(i) for i in range(leaves.size())]
-    files = any(n.getClass().getSimpleName() == "StreamingRelation" and is_file_relation(n) for n in nodes)
+    files = any(n.node == "StreamingRelation" and is_file_relation(n) for n in leaves)
     if not files:
         return F.lit(None).cast("string")
     return F.nullif(F.input_file_name(), F.lit(""))

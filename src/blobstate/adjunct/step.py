@@ -1,5 +1,6 @@
 """The adjunct stores' per-batch step (``blobstate.batch.steps``): the driver's part of side streams,
-and the JSON form of a broadcast store's pending version in the batch's plan."""
+and the JSON form of a broadcast store's pending version in the tasks' plan (``task_step.py`` is the
+executor's part)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -20,9 +21,11 @@ from blobstate.adjunct.history import FileSource, file_source_of, files_up_to, h
 from blobstate.adjunct.order import batch_files
 from blobstate.adjunct.records import ApplyStats, in_order
 from blobstate.adjunct.spec import BROADCAST, TAG_COLUMN, Adjunct, AdjunctSpec
+from blobstate.adjunct.task_step import AdjunctPlan, AdjunctTaskStep
 from blobstate.adjunct.union import numbered, side_rows
-from blobstate.batch.contracts import AdjunctPlan, JsonObject, JsonValue, PartitionSpec, TaskResult, as_int
+from blobstate.batch.contracts import JsonObject, JsonValue, PartitionSpec, TaskResult, as_int
 from blobstate.batch.executor import resolve_local_dir
+from blobstate.batch.jvm import JvmSeam
 from blobstate.batch.steps import CommitPart, PreparedBatch, SparkCheckpointFiles
 from blobstate.blobstore import BlobStore
 from blobstate.ids import CheckpointId, new_uid
@@ -66,7 +69,8 @@ class AdjunctStep:
     (``adjunct.decision``). Each batch it then numbers the input's rows, writes every broadcast store's
     version (the driver is its one writer), reloads the history a re-created store reads again, holds
     main rows while a bootstrap store still loads a rate-limited backlog, and plans what the tasks
-    apply (:class:`~blobstate.batch.contracts.AdjunctPlan`); its commit part records the broadcast
+    apply (:class:`~blobstate.adjunct.task_step.AdjunctPlan`, shipped as their
+    :class:`~blobstate.adjunct.task_step.AdjunctTaskStep`); its commit part records the broadcast
     stores' checkpoints, what each store took (``metrics.adjuncts``) and the side streams' offsets.
     """
 
@@ -75,6 +79,7 @@ class AdjunctStep:
     def __init__(
         self,
         spark: SparkSession,
+        jvm: JvmSeam,
         store: BlobStore,
         where: PartitionSpec,
         adjuncts: Sequence[AdjunctSpec],
@@ -91,6 +96,7 @@ class AdjunctStep:
         self.start_decisions: dict[str, StartDecision] = {}
         """What each adjunct store does at this start: applied by the run's first batch."""
         self._spark = spark
+        self._seam = jvm
         self._store = store
         self._where = where
         self._main_types = dict(main_types)
@@ -115,11 +121,13 @@ class AdjunctStep:
             present = [f for f in files if exists(f)] if spec.persistent or spec.bootstrap else []
             kept = set(present)
             lost = [f for f in files if f not in kept] if spec.persistent else []
-            decision = decide(spec, mine, now_ms, rate_limited=is_rate_limited(adjunct.df), lost=lost)
+            rate_limited = is_rate_limited(self._seam.streaming_leaves(adjunct.df))
+            decision = decide(spec, mine, now_ms, rate_limited=rate_limited, lost=lost)
             log.info("adjunct %s: store %s: %s", spec.name, decision.found, decision.reason)
             self.start_decisions[spec.name] = decision
             if decision.reload:
-                self._reload_sources[spec.name] = file_source_of(spec.name, adjunct.df)
+                plain = self._seam.plain_source(adjunct.df)
+                self._reload_sources[spec.name] = file_source_of(spec.name, plain, adjunct.df.columns)
                 self._reload_files[spec.name] = present
             if decision.wait_for_backlog or (mine or {}).get("waiting_for_backlog"):
                 self.waiting.add(spec.name)
@@ -147,15 +155,13 @@ class AdjunctStep:
         defer_main = self._still_waiting(batch.previous, offsets)
         files = self._batch_side_files(batch.previous, offsets)
         broadcast = self._write_broadcast(frame, batch.previous, decisions, reload, files)
-        batch.plan = replace(
-            batch.plan,
-            adjuncts=AdjunctPlan(
-                recreate=tuple(n for n, d in decisions.items() if d.recreate and n not in broadcast),
-                defer_main=defer_main,
-                broadcast={name: pending_json(w.pending) for name, w in broadcast.items()},
-                side_files={n: f for n, f in files.items() if n not in broadcast},
-            ),
+        plan = AdjunctPlan(
+            recreate=tuple(n for n, d in decisions.items() if d.recreate and n not in broadcast),
+            defer_main=defer_main,
+            broadcast={name: pending_json(w.pending) for name, w in broadcast.items()},
+            side_files={n: f for n, f in files.items() if n not in broadcast},
         )
+        batch.task_steps.append(AdjunctTaskStep(self.adjuncts, plan))
         for name, reloaded in reload.items():  # partitioned stores' history, tagged like side rows
             if name not in broadcast:
                 frame = frame.unionByName(reloaded, allowMissingColumns=True)

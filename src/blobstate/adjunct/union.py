@@ -26,6 +26,7 @@ from blobstate.adjunct.spec import (
     AdjunctSpec,
     column_name,
 )
+from blobstate.batch.jvm import JvmSeam, SourceLeaf
 
 
 def side_rows(
@@ -34,12 +35,14 @@ def side_rows(
     main_key_columns: Sequence[str],
     main_types: dict[str, Any],
     order: Sequence[Any] | None = None,
+    leaves: Sequence[SourceLeaf] = (),
 ) -> DataFrame:
     """``df``'s rows in the layout of the query's one input: key columns (for a partitioned adjunct named
     and typed like the main key, so Spark's hash partitioning sends a side row to the partition of the
     main rows with the same key), the side columns under :func:`column_name`, the order columns, the
     row's file and the tag. ``order`` gives the phase, rank and row expressions (default: the stream's
-    own rows, whose rank comes from their file when they are applied)."""
+    own rows, whose rank comes from their file when they are applied, which they carry when ``leaves``,
+    the stream's plan leaves, show a file source)."""
     name = adjunct.name
     columns = []
     if adjunct.mode == PARTITIONED:
@@ -49,7 +52,7 @@ def side_rows(
     file = F.lit(None).cast("string")
     if order is None:  # the row's position is set per micro-batch (streaming plans cannot number rows)
         order = (F.lit(1), F.lit(0).cast("long"), F.lit(None).cast("long"))
-        file = file_of_row(df)
+        file = file_of_row(leaves)
     columns += [expr.alias(col) for expr, col in zip(order, ORDER_COLUMNS, strict=True)]
     try:
         return df.select(*columns, file.alias(FILE_COLUMN), F.lit(name).alias(TAG_COLUMN))
@@ -59,10 +62,11 @@ def side_rows(
 
 
 def with_side_streams(
-    main: DataFrame, main_key_columns: Sequence[str], adjuncts: Sequence[Adjunct]
+    main: DataFrame, main_key_columns: Sequence[str], adjuncts: Sequence[Adjunct], jvm: JvmSeam
 ) -> tuple[DataFrame, list[AdjunctSpec]]:
     """The query's one input (main rows with a null tag, side rows tagged with their adjunct's name) and
-    the adjuncts' specs, in declaration order. Main sources come first in Spark's offset log."""
+    the adjuncts' specs, in declaration order. Main sources come first in Spark's offset log. ``jvm``
+    reads the side streams' plans (which of them read files)."""
     if not adjuncts:
         return main, []
     names = [a.name for a in adjuncts]
@@ -79,7 +83,9 @@ def with_side_streams(
     specs = [a.spec(main_key_columns) for a in adjuncts]
     combined = main.withColumn(TAG_COLUMN, F.lit(None).cast("string"))
     for adjunct, spec in zip(adjuncts, specs, strict=True):
-        side = side_rows(spec, adjunct.df, main_key_columns, main_types)
+        side = side_rows(
+            spec, adjunct.df, main_key_columns, main_types, leaves=jvm.streaming_leaves(adjunct.df)
+        )
         combined = combined.unionByName(side, allowMissingColumns=True)
     return combined, specs
 
@@ -91,9 +97,8 @@ def numbered(batch_df: DataFrame) -> DataFrame:
     return batch_df.withColumn(ROW_COLUMN, F.coalesce(row, F.monotonically_increasing_id()))
 
 
-def count_sources(df: DataFrame) -> int:
-    """How many streaming sources feed ``df`` (its entries in Spark's offset log)."""
-    plan = df._jdf.queryExecution().analyzed()
+def count_sources(leaves: Sequence[SourceLeaf]) -> int:
+    """How many streaming sources a stream whose plan has ``leaves`` (``JvmSeam.streaming_leaves``) reads
+    (its entries in Spark's offset log)."""
     names = {"StreamingRelation", "StreamingRelationV2", "StreamingExecutionRelation"}
-    leaves = plan.collectLeaves()
-    return sum(1 for i in range(leaves.size()) if leaves.apply(i).getClass().getSimpleName() in names)
+    return sum(1 for leaf in leaves if leaf.node in names)

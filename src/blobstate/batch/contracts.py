@@ -3,8 +3,8 @@
 Every task of the processing stage gets a :class:`PartitionSpec` (where the query's partition state
 lives, the same in every batch) and a :class:`BatchPlan` (what the driver decided for this batch: the
 version the tasks start from, each partition's uid, the processor's :class:`RunSpec` with this batch's
-timestamp and watermarks, and the adjunct stores' part, :class:`AdjunctPlan`); the engine ships them
-with the processor in its ``TaskSpec``. Each task answers with one :class:`TaskResult` (or a failure),
+timestamp and watermarks); the engine ships them with the processor and the batch's task steps
+(``batch.steps.TaskStep``) in its ``TaskSpec``. Each task answers with one :class:`TaskResult` (or a failure),
 as plain JSON in its metadata row: nothing that travels back from a task is unpickled.
 
 Every contract is frozen and has ``to_json``/``from_json`` (plain JSON types). Defaults come from
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
@@ -148,42 +148,6 @@ def _schema_from_json(data: Mapping[str, JsonValue]) -> SchemaLike:
 
 
 @dataclass(frozen=True)
-class AdjunctPlan:
-    """The adjunct stores' part of a batch's plan (empty for a query without side streams)."""
-
-    recreate: tuple[str, ...] = ()
-    """Partitioned adjunct stores emptied before this batch's side rows (the start's decision)."""
-    defer_main: bool = False
-    """Hold the main rows in the partition's state: a bootstrap adjunct is still loading its backlog."""
-    broadcast: dict[str, JsonObject] = field(default_factory=dict)
-    """Each broadcast adjunct's version for this batch (``adjunct.broadcast.PendingVersion``'s JSON)."""
-    side_files: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """A partitioned adjunct's files of this batch in its file source's order, when it read more than
-    one: its rows are applied file by file (``adjunct.order``)."""
-
-    def to_json(self) -> JsonObject:
-        """This plan as a JSON object."""
-        return {
-            "recreate": list(self.recreate),
-            "defer_main": self.defer_main,
-            "broadcast": dict(self.broadcast),
-            "side_files": {n: list(f) for n, f in self.side_files.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, JsonValue]) -> AdjunctPlan:
-        """The plan :meth:`to_json` wrote."""
-        side_files = data.get("side_files") or {}
-        assert isinstance(side_files, dict)
-        return cls(
-            recreate=tuple(data.get("recreate") or ()),  # type: ignore[arg-type]
-            defer_main=bool(data.get("defer_main")),
-            broadcast=dict(data.get("broadcast") or {}),  # type: ignore[arg-type]
-            side_files={str(n): tuple(f) for n, f in side_files.items()},
-        )
-
-
-@dataclass(frozen=True)
 class BatchPlan:
     """What the driver decided for one batch, the same for every task of its stage."""
 
@@ -193,7 +157,6 @@ class BatchPlan:
     """Each partition's uid at ``version`` (empty at version 0)."""
     run: RunSpec
     """How the processor runs, with this batch's timestamp and watermarks."""
-    adjuncts: AdjunctPlan = field(default_factory=AdjunctPlan)
     inline_output_bytes: int = 0
     """A partition's outputs up to this many bytes go to the driver in its metadata row (``inline.py``);
     0: always emitted as rows."""
@@ -222,7 +185,6 @@ class BatchPlan:
             "version": self.version,
             "uids": {str(p): u for p, u in sorted(self.uids.items())},
             "run": self.run.to_json(),
-            "adjuncts": self.adjuncts.to_json(),
             "inline_output_bytes": self.inline_output_bytes,
             "report_failures": self.report_failures,
             "pandas_object_strings": self.pandas_object_strings,
@@ -233,13 +195,12 @@ class BatchPlan:
     def from_json(cls, data: Mapping[str, JsonValue]) -> BatchPlan:
         """The plan :meth:`to_json` wrote."""
         uids = data["uids"]
-        run, adjuncts = data["run"], data["adjuncts"]
-        assert isinstance(uids, dict) and isinstance(run, dict) and isinstance(adjuncts, dict)
+        run = data["run"]
+        assert isinstance(uids, dict) and isinstance(run, dict)
         return cls(
             version=int(data["version"]),  # type: ignore[arg-type]
             uids={p: str(u) for p, u in _ints(uids).items()},
             run=RunSpec.from_json(run),
-            adjuncts=AdjunctPlan.from_json(adjuncts),
             inline_output_bytes=int(data["inline_output_bytes"]),  # type: ignore[arg-type]
             report_failures=bool(data["report_failures"]),
             pandas_object_strings=bool(data["pandas_object_strings"]),

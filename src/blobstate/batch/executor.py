@@ -1,6 +1,6 @@
 """Where the current Python task runs: its Spark executor, its local directory, its blob store client.
 
-The placement helper (``placement.py`` and ``java/PreferredLocations.java``) records the executor's id
+The JVM helper (``java/PreferredLocations.java``, loaded by the classic JVM seam) records the executor's id
 and block-manager host in the task's local properties before the Python worker starts, so a task in
 the processing stage reads them from ``TaskContext``. Without the helper, a fallback identity is built
 from this machine's host name and the process id of the executor JVM that started the Python worker;
@@ -48,7 +48,7 @@ def current_executor() -> ExecutorIdentity:
     """The executor running the current Spark task.
 
     Inside a task of a stage placed by the helper, this is the identity Spark itself uses (the one
-    ``PlacementHelper.executors()`` lists on the driver). Elsewhere (no helper, or not in a task) it
+    ``JvmSeam.executors()`` lists on the driver). Elsewhere (no helper, or not in a task) it
     is the fallback identity from ``fallback_executor()``.
     """
     from pyspark import TaskContext

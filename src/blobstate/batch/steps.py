@@ -1,25 +1,36 @@
-"""Per-batch features as steps behind one small interface.
+"""Per-batch features as steps behind small interfaces, one for the driver and one for the tasks.
 
 The driver runs every micro-batch as: check the source, **prepare** (each step in order may change the
-batch's input and plan, and one may place the partitions), run the stage and hand its outputs to the
-sink, build the commit from the plan, the tasks' results and each step's **contribution**, write it,
-then **after the commit** (each step in order), report. A step keeps its own state between batches;
-the driver knows none of its names. Adjunct stores (``adjunct/step.py``) and standby replicas
-(``standby/step.py``) are steps; this module imports neither them nor the engine.
+batch's input and plan, one may place the partitions, and one may add a :class:`TaskStep` for the
+tasks), run the stage and hand its outputs to the sink, build the commit from the plan, the tasks'
+results and each step's **contribution**, write it, then **after the commit** (each step in order),
+report. A step keeps its own state between batches; the driver knows none of its names. Adjunct stores
+(``adjunct/step.py``) and standby replicas (``standby/step.py``) are steps; this module imports neither
+them nor the engine.
+
+In each task of the processing stage, every :class:`TaskStep` the batch's steps added runs **before
+processing**, in order, once the partition's state is open: it may take rows out of the input (and
+apply them to the state first), hand the processor read-only views by name, keep something open for
+the task (``TaskBatch.scope``) and report entries of the task's result. The adjunct stores' executor
+half is one (``adjunct/task_step.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from blobstate.batch.contracts import BatchPlan, JsonObject, TaskResult
+from blobstate.batch.contracts import BatchPlan, JsonObject, PartitionSpec, TaskResult
 from blobstate.lineage.commitlog import Commit
 from blobstate.lineage.refs import PartitionObjects
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from blobstate.state.store import RocksStateStore
 
 
 class SparkCheckpointFiles(Protocol):
@@ -68,6 +79,8 @@ class PreparedBatch:
     spark_files: SparkCheckpointFiles | None
     """Spark's checkpoint (None: not readable here, as with Spark Connect)."""
     placement: Placement | None = None
+    task_steps: list[TaskStep] = field(default_factory=list)
+    """What the tasks of this batch run before processing, in order (shipped in their spec)."""
 
 
 @dataclass
@@ -108,4 +121,37 @@ class BatchStep(Protocol):
 
     def stop(self) -> None:
         """The query stops: end what the step runs in the background."""
+        ...
+
+
+@dataclass
+class TaskBatch:
+    """One task's input while its task steps prepare it (:meth:`TaskStep.before_processing`)."""
+
+    partition: PartitionSpec
+    plan: BatchPlan
+    store: RocksStateStore
+    """The partition's state, open for this batch (committed or aborted by the task)."""
+    scope: contextlib.ExitStack
+    """Closed by the task after its commit or abort: what a step opened for the task goes here."""
+    batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]
+    """The rows the processor will get (a step may replace them)."""
+    views: dict[str, object] = field(default_factory=dict)
+    """Read-only views the processor reads by name (``RunInputs``)."""
+    taken_rows: int = 0
+    """Input rows a step took out of the processor's input: not counted as the task's input rows."""
+    result: JsonObject = field(default_factory=dict)
+    """Entries of the task's :class:`TaskResult` the steps set (each step its own)."""
+
+
+class TaskStep(Protocol):
+    """The executor half of a per-batch feature: small and picklable, shipped in the task's spec."""
+
+    @property
+    def name(self) -> str:
+        """Names the step in errors."""
+        ...
+
+    def before_processing(self, task: TaskBatch) -> None:
+        """Once the partition's state is open and before the processor runs: change ``task``."""
         ...

@@ -22,6 +22,7 @@ def _spark(master: str | None) -> Any:
     from pyspark.sql import SparkSession
 
     from blobstate.engine.executor_python import check_executors_python
+    from blobstate.engine.jvm import seam_for
 
     builder = SparkSession.builder.appName("blobstate rescale")
     if SparkSession.getActiveSession() is None:
@@ -31,7 +32,7 @@ def _spark(master: str | None) -> Any:
     if master:
         builder = builder.master(master)
     spark = builder.getOrCreate()
-    check_executors_python(spark, "the rescale did not start")
+    check_executors_python(seam_for(spark), "the rescale did not start")
     return spark
 
 

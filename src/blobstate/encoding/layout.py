@@ -27,6 +27,8 @@ with the internal families.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 META_CF = "$meta"
 TIMERS_CF = "$timers"
 TIMERS_BY_KEY_CF = "$timersByKey"
@@ -34,6 +36,16 @@ TTL_CF_PREFIX = "$ttl:"
 ADJUNCT_CF_PREFIX = "$adjunct:"
 """The column family ``$adjunct:<name>`` of an adjunct store (a partitioned one in the partition's store,
 a broadcast one in its own operator's)."""
+
+
+def own_and_side_keys(keys_by_family: Mapping[str, int]) -> tuple[int, int]:
+    """Key counts by column family split into the query's own state (every family but the side stores')
+    and its partitioned side stores' (``$adjunct:<name>``), so that a side stream's rows never read as
+    open state."""
+    side = sum(n for cf, n in keys_by_family.items() if cf.startswith(ADJUNCT_CF_PREFIX))
+    return sum(keys_by_family.values()) - side, side
+
+
 TIME_MODE_KEY = b"timeMode"
 
 

@@ -21,7 +21,6 @@ from typing import TypeVar
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from blobstate.adjunct.spec import AdjunctSpec
 from blobstate.batch.contracts import BatchPlan, JsonObject, PartitionSpec, RunSpec, TaskResult
 from blobstate.batch.steps import BatchStep, PreparedBatch
 from blobstate.blobstore import BlobStore
@@ -160,7 +159,6 @@ class QueryTasks:
     key_columns: tuple[str, ...]
     initial_state_key_columns: tuple[str, ...] | None = None
     """Set when the query started with an ``initial_state``: its key columns (first batch only)."""
-    adjuncts: tuple[AdjunctSpec, ...] = ()
     instant_keys: tuple[int, ...] = ()
     """The positions in ``key_columns`` of TIMESTAMP columns (``RunSpec.instant_keys``)."""
 
@@ -361,7 +359,7 @@ class BatchDriver:
         )
         for step in self.steps:
             step.prepare(batch)
-        spec = TaskSpec(self.tasks.partition, batch.plan, self.tasks.processor, self.tasks.adjuncts)
+        spec = TaskSpec(self.tasks.partition, batch.plan, self.tasks.processor, tuple(batch.task_steps))
         stage_started = time.monotonic()
         run = self.stage.run(batch.frame, spec, batch.placement)
         try:

@@ -24,12 +24,10 @@ import re
 import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from blobstate.errors import ConfigurationError, first_line
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from blobstate.batch.jvm import JvmSeam, ProbeFailedError
+from blobstate.errors import ConfigurationError
 
 T = TypeVar("T")
 
@@ -323,51 +321,36 @@ the job's modules it found."""
 
 
 def check_executors_python(
-    spark: SparkSession,
+    jvm: JvmSeam,
     refused: str = "the query did not start",
     job_modules: Mapping[str, str] | None = None,
 ) -> None:
-    """Run :func:`probe_worker` as one Spark task; raise :class:`ExecutorPythonError` (one line) when the
-    worker's Python misses a module of :data:`WORKER_MODULES` or of ``job_modules`` (module name: what
-    needs it, :func:`processor_modules` of the query's processor), holds another blobstate version than
-    the driver, or cannot run the task; the message starts with ``refused`` (what did not start).
+    """Run :func:`probe_worker` as one Spark task (``JvmSeam.run_probe``); raise
+    :class:`ExecutorPythonError` (one line) when the worker's Python misses a module of
+    :data:`WORKER_MODULES` or of ``job_modules`` (module name: what needs it, :func:`processor_modules` of
+    the query's processor), holds another blobstate version than the driver, or cannot run the task; the
+    message starts with ``refused`` (what did not start).
 
     A check that passed is not repeated for the same SparkContext and worker Python (both fixed when
     the context was created) unless another job module is needed; one that failed is, so a query started
     again after the fix runs. Nothing to check on a Spark Connect session (no SparkContext here).
     """
-    if getattr(spark, "_jsparkSession", None) is None:
+    worker = jvm.python_worker()
+    if worker is None:
         return
-    from py4j.protocol import Py4JJavaError
-
-    context = spark.sparkContext
     driver_version = driver_blobstate_version()
-    checked = (context.applicationId, str(context.pythonExec), driver_version)
+    checked = (*worker, driver_version)
     needed = dict(job_modules or {})
     if checked in _CHECKED and _CHECKED[checked].issuperset(needed):
         return
-    description = context.getLocalProperty("spark.job.description")
-    context.setJobDescription("blobstate: check the executors' Python")
     probe = functools.partial(by_value(probe_worker), job_modules=tuple(needed))
     try:
-        (report,) = context.parallelize([0], 1).mapPartitions(probe).collect()
-    except Py4JJavaError as error:
+        report = jvm.run_probe(probe, "blobstate: check the executors' Python")
+    except ProbeFailedError as error:
         raise ExecutorPythonError(
-            f"{refused}: the executors could not run a task in the Python {executors_python()}:"
-            f" {_task_failure(error)}"
+            f"{refused}: the executors could not run a task in the Python {executors_python()}: {error}"
         ) from None
-    finally:
-        context.setLocalProperty("spark.job.description", description)  # type: ignore[arg-type]
     problem = worker_problem(report, driver_version, refused, needed)
     if problem is not None:
         raise ExecutorPythonError(problem)
     _CHECKED.setdefault(checked, set()).update(needed)
-
-
-def _task_failure(error: Exception) -> str:
-    """The failed task's own error of a failed Spark job, in one line."""
-    java = getattr(error, "java_exception", None)
-    cause = java.getCause() if java is not None else None
-    if cause is None:
-        return first_line(error)
-    return worker_error(str(cause.getMessage()))

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from blobstate.batch.contracts import JsonObject, JsonValue, TaskResult
+from blobstate.batch.jvm import JvmSeam
 from blobstate.engine.inline import OUTPUTS_COLUMN, read_payloads
 from blobstate.engine.task import MARKER_COLUMNS, META_COLUMN, UID_COLUMN
 from blobstate.errors import BlobstateError, QueryError
@@ -90,7 +91,7 @@ class StageResult:
 
 def run_stage(
     stage: DataFrame,
-    helper: Any,
+    jvm: JvmSeam,
     num_partitions: int,
     what: str,
     worker_error: Any,
@@ -98,9 +99,9 @@ def run_stage(
 ) -> StageResult:
     """Run ``stage`` once, keeping its outputs on the executors; return its metadata and the sink's view.
 
-    ``helper`` is the JVM helper (``placement.PlacementHelper``); ``what`` names the batch in errors;
-    ``worker_error`` turns a Python worker's traceback into its last exception line; ``schema`` is the
-    stage's (as given to ``mapInArrow``; by default asked of Spark).
+    ``jvm`` is the JVM seam (the checked view of committed outputs, the inlined outputs' frame);
+    ``what`` names the batch in errors; ``worker_error`` turns a Python worker's traceback into its last
+    exception line; ``schema`` is the stage's (as given to ``mapInArrow``; by default asked of Spark).
     """
     stage.persist()
     result = StageResult({}, stage, persisted=stage)
@@ -115,13 +116,13 @@ def run_stage(
         payloads = {json.loads(r[0])["partition"]: bytes(r[1]) for r in rows if r[1] is not None}
         result.inlined = len(payloads)
         schema = StructType([f for f in (schema or stage.schema).fields if f.name not in MARKER_COLUMNS])
-        local = local_frame(stage.sparkSession, [payloads[p] for p in sorted(payloads)], schema)
+        local = local_frame(jvm, [payloads[p] for p in sorted(payloads)], schema)
         if len(payloads) == num_partitions:
             result.release()  # every output is on the driver: nothing for the sink to read from the stage
             result.frame = local  # type: ignore[assignment]
             return result
         uids = [result.results[p].uid if p in result.results else "" for p in range(num_partitions)]
-        view = helper.committed_only(stage, UID_COLUMN, META_COLUMN, uids, what)
+        view = jvm.committed_only(stage, UID_COLUMN, META_COLUMN, uids, what)
         result.frame = view.drop(*MARKER_COLUMNS)
         if local is not None:
             result.frame = result.frame.unionByName(local)
@@ -131,30 +132,18 @@ def run_stage(
         raise
 
 
-def local_frame(spark: Any, payloads: list[bytes], schema: StructType) -> DataFrame | None:
+def local_frame(jvm: JvmSeam, payloads: list[bytes], schema: StructType) -> DataFrame | None:
     """A DataFrame of inlined outputs (Arrow IPC streams) with the persisted view's ``schema``; None
     without any.
 
     The JVM reads the tasks' Arrow data as it reads a ``mapInArrow`` stage's (``ArrowConverters``), so
     values and types are those of the persisted path; this is what ``createDataFrame`` does for an Arrow
     table without its Python-side conversions (which the tasks' data does not need: it already has the
-    stage's Arrow types), at half its cost.
+    stage's Arrow types), at half its cost (``JvmSeam.frame_from_arrow``).
     """
-    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
-
     if not payloads:
         return None
-    batches = read_payloads(payloads)
-    jvm = spark._jvm
-    rows = spark.sparkContext._serialize_to_jvm(
-        batches,
-        ArrowStreamSerializer(),
-        jvm.PythonSQLUtils.readArrowStreamFromFile,
-        jvm.ArrowIteratorServer,
-    )
-    frame = DataFrame(jvm.PythonSQLUtils.toDataFrame(rows, schema.json(), spark._jsparkSession), spark)
-    frame._schema = schema
-    return frame
+    return jvm.frame_from_arrow(read_payloads(payloads), schema)
 
 
 def raise_failed(metas: Mapping[int, Mapping[str, JsonValue]], what: str) -> None:

@@ -1,37 +1,30 @@
-"""Preferred executor locations for the processing stage (docs/DESIGN.md, "Placement and standby").
+"""The JVM helper's jar (``java/*.java``): the one a wheel ships, or one compiled for the running Spark.
 
-Spark places tasks without regard to where blobstate's Python-side state lives. This module loads the
-JVM helper (``java/*.java``) into the driver of an already running session and ships it to the
-executors: the jar prebuilt into the wheel when it was built for the running Spark's major.minor
-version (``helper_jar``), else one compiled against the running Spark's jars (once per source and Spark
-version, cached under ``~/.cache/blobstate``). The helper wraps a DataFrame's RDD in a narrow 1:1 RDD
-whose partition ``i`` prefers a given executor (``executor_<host>_<id>``, Spark's
-``ExecutorCacheTaskLocation``, the mechanism of Spark's own state stores); operators applied on top of
-the result, such as ``mapInArrow``, run in the same stage and inherit the preference. Each task of that
-stage also learns its executor (``blobstate.batch.executor.current_executor()``).
+blobstate's JVM helper (docs/DESIGN.md, "Placement and standby") is loaded into the driver of an
+already running session and shipped to the executors by the classic JVM seam
+(``blobstate.engine.jvm.classic.PlacementHelper``). This module finds its jar: the one prebuilt into the
+wheel when it was built for the running Spark's major.minor version (``helper_jar``), else one compiled
+against the running Spark's jars (once per source and Spark version, cached under
+``~/.cache/blobstate``); without either, ``PlacementUnavailableError`` says why. It imports no py4j.
 
-Without a fitting shipped jar and a JDK, or when compilation or loading fails, ``PlacementHelper.get``
-returns None after logging one warning (the query then refuses to start, naming why); a Spark Connect
-session is one ``SparkConnectUnsupportedError``.
-Preferences are honoured by Spark's delay scheduling: a task waits up to ``spark.locality.wait.process``
-(default ``spark.locality.wait``, 3s) for its executor before it may run on another executor of the
-same host, then ``spark.locality.wait.node`` before any executor.
+The helper wraps a DataFrame's RDD in a narrow 1:1 RDD whose partition ``i`` prefers a given executor
+(``executor_<host>_<id>``, Spark's ``ExecutorCacheTaskLocation``, the mechanism of Spark's own state
+stores); operators applied on top of the result, such as ``mapInArrow``, run in the same stage and
+inherit the preference. Each task of that stage also learns its executor
+(``blobstate.batch.executor.current_executor()``). Preferences are honoured by Spark's delay
+scheduling: a task waits up to ``spark.locality.wait.process`` (default ``spark.locality.wait``, 3s) for
+its executor before it may run on another executor of the same host, then ``spark.locality.wait.node``
+before any executor.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import shutil
 import tempfile
-import threading
-import weakref
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from blobstate.batch.executor import ExecutorIdentity
 from blobstate.engine.helper_jar import (
     JAVA_DIR,
     SOURCES_ATTRIBUTE,
@@ -44,11 +37,6 @@ from blobstate.engine.helper_jar import (
     sources_digest,
 )
 from blobstate.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
-logger = logging.getLogger(__name__)
 
 HELPER_CLASS = "org.apache.spark.sql.blobstate.PreferredLocations"
 """Fully qualified name of the helper class."""
@@ -163,179 +151,3 @@ def helper_jar(
             " on PATH or JAVA_HOME, or BLOBSTATE_JAVAC), or a blobstate wheel built with pyspark"
             f" {'.'.join(map(str, major_minor(spark_version)))} installed"
         ) from e
-
-
-# One entry per SparkContext (or Spark Connect session) and toolchain settings, failures included, so
-# an unavailable helper is reported exactly once.
-_HELPERS: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, Path], PlacementHelper | None]] = (
-    weakref.WeakKeyDictionary()
-)
-_HELPERS_LOCK = threading.Lock()
-
-
-class PlacementHelper:
-    """The loaded JVM helper of one SparkContext: preferred locations and the live executors."""
-
-    def __init__(self, spark: SparkSession, jar: Path) -> None:
-        """Use ``PlacementHelper.get`` or ``PlacementHelper.load``; this assumes the jar is loaded."""
-        self._spark = spark
-        self._jar = jar
-
-    @property
-    def jar(self) -> Path:
-        """The helper jar loaded into this session."""
-        return self._jar
-
-    @classmethod
-    def get(cls, spark: SparkSession) -> PlacementHelper | None:
-        """The helper for ``spark``'s SparkContext, built and loaded on first use.
-
-        Returns None, after logging one warning per SparkContext, when placement is unavailable (no
-        shipped jar for this Spark and no JDK, compilation or loading failed). Raises
-        ``SparkConnectUnsupportedError`` for a Spark Connect session: one error naming the limitation.
-        """
-        if not _is_classic(spark):
-            raise SparkConnectUnsupportedError(SPARK_CONNECT_MESSAGE)
-        owner = spark.sparkContext
-        settings = (find_javac(), default_cache_dir())
-        with _HELPERS_LOCK:
-            per_owner = _HELPERS.setdefault(owner, {})
-            if settings in per_owner:
-                return per_owner[settings]
-            try:
-                helper: PlacementHelper | None = cls.load(spark, javac=settings[0], cache_dir=settings[1])
-            except PlacementUnavailableError as e:
-                logger.warning(
-                    "blobstate executor placement is unavailable, tasks will run where Spark puts them "
-                    "(state stays correct, but may be restored on other executors): %s",
-                    e,
-                )
-                helper = None
-            per_owner[settings] = helper
-            return helper
-
-    @classmethod
-    def load(
-        cls, spark: SparkSession, *, javac: str | None = None, cache_dir: Path | None = None
-    ) -> PlacementHelper:
-        """Build (if needed) and load the helper into ``spark``; raises ``PlacementUnavailableError``."""
-        if not _is_classic(spark):
-            raise SparkConnectUnsupportedError(SPARK_CONNECT_MESSAGE)
-        jvm = _jvm_of(spark)
-        classpath = jvm.java.lang.System.getProperty("java.class.path")
-        jar = helper_jar(spark.version, classpath, cache_dir=cache_dir, javac=javac)
-        helper = cls(spark, jar)
-        helper._helper_class()  # loads it into the driver, or raises
-        try:
-            # Executors fetch the jar from the driver and load it before deserializing tasks.
-            spark.sparkContext._jsc.addJar(str(jar))
-        except Exception as e:
-            raise PlacementUnavailableError(f"cannot ship {jar} to the executors: {e}") from e
-        return helper
-
-    def with_preferred_locations(self, df: DataFrame, locations: Sequence[str | None]) -> DataFrame:
-        """``df`` with the same rows in the same partitions, partition ``i`` preferring ``locations[i]``.
-
-        ``locations`` has one entry per partition of ``df``: a location string (``location_string``),
-        several joined by commas (candidates in order: the first executor alive when the stage is
-        submitted is preferred, so a stage resubmitted after an executor loss goes to the next one),
-        or None for no preference. Operators applied to the result without a shuffle (``mapInArrow``)
-        run in the same stage, on the preferred executors, and their tasks can read their executor
-        with ``current_executor()``. With adaptive query execution, the shuffle below ``df`` runs
-        now, once; actions on the result reuse its output.
-        """
-        from pyspark.sql import DataFrame
-
-        values = list(locations)
-        for i, value in enumerate(values):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"preferred location {i} must be a str or None, not {type(value).__name__}")
-        jdf = self._helper_class().withPreferredLocations(df._jdf, self._string_array(values))
-        return DataFrame(jdf, df.sparkSession)
-
-    def committed_only(
-        self, stage: DataFrame, uid_column: str, meta_column: str, uids: Sequence[str], what: str
-    ) -> DataFrame:
-        """The output rows of the persisted ``stage`` (``CommittedOutputs.committedOnly``): a task fails
-        instead of passing on partition ``i`` when its header row does not carry ``uids[i]``."""
-        from pyspark.sql import DataFrame
-
-        jdf = self.committed_outputs().committedOnly(
-            stage._jdf, uid_column, meta_column, self._string_array(uids), what
-        )
-        return DataFrame(jdf, stage.sparkSession)
-
-    def _string_array(self, values: Sequence[str | None]) -> Any:
-        """A Java ``String[]`` holding ``values`` (None stays null)."""
-        gateway: Any = self._spark.sparkContext._gateway
-        array = gateway.new_array(gateway.jvm.java.lang.String, len(values))
-        for i, value in enumerate(values):
-            if value is not None:
-                array[i] = value
-        return array
-
-    def executors(self) -> list[ExecutorIdentity]:
-        """The executors alive now, by executor id; in local mode the single executor ``"driver"``."""
-        local = self._spark.sparkContext._jsc.sc().isLocal()
-        found = []
-        for entry in self._helper_class().blockManagers():
-            executor_id, _, host = entry.partition("\t")
-            if executor_id != "driver" or local:
-                found.append(ExecutorIdentity(executor_id, host))
-        return sorted(found, key=lambda e: (not e.executor_id.isdigit(), _int_or_zero(e.executor_id), e))
-
-    def write_through(self) -> Any:
-        """The py4j class ``WriteThrough`` (a stage's outputs to a writer, its metadata to an accumulator)."""
-        self._helper_class()
-        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.WriteThrough
-
-    def committed_outputs(self) -> Any:
-        """The py4j class ``CommittedOutputs`` (the sink's checked view of a persisted stage)."""
-        self._helper_class()
-        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.CommittedOutputs
-
-    def ticks_source(self) -> Any:
-        """The py4j class ``TicksSource`` (batches without input; metrics in Spark's progress)."""
-        self._helper_class()
-        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.TicksSource
-
-    def query_metrics(self) -> Any:
-        """The py4j class ``QueryMetrics`` (a query's figures in Spark's metrics system)."""
-        self._helper_class()
-        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.QueryMetrics
-
-    def _helper_class(self) -> Any:
-        """The helper's py4j class, adding the jar to this JVM thread's class loader when needed."""
-        from py4j.java_gateway import JavaClass
-
-        jvm = _jvm_of(self._spark)
-        found = jvm.org.apache.spark.sql.blobstate.PreferredLocations
-        if isinstance(found, JavaClass):
-            return found
-        try:
-            loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-            loader.addURL(jvm.java.io.File(str(self._jar)).toURI().toURL())
-        except Exception as e:
-            raise PlacementUnavailableError(
-                f"cannot add {self._jar} to the driver's class loader: {e}"
-            ) from e
-        found = jvm.org.apache.spark.sql.blobstate.PreferredLocations
-        if not isinstance(found, JavaClass):
-            raise PlacementUnavailableError(f"{HELPER_CLASS} is not visible after loading {self._jar}")
-        return found
-
-
-def _is_classic(spark: SparkSession) -> bool:
-    return getattr(spark, "_jsparkSession", None) is not None
-
-
-def _int_or_zero(text: str) -> int:
-    return int(text) if text.isdigit() else 0
-
-
-def _jvm_of(spark: SparkSession) -> Any:
-    """The py4j view of ``spark``'s JVM (classic Spark only; Spark Connect has none)."""
-    jvm = spark._jvm
-    if jvm is None:
-        raise SparkConnectUnsupportedError(SPARK_CONNECT_MESSAGE)
-    return jvm

@@ -1,72 +1,66 @@
-"""``transform_with_state``: start a stateful streaming query whose state blobstate keeps."""
+"""``transform_with_state``: start a stateful streaming query whose state blobstate keeps.
+
+The start-up sequence is ``startup.py``, one function per step; this module runs them in order.
+"""
 
 from __future__ import annotations
 
-import logging
-import os
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
-from blobstate.adjunct.spec import Adjunct, AdjunctSpec
-from blobstate.adjunct.step import AdjunctStep
-from blobstate.batch.contracts import JsonObject, PartitionSpec
-from blobstate.batch.steps import BatchStep
-from blobstate.blobstore import BlobStore, open_blob_store
+from blobstate.adjunct.spec import Adjunct
+from blobstate.adjunct.union import with_side_streams
+from blobstate.blobstore import open_blob_store
 from blobstate.blobstore.expiry import warn_unless_pending_objects_expire
-from blobstate.blobstore.schemes import NoHadoopLocationError, hadoop_location, normalize_location
-from blobstate.engine.config import (
-    QueryConfig,
-    QueryConfigError,
-    checkpoint_location,
-    checkpoint_store_url,
-    spark_blobstate_conf,
-)
-from blobstate.engine.driver import BatchDriver, BatchReport, PostCommit, QueryTasks, Sink
+from blobstate.engine.driver import BatchReport, Sink
 from blobstate.engine.executor_python import check_executors_python, processor_modules
-from blobstate.engine.handle import BlobstateStreamingQuery
+from blobstate.engine.jvm import seam_for
 from blobstate.engine.spark_checkpoint import SparkCheckpoint
-from blobstate.engine.stage import Stage
-from blobstate.engine.ticks import Ticks, metrics_source_name
-from blobstate.engine.watermark import input_watermark
-from blobstate.errors import ArgumentTypeError, QueryError
-from blobstate.layout import METADATA
-from blobstate.lineage.commitlog import Commit, CommitLog, MetadataConflictError, QueryMetadata
-from blobstate.rescale.limits import MAX_PARTITIONS
-from blobstate.standby.step import StandbySettings, StandbyStep
-from blobstate.standby.syncer import StandbySyncer
+from blobstate.engine.startup import (
+    SPARK_DEFAULT_SHUFFLE_PARTITIONS,
+    DriverParts,
+    PartitionCountMismatchError,
+    QueryAlreadyRunningError,
+    _check_initial_watermark,
+    _ensure_metadata,
+    build_driver,
+    build_steps,
+    check_arguments,
+    check_partition_count,
+    claim_checkpoint,
+    default_num_partitions,
+    initial_state_of,
+    instant_keys,
+    load_jvm_helper,
+    log_new_checkpoint_partitions,
+    normalize_checkpoint,
+    open_checkpoint,
+    partition_spec,
+    plan_query,
+    spark_checkpoint_location,
+    start_stream,
+)
+from blobstate.state.retention import cleanup_latest
 
-log = logging.getLogger("blobstate")
-
-_RUNNING: dict[str, StreamingQuery] = {}
-"""Queries started by this process, by checkpoint location (a checkpoint has one owner at a time)."""
-
-
-class QueryAlreadyRunningError(QueryError, RuntimeError):
-    """A blobstate query of this process is already running on the checkpoint."""
-
-
-def normalize_checkpoint(checkpoint: str) -> str:
-    """An absolute location: plain paths and ``file://`` URLs become absolute paths."""
-    return normalize_location(checkpoint)
-
-
-def spark_checkpoint_location(checkpoint: str, config: QueryConfig) -> str:
-    """Spark's own streaming checkpoint (source offsets), beside blobstate's objects."""
-    if config.spark_checkpoint:
-        return config.spark_checkpoint
-    try:
-        return os.path.join(hadoop_location(checkpoint), "_spark")
-    except NoHadoopLocationError as error:
-        raise QueryConfigError(
-            f"Spark's own checkpoint cannot be placed beside the checkpoint: {error}; give spark_checkpoint"
-            " (an abfss:// or other location Spark can write)"
-        ) from None
+__all__ = [
+    "SPARK_DEFAULT_SHUFFLE_PARTITIONS",
+    "PartitionCountMismatchError",
+    "QueryAlreadyRunningError",
+    "_check_initial_watermark",
+    "_ensure_metadata",
+    "batch_reports",
+    "check_partition_count",
+    "default_num_partitions",
+    "instant_keys",
+    "log_new_checkpoint_partitions",
+    "normalize_checkpoint",
+    "spark_checkpoint_location",
+    "transform_with_state",
+]
 
 
 def transform_with_state(
@@ -122,479 +116,49 @@ def transform_with_state(
     replayed batch sees the version its first run saw.
     Returns the running :class:`~pyspark.sql.streaming.StreamingQuery`.
     """
-    if not df.isStreaming:
-        raise QueryConfigError("transform_with_state needs a streaming DataFrame (spark.readStream...)")
-    if num_partitions is not None and (
-        not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1
-    ):
-        raise QueryConfigError(f"num_partitions must be a positive integer, not {num_partitions!r}")
-    if num_partitions is not None and num_partitions > MAX_PARTITIONS:
-        raise QueryConfigError(
-            f"num_partitions is {num_partitions}, above blobstate's limit of {MAX_PARTITIONS} state"
-            " partitions"
-            " (each is a RocksDB store, a task and a delta in every batch)"
-        )
-    if not isinstance(allow_rescale, bool):
-        raise ArgumentTypeError(f"allow_rescale must be True or False, not {allow_rescale!r}")
+    check_arguments(df, num_partitions, allow_rescale)
     spark = df.sparkSession
-    config = QueryConfig.build(spark_blobstate_conf(spark), options, input_watermark(df))
-    _check_initial_watermark(initial_watermark_ms, config)
-    key_columns = (key,) if isinstance(key, str) else tuple(key)
-    missing = [k for k in key_columns if k not in df.columns]
-    if not key_columns or missing:
-        raise QueryConfigError(
-            f"key column(s) {missing or key_columns} not in the input columns {df.columns}"
-        )
-    spark_schema = _struct_type(spark, output_schema)
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    # TIMESTAMP columns need a zone; the session's, as Spark labels its own Arrow batches
-    arrow_schema: pa.Schema = to_arrow_schema(spark_schema, timezone=_session_time_zone(spark))
-    _validate_processor(processor, config)
-
-    # The store URL carries the S3 options as its query, so tasks open the store the way the driver does.
-    store_url = checkpoint_store_url(normalize_checkpoint(checkpoint), config)
-    checkpoint_url = checkpoint_location(store_url)
-    running = _RUNNING.get(checkpoint_url)
-    if running is not None and running.isActive:
-        raise QueryAlreadyRunningError(
-            f"a blobstate query (id {running.id}) is already running on {checkpoint_url} in this process;"
-            " stop it before starting another on the same checkpoint"
-        )
+    jvm = seam_for(spark)
+    plan = plan_query(df, jvm, key, processor, output_schema, options, initial_watermark_ms)
+    config, key_columns = plan.config, plan.key_columns
+    store_url, checkpoint_url = claim_checkpoint(checkpoint, config)
     if config.check_executor_python:  # before anything is written or any other job runs
-        check_executors_python(spark, job_modules=processor_modules(processor))
-    from blobstate.adjunct.union import with_side_streams
-
-    combined, adjunct_specs = with_side_streams(df, key_columns, list(adjuncts))
+        check_executors_python(jvm, job_modules=processor_modules(processor))
+    combined, adjunct_specs = with_side_streams(df, key_columns, list(adjuncts), jvm)
     store = open_blob_store(store_url)
-    key_schema = df.select(*[f"`{k}`" for k in key_columns]).schema.jsonValue()
-    metadata = _ensure_metadata(
-        store,
-        num_partitions if num_partitions is not None else default_num_partitions(store, spark),
-        config,
-        key_columns,
-        adjunct_specs,
-        key_schema,
-        existing_layout=True,
-    )
-    # One listing of commits/ at start (another after a rescale): holes in the retained window refuse
-    # the start, and the cleanup prunes whatever a crash left below the horizon.
-    from blobstate.state.lost import scan_for_writing
-
-    # A lost newest commit refuses first: read-only until an operator decides.
-    scan, _ = scan_for_writing(store, action="start a query on")
-    num_partitions, rescaled = _layout_at_start(
-        spark, store_url, metadata, scan.newest, config.operator, num_partitions, allow_rescale
-    )
-    if rescaled:
-        scan = CommitLog(store).scan()
+    opened = open_checkpoint(spark, store, store_url, df, plan, num_partitions, adjunct_specs, allow_rescale)
     warn_unless_pending_objects_expire(store)  # one line at the query's start, never an error
-    from blobstate.engine.placement import PlacementHelper, PlacementUnavailableError
-
-    placement_helper = PlacementHelper.get(spark)
-    if placement_helper is None:
-        raise PlacementUnavailableError(
-            "blobstate needs its JVM helper (built with the JDK's javac at first use) to keep outputs off the"
-            " driver and to run batches for timers on idle streams; see the warning above for why it is"
-            " unavailable (a JDK 17+ with javac on PATH or JAVA_HOME, not Spark Connect)"
-        )
-    ticks = Ticks(
-        placement_helper.ticks_source(),
-        enabled=_no_data_batches_enabled(spark),
-        metrics_class=placement_helper.query_metrics(),
-        metrics_name=metrics_source_name(config.query_name, metadata.query_id),
-    )
-    initial_frame, initial_keys = _initial_state(initial_state, key_columns, initial_state_key)
-    from blobstate.state.retention import cleanup_latest
-
-    started_cleanup = cleanup_latest(store, scan)
+    ticks = load_jvm_helper(jvm, spark, config, opened.metadata.query_id)
+    initial_frame, initial_keys = initial_state_of(jvm, initial_state, key_columns, initial_state_key)
+    started_cleanup = cleanup_latest(store, opened.scan)
     location = spark_checkpoint_location(checkpoint_url, config)
-    spark_files = SparkCheckpoint(spark, location)
-    partition = PartitionSpec(
-        checkpoint_url=store_url,
-        query_id=metadata.query_id,
-        operator=config.operator,
-        num_partitions=num_partitions,
-        local_dir=config.local_dir,
-        local_dir_grace_seconds=config.local_dir_grace_seconds,
-        snapshot_every=config.snapshot_every,
-        snapshot_delta_bytes=config.snapshot_delta_bytes,
-        snapshot_upload=config.snapshot_upload,
+    spark_files = SparkCheckpoint(jvm, location)
+    partition = partition_spec(store_url, opened.metadata.query_id, config, opened.num_partitions)
+    latest = opened.scan.newest
+    steps = build_steps(
+        spark, jvm, store, partition, config, df, key_columns, adjuncts, adjunct_specs, spark_files, latest
     )
-    latest = scan.newest
-    steps: list[BatchStep] = []
-    if adjunct_specs:
-        adjunct_step = AdjunctStep(
-            spark,
-            store,
-            partition,
-            adjunct_specs,
-            _adjunct_sources(df, list(adjuncts)),
-            {f.name: f.dataType for f in df.schema.fields},
-            key_columns,
-            spark_files,
-        )
-        adjunct_step.decide_at_start(list(adjuncts), latest)
-        steps.append(adjunct_step)
-    syncer = StandbySyncer(
+    needed_from = started_cleanup.needed_from if started_cleanup is not None else 0
+    parts = DriverParts(partition, store, steps, spark_files, ticks, needed_from)
+    driver = build_driver(
         spark,
-        placement_helper,
-        checkpoint_url=store_url,
-        query_id=metadata.query_id,
-        operator=config.operator,
-        local_dir=config.local_dir,
-        budget_seconds=config.standby_sync_seconds,
-        local_dir_grace_seconds=config.local_dir_grace_seconds,
-    )
-    settings = StandbySettings(
-        num_partitions=num_partitions,
-        operator=config.operator,
-        standby_replicas=config.standby_replicas,
-        max_warmup_replicas=config.max_warmup_replicas,
-        acceptable_recovery_lag=config.acceptable_recovery_lag,
-        restart_executor_wait_seconds=config.restart_executor_wait_seconds,
-    )
-    steps.append(StandbyStep(settings, placement_helper, syncer))
-    driver = BatchDriver(
-        config=config,
-        tasks=QueryTasks(
-            partition,
-            processor,
-            arrow_schema,
-            key_columns,
-            initial_keys if initial_frame is not None else None,
-            tuple(adjunct_specs),
-            instant_keys(df, key_columns),
-        ),
-        stage=Stage(
-            spark,
-            sink,
-            key_columns,
-            num_partitions,
-            helper=placement_helper,
-            initial_state=initial_frame,
-            initial_state_key_columns=initial_keys,
-            preferred_locations=config.placement,
-            writes_through=Stage.write_through_for(sink, config.write_through, placement_helper),
-        ),
-        post_commit=PostCommit(
-            CommitLog(store),
-            config.async_cleanup,
-            started_cleanup.needed_from if started_cleanup is not None else 0,
-        ),
-        writer_id=uuid.uuid4().hex,
-        steps=steps,
-        spark_checkpoint=spark_files,
-        ticks=ticks,
-        on_batch=on_batch,
-        initial_watermark_ms=initial_watermark_ms or 0,
+        jvm,
+        df,
+        plan,
+        processor,
+        sink,
+        parts,
+        initial_frame,
+        initial_keys,
+        on_batch,
+        initial_watermark_ms,
     )
     if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
         driver.request_tick(latest)
-    writer = (
-        ticks.with_ticks(spark, combined)
-        .writeStream.foreachBatch(driver)
-        .option("checkpointLocation", location)
-    )
-    if config.trigger_interval:
-        writer = writer.trigger(processingTime=config.trigger_interval)
-    if config.query_name:
-        writer = writer.queryName(config.query_name)
-    query = BlobstateStreamingQuery(writer.start(), driver)
-    _RUNNING[checkpoint_url] = query
-    return query
-
-
-def _initial_state(
-    initial_state: Any, key_columns: tuple[str, ...], initial_state_key: str | Sequence[str] | None
-) -> tuple[Any, tuple[str, ...]]:
-    """Spark's ``initialState`` as a DataFrame and its key columns (None when not given)."""
-    if initial_state is None:
-        return None, ()
-    from pyspark.sql import GroupedData
-
-    explicit = [initial_state_key] if isinstance(initial_state_key, str) else initial_state_key
-    if isinstance(initial_state, GroupedData):
-        frame = initial_state._df
-        names = list(explicit or [e.name() for e in _scala_seq(initial_state._jgd.groupingExprs())])
-    elif isinstance(initial_state, DataFrame):
-        frame, names = initial_state, list(explicit or key_columns)
-    else:
-        raise ArgumentTypeError(
-            f"initial_state must be a DataFrame or df.groupBy(...), not {type(initial_state).__name__}"
-        )
-    if frame.isStreaming:
-        raise QueryConfigError(
-            "initial_state must be a batch DataFrame (spark.read...), as Spark's initialState"
-        )
-    missing = [k for k in names if k not in frame.columns]
-    if len(names) != len(key_columns) or missing:
-        raise QueryConfigError(
-            f"initial_state must be grouped by {len(key_columns)} column(s) matching the key"
-            f" {list(key_columns)}; its grouping columns are {names} (columns: {frame.columns})"
-        )
-    return frame, tuple(names)
-
-
-def _check_initial_watermark(initial_watermark_ms: int | None, config: QueryConfig) -> None:
-    """Refuse an ``initial_watermark_ms`` that is not a watermark, or that a query without event time
-    would ignore."""
-    if initial_watermark_ms is None:
-        return
-    if isinstance(initial_watermark_ms, bool) or not isinstance(initial_watermark_ms, int):
-        raise ArgumentTypeError(
-            f"initial_watermark_ms must be an int of epoch milliseconds, not {initial_watermark_ms!r}"
-        )
-    if initial_watermark_ms < 0:
-        raise QueryConfigError(f"initial_watermark_ms must not be negative, not {initial_watermark_ms}")
-    if config.time_mode != "EventTime":
-        raise QueryConfigError(
-            f"initial_watermark_ms needs time_mode 'EventTime' (this query's is {config.time_mode!r}):"
-            " only an event-time query has a watermark"
-        )
-
-
-def _no_data_batches_enabled(spark: SparkSession) -> bool:
-    """Spark's ``spark.sql.streaming.noDataMicroBatches.enabled`` (default true), which blobstate follows."""
-    value = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    return str(value).strip().lower() != "false"
-
-
-def _scala_seq(seq: Any) -> list[Any]:
-    return [seq.apply(i) for i in range(seq.size())]
+    return start_stream(spark, combined, driver, ticks, config, location, checkpoint_url)
 
 
 def batch_reports(query: StreamingQuery) -> list[BatchReport]:
     """The per-batch reports of a query started by :func:`transform_with_state` in this process, oldest
     first: the most recent 1,000 batches' (``engine.driver.RECENT_REPORTS``)."""
     return list(query.blobstate_driver.reports)  # type: ignore[attr-defined]
-
-
-def _struct_type(spark: SparkSession, schema: StructType | str) -> StructType:
-    if isinstance(schema, StructType):
-        return schema
-    parsed = StructType.fromDDL(schema) if hasattr(StructType, "fromDDL") else None
-    if parsed is None:
-        from pyspark.sql.types import _parse_datatype_string
-
-        parsed = _parse_datatype_string(schema)
-    if not isinstance(parsed, StructType):
-        raise QueryConfigError(f"output_schema must describe a struct, got {schema!r}")
-    return parsed
-
-
-def instant_keys(df: DataFrame, key_columns: Sequence[str]) -> tuple[int, ...]:
-    """The positions of ``df``'s key columns that are or hold a TIMESTAMP: instants, stored by their UTC
-    reading."""
-    from blobstate.rescale.keys import holds_instant
-
-    types = {f.name: f.dataType for f in df.schema.fields}
-    return tuple(i for i, k in enumerate(key_columns) if k in types and holds_instant(types[k]))
-
-
-def _session_time_zone(spark: SparkSession) -> str:
-    """``spark.sql.session.timeZone``: Spark hands processors timestamps as naive times of this zone."""
-    return spark.conf.get("spark.sql.session.timeZone") or "UTC"
-
-
-def _validate_processor(processor: object, config: QueryConfig) -> None:
-    from blobstate.processor import StatefulProcessor
-    from blobstate.processor.arrow_api import check_api
-
-    check_api(processor, config.api)
-    if config.api == "arrow":
-        return
-    if not isinstance(processor, StatefulProcessor):
-        try:
-            from pyspark.sql.streaming.stateful_processor import StatefulProcessor as SparkProcessor
-        except ImportError:  # pragma: no cover - pyspark always has it in 4.x
-            SparkProcessor = ()  # type: ignore[assignment,misc]
-        if not isinstance(processor, SparkProcessor):
-            raise ArgumentTypeError(
-                f"processor must be a blobstate.StatefulProcessor instance, not {type(processor).__name__}"
-            )
-
-
-SPARK_DEFAULT_SHUFFLE_PARTITIONS = 200
-"""Spark's default ``spark.sql.shuffle.partitions``: too many state partitions for most small jobs."""
-
-
-def default_num_partitions(store: BlobStore, spark: SparkSession) -> int:
-    """The partition count of a query that names none, as Spark's stateful operators choose it: an
-    existing checkpoint's (its newest commit's, which a rescale changes; else ``metadata.json``'s), else
-    the session's ``spark.sql.shuffle.partitions``.
-
-    A new checkpoint's count is logged once, on the driver, with where it came from and how to choose
-    it (:func:`log_new_checkpoint_partitions`): it stays the checkpoint's until a rescale."""
-    from blobstate.blobstore import BlobNotFoundError
-
-    commits = CommitLog(store)
-    try:
-        metadata = commits.read_metadata()
-    except BlobNotFoundError:
-        default = str(SPARK_DEFAULT_SHUFFLE_PARTITIONS)
-        count = int(spark.conf.get("spark.sql.shuffle.partitions", default) or default)  # Spark checks it
-        log_new_checkpoint_partitions(store.url, count)
-        return count
-    newest = commits.latest_commit()
-    if newest is not None and newest.num_partitions is not None:
-        return newest.num_partitions
-    return metadata.num_partitions
-
-
-def log_new_checkpoint_partitions(url: str, count: int) -> None:
-    """Say once, when a query creates the checkpoint at ``url`` without ``num_partitions``, that it took
-    ``count`` state partitions from ``spark.sql.shuffle.partitions`` and how to choose: a warning at
-    Spark's default of 200 (rarely what a job wants), else information."""
-    level = logging.WARNING if count == SPARK_DEFAULT_SHUFFLE_PARTITIONS else logging.INFO
-    default = " (Spark's default)" if count == SPARK_DEFAULT_SHUFFLE_PARTITIONS else ""
-    log.log(
-        level,
-        "new checkpoint %s: %d state partitions, taken from spark.sql.shuffle.partitions%s because the"
-        " query names no num_partitions; the checkpoint keeps this count until a rescale. To choose it,"
-        " pass transform_with_state(..., num_partitions=N) or set spark.sql.shuffle.partitions before the"
-        " first start (a few partitions per executor core; `blobstate rescale` changes it later)",
-        url,
-        count,
-        default,
-    )
-
-
-class PartitionCountMismatchError(MetadataConflictError):
-    """The query asks for another partition count than the checkpoint's newest commit has, without
-    ``allow_rescale``."""
-
-
-def check_partition_count(
-    url: str, current: int, newest: Commit | None, requested: int, allow_rescale: bool
-) -> bool:
-    """Whether the query on a checkpoint of ``current`` partitions (those of its newest commit
-    ``newest``; None: nothing committed, ``metadata.json``'s) must rescale it to ``requested`` first.
-
-    Raises :class:`PartitionCountMismatchError` (one line naming both counts) when the counts differ and
-    the query may not rescale: without ``allow_rescale``, or with nothing committed to rescale.
-    """
-    if requested == current:
-        return False
-    if newest is None:
-        raise PartitionCountMismatchError(
-            f"{url} records {current} partitions in metadata.json, the query asks for {requested}, and"
-            f" nothing is committed yet to rescale: start it with num_partitions={current}, or use a new"
-            " checkpoint location"
-        )
-    if not allow_rescale:
-        raise PartitionCountMismatchError(
-            f"{url} records {current} partitions (version {newest.version}, its newest commit), the query"
-            f" asks for {requested}: pass allow_rescale=True to rescale the checkpoint to {requested}"
-            f" partitions before the first batch (docs/RESCALE.md), or num_partitions={current}"
-        )
-    return True
-
-
-def _layout_at_start(
-    spark: SparkSession,
-    store_url: str,
-    metadata: QueryMetadata,
-    newest: Commit | None,
-    operator: str,
-    requested: int | None,
-    allow_rescale: bool,
-) -> tuple[int, bool]:
-    """The query's partition count and whether the checkpoint was rescaled to it now: the newest
-    commit's count (which a rescale may have changed since ``metadata.json`` was written), or
-    ``requested`` after rescaling to it when asked and allowed."""
-    from blobstate.rescale import rescale_checkpoint
-    from blobstate.rescale.job import needs_key_conversion
-
-    current = newest.partitions_of(operator, metadata) if newest is not None else metadata.num_partitions
-    if needs_key_conversion(metadata, newest, operator):
-        # An earlier release stored the TIMESTAMP keys as wall-clock readings of its session's zone: take
-        # them to instants now (a rescale's job, at the requested or the current count), reading them in
-        # this session's zone, which the README asks to be the zone the query last ran in.
-        zone = _session_time_zone(spark)
-        wanted = current
-        if requested is not None and check_partition_count(
-            checkpoint_location(store_url), current, newest, requested, allow_rescale
-        ):
-            wanted = requested
-        result = rescale_checkpoint(spark, store_url, wanted, legacy_zone=zone)
-        log.warning(
-            "converted the TIMESTAMP keys of %s, stored by an earlier blobstate release as wall-clock "
-            "readings, to instants, reading them in the session time zone %s: version %d (%d records)",
-            result.url,
-            zone,
-            result.version,
-            result.records,
-        )
-        return wanted, True
-    if requested is None:
-        return current, False
-    if not check_partition_count(checkpoint_location(store_url), current, newest, requested, allow_rescale):
-        return requested, False
-
-    result = rescale_checkpoint(spark, store_url, requested)
-    log.info(
-        "rescaled %s from %d to %d partitions before the first batch: version %d (%d records, %.1f s)",
-        result.url,
-        result.old_partitions,
-        result.new_partitions,
-        result.version,
-        result.records,
-        result.seconds,
-    )
-    return requested, True
-
-
-def _ensure_metadata(
-    store: BlobStore,
-    num_partitions: int,
-    config: QueryConfig,
-    key_columns: tuple[str, ...],
-    adjuncts: Sequence[AdjunctSpec] = (),
-    key_schema: JsonObject | None = None,
-    *,
-    existing_layout: bool = False,
-) -> QueryMetadata:
-    """Create the checkpoint's metadata, or check the query still matches it (partitions, key, adjunct
-    stores: a broadcast store is an operator of its own with one partition).
-
-    ``metadata.json`` is never rewritten: with ``existing_layout`` an existing checkpoint's partition
-    count is not compared here (the newest commit's count is the layout, checked at start)."""
-    from blobstate.stored_schema import StoredSchemaError, parse_stored_schema
-
-    main: JsonObject = {"key_columns": list(key_columns)}
-    if key_schema is not None:  # the key's Spark types, for the state reader (not part of the identity)
-        try:  # recorded only if it reads back (else the reader types the key from its stored values)
-            parse_stored_schema(key_schema, where="key schema of the query")
-            main["key_schema"] = key_schema
-        except StoredSchemaError:
-            pass
-    if adjuncts:
-        main["adjuncts"] = {a.name: a.mode for a in adjuncts}
-    operators = {config.operator: main}
-    for a in adjuncts:
-        if a.mode == "broadcast":
-            operators[a.operator] = {"key_columns": list(a.key_in_union), "partitions": 1}
-    if existing_layout and store.exists(METADATA):
-        num_partitions = CommitLog(store).read_metadata().num_partitions
-    wanted = QueryMetadata.new(num_partitions, operators)
-    metadata = CommitLog(store).write_metadata(wanted)
-    recorded = metadata.operators.get(config.operator, {}).get("key_schema")
-    if recorded is not None:  # a checkpoint whose metadata records a schema blobstate will not read
-        parse_stored_schema(
-            recorded, where=f"key_schema of operator {config.operator} in metadata.json of {store.url}"
-        )
-    return metadata
-
-
-def _adjunct_sources(main: DataFrame, adjuncts: list[Adjunct]) -> dict[str, tuple[int, int]]:
-    """Where each side stream's sources sit in Spark's offset log: after the main stream's, in order."""
-    from blobstate.adjunct.union import count_sources
-
-    out: dict[str, tuple[int, int]] = {}
-    position = count_sources(main)
-    for adjunct in adjuncts:
-        count = count_sources(adjunct.df)
-        out[adjunct.name] = (position, count)
-        position += count
-    return out

@@ -57,17 +57,3 @@ def spark_recovery_seconds(
         origin = min(first_tries) if first_tries else submitted_at
         within = max(0.0, max(float(metas[p]["started_at"]) for p in retried) - origin)
     return round(max(0.0, earlier_runs_seconds) + within, 3)
-
-
-def stage_resubmitted_at(spark: Any, stage_id: int | None) -> float | None:
-    """When Spark submitted the last attempt of stage ``stage_id`` (seconds since the epoch), when it
-    ran the stage more than once; else None (also when Spark's status tracker no longer knows it)."""
-    if stage_id is None:
-        return None
-    try:
-        info = spark.sparkContext._jsc.statusTracker().getStageInfo(int(stage_id))
-        if info is None or int(info.currentAttemptId()) == 0:
-            return None
-        return int(info.submissionTime()) / 1000.0
-    except Exception:  # no JVM (Spark Connect) or the stage was forgotten: no resubmission known
-        return None

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from py4j.java_gateway import JavaObject
-from pyspark.sql import SparkSession
-
+from blobstate.batch.jvm import JvmSeam
 from blobstate.engine.replay import SourceProgress
 from blobstate.engine.stage import BatchError
 
@@ -23,20 +21,18 @@ class SparkCheckpointError(BatchError):
 
 class SparkCheckpoint:
     """Spark's checkpoint at ``location``: its ``metadata`` (read once), this batch's offset log entry
-    (:attr:`offsets`, read by :meth:`source`), and any file below it."""
+    (:attr:`offsets`, read by :meth:`source`), and any file below it, read through the JVM seam."""
 
-    def __init__(self, spark: SparkSession, location: str) -> None:
+    def __init__(self, jvm: JvmSeam, location: str) -> None:
         self.location = location
-        self._spark = spark
+        self._seam = jvm
         self._metadata: bytes | None = None
         self.offsets: bytes | None = None
         """The current batch's entry of Spark's offset log (None until :meth:`source` read one)."""
 
     def source(self, batch_id: int) -> SourceProgress | None:
         """What Spark's checkpoint says about batch ``batch_id`` (None: not readable from here)."""
-        try:
-            self._spark.sparkContext._jvm  # noqa: B018
-        except Exception:  # Spark Connect: Python cannot reach the JVM's filesystem
+        if not self._seam.reads_spark_files():  # Spark Connect: Python cannot reach the JVM's filesystem
             log.warning("cannot read Spark's checkpoint here: replays are taken on trust, as before")
             return None
         if self._metadata is None:  # written once when Spark's checkpoint is created
@@ -46,26 +42,12 @@ class SparkCheckpoint:
 
     def list_dir(self, relative: str) -> list[str]:
         """The names in a directory of Spark's checkpoint (empty when it does not exist)."""
-        fs, path = self._hadoop_path(f"{self.location.rstrip('/')}/{relative}")
-        if not fs.exists(path):
-            return []
-        return sorted(
-            str(s.getPath().getName())
-            for s in fs.listStatus(path)
-            if not s.getPath().getName().startswith(".")
-        )
+        return self._seam.list_dir(f"{self.location.rstrip('/')}/{relative}")
 
     def read_file(self, relative: str) -> bytes:
         """A file of Spark's checkpoint; :class:`SparkCheckpointError` names it when it cannot be read."""
-        jvm = self._spark.sparkContext._jvm
-        assert jvm is not None
         try:
-            fs, path = self._hadoop_path(f"{self.location.rstrip('/')}/{relative}")
-            stream = fs.open(path)
-            try:
-                return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
-            finally:
-                stream.close()
+            return self._seam.read_file(f"{self.location.rstrip('/')}/{relative}")
         except Exception as error:
             raise SparkCheckpointError(
                 f"cannot read {relative} of Spark's checkpoint {self.location}: {error}"
@@ -73,12 +55,4 @@ class SparkCheckpoint:
 
     def exists(self, uri: str) -> bool:
         """Whether a file Spark's checkpoint names still exists (through Hadoop's FileSystem)."""
-        fs, path = self._hadoop_path(uri)
-        return bool(fs.exists(path))
-
-    def _hadoop_path(self, uri: str) -> tuple[JavaObject, JavaObject]:
-        """``(FileSystem, Path)`` of ``uri`` through Hadoop (any filesystem Spark can use)."""
-        jvm = self._spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(uri)
-        return path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration()), path
+        return self._seam.file_exists(uri)

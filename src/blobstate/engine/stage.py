@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from blobstate.batch.contracts import TaskResult
+from blobstate.batch.jvm import JvmSeam
 from blobstate.batch.steps import Placement
 from blobstate.engine.executor_python import worker_error
 from blobstate.engine.outputs import (
@@ -28,8 +29,7 @@ from blobstate.engine.outputs import (
     is_attempt_mismatch,
     run_stage,
 )
-from blobstate.engine.placement import PlacementHelper
-from blobstate.engine.recovery import spark_recovery_seconds, stage_resubmitted_at
+from blobstate.engine.recovery import spark_recovery_seconds
 from blobstate.engine.sinks import WriterSink
 from blobstate.engine.task import INITIAL_COLUMN, INITIAL_PREFIX, PARTITION_COLUMN, TaskSpec, run_task
 from blobstate.engine.write_through import write_through
@@ -84,8 +84,8 @@ class Stage:
     sink: Sink
     key_columns: tuple[str, ...]
     num_partitions: int
-    helper: PlacementHelper | None = None
-    """The JVM helper: preferred locations, committed outputs, write-through."""
+    jvm: JvmSeam | None = None
+    """The JVM seam: preferred locations, committed outputs, write-through, Spark's stage attempts."""
     initial_state: DataFrame | None = None
     """Spark's ``initialState``: unioned with the first batch's input (``INITIAL_COLUMN``)."""
     initial_state_key_columns: tuple[str, ...] = ()
@@ -99,9 +99,9 @@ class Stage:
     """Why the last run failed, when blobstate knows (the processor or the sink raised)."""
 
     @staticmethod
-    def write_through_for(sink: Sink, enabled: bool, helper: PlacementHelper | None) -> bool:
+    def write_through_for(sink: Sink, enabled: bool, jvm: JvmSeam | None) -> bool:
         """Whether a stage with this sink runs inside its write (``QueryConfig.write_through``)."""
-        return enabled and isinstance(sink, WriterSink) and helper is not None
+        return enabled and isinstance(sink, WriterSink) and jvm is not None
 
     def run(self, frame: DataFrame, spec: TaskSpec, placement: Placement | None) -> StageRun:
         """Run the stage and hand its outputs to the sink; run both again if the outputs were lost."""
@@ -142,14 +142,14 @@ class Stage:
 
     def _write_through(self, frame: DataFrame, spec: TaskSpec, placement: Placement | None) -> StageResult:
         """The stage inside the sink's write (``write_through.py``): no persisted outputs, one job."""
-        assert self.helper is not None
+        assert self.jvm is not None
         stage, _ = self._stage_frame(frame, spec, placement)
         batch_id = spec.plan.batch
         submitted_at = time.time()
         try:
             result = write_through(
                 stage,
-                self.helper,
+                self.jvm,
                 lambda out: self._hand_to_sink(out, batch_id),
                 f"batch {batch_id}",
                 worker_error,
@@ -167,9 +167,10 @@ class Stage:
         shuffle_seconds = time.monotonic() - started
         batch_id = spec.plan.batch
         submitted_at = time.time()
+        assert self.jvm is not None
         try:
             result = run_stage(
-                stage, self.helper, self.num_partitions, f"batch {batch_id}", worker_error, schema
+                stage, self.jvm, self.num_partitions, f"batch {batch_id}", worker_error, schema
             )
         except StageFailedError as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
@@ -189,7 +190,9 @@ class Stage:
         return spark_recovery_seconds(
             {p: {"attempt": r.attempt, "started_at": r.started_at} for p, r in stage.results.items()},
             submitted_at=stage.submitted_at,
-            resubmitted_at=stage_resubmitted_at(self.spark, stage_id),
+            resubmitted_at=None
+            if stage_id is None or self.jvm is None
+            else self.jvm.stage_resubmitted_at(stage_id),
             earlier_runs_seconds=stage.earlier_runs_seconds,
         )
 
@@ -205,8 +208,8 @@ class Stage:
             PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
         ).repartition(self.num_partitions, *keys)
         locations = placement.locations() if placement is not None and self.preferred_locations else None
-        if self.helper is not None and locations is not None:
-            shuffled = self.helper.with_preferred_locations(shuffled, locations)
+        if self.jvm is not None and locations is not None:
+            shuffled = self.jvm.with_preferred_locations(shuffled, locations)
         from pyspark.sql.pandas.types import from_arrow_schema
 
         schema = from_arrow_schema(spec.stage_schema)

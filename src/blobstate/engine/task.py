@@ -23,16 +23,15 @@ import contextlib
 import json
 import time
 import traceback
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 
 import pyarrow as pa
 
-from blobstate.adjunct.spec import AdjunctSpec
-from blobstate.adjunct.view import AdjunctView
-from blobstate.batch.contracts import BatchPlan, JsonObject, PartitionSpec, TaskResult, as_int
+from blobstate.batch.contracts import BatchPlan, JsonValue, PartitionSpec, TaskResult
+from blobstate.batch.steps import TaskBatch, TaskStep
 from blobstate.engine.inline import OUTPUTS_COLUMN, InlineOutputs
 from blobstate.state.store import RocksStateStore
 
@@ -53,15 +52,14 @@ next version once asked; a far-behind sync restoring a snapshot may take longer.
 class TaskSpec:
     """Everything a task of the processing stage needs, built once per batch by the driver and shipped
     inside the stage's closure: where the state lives (:class:`PartitionSpec`), what the driver decided
-    for the batch (:class:`BatchPlan`), the processor and the query's adjunct stores."""
+    for the batch (:class:`BatchPlan`), the processor and the batch's task steps."""
 
     partition: PartitionSpec
     plan: BatchPlan
     processor: object
     """The user's StatefulProcessor (or a factory of one)."""
-    adjuncts: tuple[AdjunctSpec, ...] = ()
-    """The query's adjunct stores: partitioned ones' rows arrive in the input, tagged; broadcast ones
-    are read from the executor's copy."""
+    steps: tuple[TaskStep, ...] = ()
+    """What the batch's steps run in each task before processing, in order (``batch.steps.TaskStep``)."""
 
     @property
     def stage_schema(self) -> pa.Schema:
@@ -138,7 +136,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     from blobstate.ids import CheckpointId, new_uid
     from blobstate.layout import LocalPartitionLayout
     from blobstate.processor.runner import RunInputs, RunStats, run_partition
-    from blobstate.standby.replica import clear_stop, request_stop
+    from blobstate.state.local_copy import clear_stop, request_stop
     from blobstate.state.partition import open_partition
     from blobstate.state.sweep import sweep_idle
 
@@ -177,7 +175,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         clear_stop(layout)
     opened_at = time.time()
     sweep_idle(local_dir, where.local_dir_grace_seconds, keep=(layout.root,))
-    adjunct_scope = contextlib.ExitStack()
+    step_scope = contextlib.ExitStack()
     failed = False
     failure: dict[str, str] = {}
     where_noted = f"(partition {partition} of operator {where.operator}, batch {plan.batch})"
@@ -188,11 +186,13 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         initial_state = None
         if plan.run.initial_state_key_columns is not None:
             data, initial_state = _split_initial_state(data)
-        views: dict[str, AdjunctView] = {}
-        if spec.adjuncts:  # side rows are applied before any main row (which may be held back)
-            data, views, stats.adjuncts = _open_adjuncts(spec, data, state.store, adjunct_scope)
-            side = [a for n, a in stats.adjuncts.items() if not n.startswith("$") and isinstance(a, Mapping)]
-            stats.input_rows -= sum(as_int(a.get("rows", 0)) for a in side)
+        views: dict[str, object] = {}
+        if spec.steps:  # a step's rows go to the state before any row of the processor's
+            prepared = TaskBatch(where, plan, state.store, step_scope, data)
+            for step in spec.steps:
+                step.before_processing(prepared)
+            data, views, stats.steps = prepared.batches, prepared.views, prepared.result
+            stats.input_rows -= prepared.taken_rows
         try:
             outputs = run_partition(
                 spec.processor, state.store, data, plan.run, RunInputs(initial_state, views), run_stats
@@ -225,7 +225,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             error.add_note(where_noted)
         raise
     finally:
-        adjunct_scope.close()
+        step_scope.close()
         state.close()
     if failed:
         failed_meta = {**failure, "partition": partition, "uid": uid, "attempt": context.attemptNumber()}
@@ -262,9 +262,10 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         state_keys=stats.state_keys,
         commit_seconds=stats.commit_seconds,
         process_seconds=stats.process_seconds,
-        adjuncts=stats.adjuncts,
         adjunct_keys=stats.adjunct_keys,
     )
+    if stats.steps:
+        task_result = replace(task_result, **stats.steps)  # type: ignore[arg-type]
     yield _marker_batch(stage_schema, META_COLUMN, json.dumps(task_result.to_json()), inline.payload())
 
 
@@ -278,18 +279,16 @@ class _TaskStats:
     adjunct_keys: int = 0
     commit_seconds: float = 0.0
     process_seconds: float = 0.0
-    adjuncts: JsonObject | None = None
+    steps: dict[str, JsonValue] = field(default_factory=dict)
+    """The :class:`TaskResult` entries the task steps set."""
 
 
 def _estimated_keys(store: RocksStateStore) -> tuple[int, int]:
-    """RocksDB's estimates of the partition's keys: the query's own state (every column family but the
-    side stores'), and its partitioned side stores' (``$adjunct:<name>``), counted apart so that a side
-    stream's rows never read as open state."""
-    from blobstate.encoding.layout import ADJUNCT_CF_PREFIX
+    """RocksDB's estimates of the partition's keys: the query's own state and its side stores', counted
+    apart (``encoding.layout.own_and_side_keys``)."""
+    from blobstate.encoding.layout import own_and_side_keys
 
-    by_family = store.estimated_keys_by_family()
-    side = sum(n for cf, n in by_family.items() if cf.startswith(ADJUNCT_CF_PREFIX))
-    return sum(by_family.values()) - side, side
+    return own_and_side_keys(store.estimated_keys_by_family())
 
 
 def failure_record(error: BaseException) -> dict[str, str]:
@@ -313,56 +312,6 @@ def processor_frames(tb: TracebackType | None) -> TracebackType | None:
 
 def _noted(error: BaseException) -> bool:
     return any(note.startswith("(partition ") for note in getattr(error, "__notes__", ()))
-
-
-def _open_adjuncts(
-    spec: TaskSpec,
-    data: Iterator[pa.RecordBatch] | list[pa.RecordBatch],
-    store: RocksStateStore,
-    scope: contextlib.ExitStack,
-) -> tuple[list[pa.RecordBatch], dict[str, AdjunctView], JsonObject]:
-    """Apply the batch's partitioned side rows to the partition's store (before any main row) and open
-    the executor's broadcast copies at the batch's version; returns the main rows, the views by name
-    and what was applied."""
-    from blobstate.adjunct.broadcast import open_replica
-    from blobstate.adjunct.deferred import DEFERRED_CF, defer, take_deferred
-    from blobstate.adjunct.records import apply_side_rows, split_side_rows
-    from blobstate.adjunct.spec import PARTITIONED, TAG_COLUMN
-    from blobstate.adjunct.step import pending_from_json
-    from blobstate.batch.executor import blob_store_for, resolve_local_dir
-
-    where, plan = spec.partition, spec.plan.adjuncts
-    partitioned = [a for a in spec.adjuncts if a.mode == PARTITIONED]
-    main, sides = split_side_rows(data, TAG_COLUMN, [a.name for a in partitioned], plan.side_files)
-    views: dict[str, AdjunctView] = {}
-    applied: JsonObject = {}
-    for adjunct in spec.adjuncts:
-        if adjunct.mode == PARTITIONED:
-            if adjunct.name in plan.recreate and adjunct.column_family in store.column_families():
-                store.clear(adjunct.column_family)
-            applied[adjunct.name] = apply_side_rows(store, adjunct, sides.get(adjunct.name)).to_json()
-            source = store
-        else:
-            pending = pending_from_json(plan.broadcast[adjunct.name])
-            local_dir = resolve_local_dir(where.local_dir)
-            replica, seconds = scope.enter_context(
-                open_replica(
-                    blob_store_for(where.checkpoint_url), local_dir, where.query_id, adjunct, pending
-                )
-            )
-            applied[adjunct.name] = {"version": pending.version, "catch_up_seconds": round(seconds, 4)}
-            source = replica
-        views[adjunct.name] = AdjunctView(
-            adjunct.name, source, adjunct.column_family, adjunct.schema, len(adjunct.key_in_union)
-        )
-    if plan.defer_main:
-        applied["$deferred"] = defer(store, spec.plan.committing, main)
-        main = []
-    elif DEFERRED_CF in store.column_families():
-        held = take_deferred(store, main[0].schema if main else None)
-        applied["$released"] = sum(b.num_rows for b in held)
-        main = held + main
-    return main, views, applied
 
 
 def _with_null_meta(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -30,6 +30,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from blobstate.batch.jvm import MetricsChannel, TicksChannel
+
 TICKS_CLASS = "org.apache.spark.sql.blobstate.TicksSource"
 """The JVM class of the source (``spark.readStream.format(TICKS_CLASS)``)."""
 
@@ -56,18 +58,18 @@ class Ticks:
 
     def __init__(
         self,
-        source_class: Any,
+        source: TicksChannel,
         *,
         enabled: bool = True,
-        metrics_class: Any = None,
+        metrics: MetricsChannel | None = None,
         metrics_name: str = "blobstate",
     ) -> None:
-        """``source_class`` is the py4j class ``TicksSource`` of the loaded JVM helper; with ``enabled``
+        """``source`` is the ticks source's driver end (``JvmSeam.ticks_channel``); with ``enabled``
         False (Spark conf ``spark.sql.streaming.noDataMicroBatches.enabled=false``) no batch is requested.
-        ``metrics_class`` (the helper's ``QueryMetrics``; None: none) receives the published numbers as
-        the gauges of the metrics source ``metrics_name``."""
-        self._source = source_class
-        self._metrics = metrics_class
+        ``metrics`` (``JvmSeam.metrics_channel``; None: none) receives the published numbers as the
+        gauges of the metrics source ``metrics_name``."""
+        self._source = source
+        self._metrics = metrics
         self.metrics_name = metrics_name
         self.enabled = enabled
         self.token = uuid.uuid4().hex

@@ -2,8 +2,9 @@
 
 Spark users declare event time on the input (``df.withWatermark("event_time", "10 minutes")``) and
 then ask ``transformWithStateInPandas`` for ``timeMode="EventTime"``. :func:`input_watermark` reads
-that declaration from the DataFrame's analyzed logical plan (through py4j: Spark's
-``EventTimeWatermark`` node holds the event-time attribute and the delay as a ``CalendarInterval``),
+that declaration from the DataFrame's analyzed logical plan (through the JVM seam,
+``JvmSeam.watermarks``: Spark's ``EventTimeWatermark`` node holds the event-time attribute and the delay
+as a ``CalendarInterval``),
 so blobstate can take it instead of its own ``event_time_column`` / ``watermark_delay`` options
 (:func:`blobstate.engine.config.resolve_event_time` reconciles the two).
 """
@@ -13,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from blobstate.batch.jvm import DeclaredWatermark, JvmSeam
 from blobstate.errors import ConfigurationError
 
-WATERMARK_NODE = "EventTimeWatermark"
-"""The logical plan node ``withWatermark`` adds."""
 DELAY_METADATA_KEY = "spark.watermarkDelayMs"
 """The column metadata by which Spark marks the event-time column downstream of ``withWatermark``."""
 _MS_PER_DAY = 24 * 3600 * 1000
@@ -42,15 +42,19 @@ class InputWatermark:
         return f"withWatermark({self.event_time_column!r}, {self.delay!r})"
 
 
-def input_watermark(df: Any) -> InputWatermark | None:
+def input_watermark(df: Any, jvm: JvmSeam | None = None) -> InputWatermark | None:
     """The watermark the streaming DataFrame ``df`` declares with ``withWatermark``; None without one.
 
     Raises :class:`InputWatermarkError` when the input declares several (Spark combines them by
     ``spark.sql.streaming.multipleWatermarkPolicy``, which blobstate does not follow), when the delay
     counts months (not a fixed length of time), or when the event-time column is not among the
-    input's columns.
+    input's columns. ``jvm`` reads the plan (default: the seam of ``df``'s session).
     """
-    nodes = _watermark_nodes(df._jdf.queryExecution().analyzed())
+    if jvm is None:
+        from blobstate.engine.jvm import seam_for
+
+        jvm = seam_for(df.sparkSession)
+    nodes = jvm.watermarks(df)
     if not nodes:
         return None
     declared = [_describe(node) for node in nodes]
@@ -60,32 +64,18 @@ def input_watermark(df: Any) -> InputWatermark | None:
             " follows one: call withWatermark once, on the input of the stateful query"
         )
     node = nodes[0]
-    delay = node.delay()
-    months = _field(delay, "months")
-    if months:
+    if node.months:
         raise InputWatermarkError(
             f"the input's {declared[0]} counts months, which have no fixed length; give the delay in"
             " weeks, days, hours, minutes or seconds"
         )
-    delay_ms = _field(delay, "days") * _MS_PER_DAY + _field(delay, "microseconds") // 1000
-    column = _event_time_column(df, node.eventTime().name(), declared[0])
-    return InputWatermark(event_time_column=column, delay_ms=delay_ms, delay=delay.toString())
+    delay_ms = node.days * _MS_PER_DAY + node.microseconds // 1000
+    column = _event_time_column(df, node.event_time, declared[0])
+    return InputWatermark(event_time_column=column, delay_ms=delay_ms, delay=node.delay)
 
 
-def _watermark_nodes(plan: Any) -> list[Any]:
-    """Every ``EventTimeWatermark`` node of a logical plan, outermost first."""
-    found, stack = [], [plan]
-    while stack:
-        node = stack.pop()
-        if node.nodeName() == WATERMARK_NODE:
-            found.append(node)
-        children = node.children()
-        stack.extend(children.apply(i) for i in reversed(range(children.size())))
-    return found
-
-
-def _describe(node: Any) -> str:
-    return f"withWatermark({node.eventTime().name()!r}, {node.delay().toString()!r})"
+def _describe(node: DeclaredWatermark) -> str:
+    return f"withWatermark({node.event_time!r}, {node.delay!r})"
 
 
 def _event_time_column(df: Any, declared_name: str, declared: str) -> str:
@@ -104,10 +94,3 @@ def _event_time_column(df: Any, declared_name: str, declared: str) -> str:
     raise InputWatermarkError(
         f"the input's {declared} event-time column appears as several columns {marked}; keep one of them"
     )
-
-
-def _field(java_object: Any, name: str) -> int:
-    """A public field of a JVM object (py4j reaches fields only through ``get_field``)."""
-    from py4j.java_gateway import get_field
-
-    return int(get_field(java_object, name))

@@ -10,18 +10,18 @@ row is read twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from pyspark.errors import PythonException
 from pyspark.sql import DataFrame
 
+from blobstate.batch.jvm import JvmSeam
 from blobstate.engine.outputs import StageFailedError, StageResult, parse_metas
 from blobstate.engine.task import MARKER_COLUMNS, META_COLUMN, UID_COLUMN
 
 
 def write_through(
     stage: DataFrame,
-    helper: Any,
+    jvm: JvmSeam,
     sink: Callable[[DataFrame], None],
     what: str,
     worker_error: Callable[[str], str],
@@ -30,16 +30,14 @@ def write_through(
 
     A Python worker's failure (the processor, or blobstate's task around it) raises
     :class:`StageFailedError` with the worker's last exception line; anything else the sink raises
-    propagates.
+    propagates. ``jvm`` taps the stage (``java/WriteThrough.java`` through the JVM seam).
     """
-    spark = stage.sparkSession
-    metas = spark.sparkContext._jsc.sc().collectionAccumulator(f"blobstate metadata of {what}")
-    jdf = helper.write_through().tapped(stage._jdf, UID_COLUMN, META_COLUMN, metas)
-    frame = DataFrame(jdf, spark).drop(*MARKER_COLUMNS)
+    tapped = jvm.write_through(stage, UID_COLUMN, META_COLUMN, what)
+    frame = tapped.frame.drop(*MARKER_COLUMNS)
     try:
         sink(frame)
     except PythonException as error:
         raise StageFailedError(
             f"{what}: a task of the processing stage failed: {worker_error(str(error))}"
         ) from None
-    return StageResult(parse_metas([str(text) for text in metas.value()], what), frame)
+    return StageResult(parse_metas(tapped.metadata(), what), frame)

@@ -35,7 +35,7 @@ log = logging.getLogger("blobstate")
 
 
 class Executors(Protocol):
-    """What the step asks of the JVM helper: the executors alive now."""
+    """What the step asks of the JVM seam (``batch.jvm.JvmSeam``): the executors alive now."""
 
     def executors(self) -> list[ExecutorIdentity]:
         """The executors alive now."""
@@ -59,13 +59,13 @@ class StandbyStep:
 
     name = "standby"
 
-    def __init__(self, settings: StandbySettings, helper: Executors, syncer: StandbySyncer | None) -> None:
+    def __init__(self, settings: StandbySettings, jvm: Executors, syncer: StandbySyncer | None) -> None:
         self.settings = settings
         self.syncer = syncer
         """Keeps standby (and warm-up) replicas at the latest commit."""
         self.assignment: dict[int, PartitionAssignment] = {}
         """Where each partition ran in the last committed batch and where its replicas are kept."""
-        self._helper = helper
+        self._seam = jvm
         self._plan: Plan | None = None
         self._ran: dict[int, PartitionAssignment] | None = None
         self._layout_from: int | None = None
@@ -128,7 +128,7 @@ class StandbyStep:
         before = self.assignment or parse_placement((previous.placement or {}) if previous else {})
         if not self.assignment and before:  # a restarted driver: wait for the recorded actives' hosts
             hosts = {a.active.host for a in before.values()}
-            alive = wait_for_hosts(hosts, self._helper.executors, settings.restart_executor_wait_seconds)
+            alive = wait_for_hosts(hosts, self._seam.executors, settings.restart_executor_wait_seconds)
             missing = sorted(hosts - {e.host for e in alive})
             if missing:
                 log.warning(
@@ -138,7 +138,7 @@ class StandbyStep:
                     settings.restart_executor_wait_seconds,
                 )
         else:
-            alive = self._helper.executors()
+            alive = self._seam.executors()
         if not self.assignment and previous is not None and self.syncer is not None:
             # A restarted driver: the replica versions the last commit recorded.
             self.syncer.seed_versions(replica_versions_of(previous.placement or {}))
@@ -175,7 +175,7 @@ class StandbyStep:
 
     def _assign_again(self, plan: Plan) -> Plan:
         """Before a rerun of the stage: the same plan, without executors lost meanwhile."""
-        alive = set(self._helper.executors())
+        alive = set(self._seam.executors())
         if all(a.active in alive for a in plan.assignment.values()):
             return plan
         return plan_assignment(
@@ -216,7 +216,7 @@ class StandbyStep:
             return {}
         failovers, cold = plan.failovers, plan.failovers_without_standby
         ran = {p: ExecutorIdentity(r.executor_id, r.host) for p, r in results.items()}
-        in_stage = moves_in_stage(plan.assignment, ran, self._helper.executors if self._helper else None)
+        in_stage = moves_in_stage(plan.assignment, ran, self._seam.executors if self._seam else None)
         lost_in_stage = [m for m in in_stage if m.reason == "during-batch"]
         failovers += sum(1 for m in lost_in_stage if m.standby)
         cold += sum(1 for m in lost_in_stage if not m.standby)

@@ -2,7 +2,7 @@
 
 :meth:`StandbySyncer.start` is called after every commit with the committed uids and the assignment.
 It runs one Spark job (on a background thread) with one task per replica, each placed on its replica's
-executor (the placement helper's preferred locations) and running
+executor (preferred locations through the JVM seam, ``batch.jvm.JvmSeam``) and running
 :func:`blobstate.standby.sync_task.run_sync_task`. A round still running when the next commit arrives is
 not interrupted: the newest commit is remembered and synced when the round ends, so replicas skip
 versions rather than queue rounds. Every report updates the replica versions (by partition and host)
@@ -24,6 +24,7 @@ from typing import Any
 
 from blobstate import defaults
 from blobstate.batch.executor import ExecutorIdentity, location_string
+from blobstate.batch.jvm import JvmSeam
 from blobstate.errors import first_line
 from blobstate.standby.assignment import PartitionAssignment
 from blobstate.standby.sync_task import SYNC_SCHEMA, SyncSpec, SyncTask, run_sync_task
@@ -81,7 +82,7 @@ class StandbySyncer:
     def __init__(
         self,
         spark: Any,
-        helper: Any,
+        jvm: JvmSeam,
         *,
         checkpoint_url: str,
         query_id: str,
@@ -92,7 +93,7 @@ class StandbySyncer:
         local_dir_grace_seconds: float = defaults.LOCAL_DIR_GRACE_SECONDS,
     ) -> None:
         self._spark = spark
-        self._helper = helper
+        self._seam = jvm
         self._checkpoint_url = checkpoint_url
         self._query_id = query_id
         self._operator = operator
@@ -212,7 +213,7 @@ class StandbySyncer:
             from pyspark.sql.pandas.types import from_arrow_schema
 
             frame = self._spark.range(0, len(tasks), 1, len(tasks))
-            located = self._helper.with_preferred_locations(
+            located = self._seam.with_preferred_locations(
                 frame, [location_string(_identity(t)) for t in tasks]
             )
             rows = located.mapInArrow(
