@@ -56,7 +56,7 @@ def job(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     import blobstate
-    from blobstate.engine.placement import PlacementHelper
+    from blobstate.engine.jvm.classic import PlacementHelper
 
     builder = SparkSession.builder.appName("blobstate-new-executor-bench")
     for item in args.conf:
