@@ -178,6 +178,16 @@ def test_exists(blob_store: BlobStore) -> None:
 
 
 # --------------------------------------------------------------------------- listing
+def test_holds_nothing_until_the_first_object(blob_store: BlobStore) -> None:
+    """What tells a mistyped object-store path ("nothing is stored under it") from a location that holds
+    something other than a checkpoint."""
+    assert blob_store.holds_nothing()
+    blob_store.put("deep/down/x", b"1", ttl=60)
+    assert not blob_store.holds_nothing()
+    blob_store.delete("deep/down/x")
+    assert blob_store.holds_nothing()
+
+
 def test_list_prefix_semantics(blob_store: BlobStore) -> None:
     names = ["b", "ab", "a/bc", "a/b/d", "a/b/c", "a/b/e/f"]
     for name in names:

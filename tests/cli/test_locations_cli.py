@@ -100,6 +100,31 @@ def test_an_existing_empty_directory_is_still_not_a_query_checkpoint(
 ) -> None:
     line = _error_line(["lineage", str(tmp_path)], capsys)
     assert line.startswith(f"error: {tmp_path} is not a query checkpoint (metadata.json is missing)")
+    assert "nothing is stored under it (a mistyped path?)" in line
+
+
+@pytest.mark.parametrize("command", ["lineage", "verify", "report", "gc", "accept-loss"])
+def test_an_empty_object_store_prefix_says_nothing_is_stored_there(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An object store has no directories to be missing: a mistyped prefix is one under which nothing is
+    stored, and every command that reads a checkpoint says so instead of only "metadata.json is missing"."""
+    url = "memory://mistyped-prefix"
+    args = [command, url, *(["--version", "3"] if command == "accept-loss" else [])]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code not in (0, None)
+    captured = capsys.readouterr()
+    said = (captured.out + captured.err).strip()
+    assert f"{url} is not a" in said and "nothing is stored under it (a mistyped path?)" in said, said
+
+
+def test_a_prefix_holding_something_else_is_not_called_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    line = _error_line(["lineage", str(tmp_path)], capsys)
+    assert "is not a query checkpoint" in line and "nothing is stored" not in line
 
 
 def test_backup_still_creates_a_new_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -495,6 +495,12 @@ class AzureBlobStore(BlobStore):
     def _list(self, prefix: str) -> list[str]:
         return list(self._list_sizes(prefix))
 
+    def holds_nothing(self) -> bool:
+        """One listing page of at most one blob under the store's prefix."""
+        with self._errors("<all objects>"):
+            pages = self._container.list_blobs(name_starts_with=self.prefix, results_per_page=1).by_page()
+            return not any(True for _ in next(iter(pages), []))
+
     def _list_sizes(self, prefix: str) -> dict[str, int]:
         sizes: dict[str, int] = {}
         with self._errors(prefix or "<all objects>"):

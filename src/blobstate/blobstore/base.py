@@ -307,6 +307,12 @@ class BlobStore(ABC):
         without a checkpoint is one whose ``metadata.json`` is missing, as the commands say."""
         return None
 
+    def holds_nothing(self) -> bool:
+        """Whether no object at all is stored under the store's location (a mistyped object-store path
+        reads this way: a prefix exists only through its objects). Backends that page their listings
+        ask for one object only."""
+        return not self.list()
+
     def install_expiry_rule(self) -> None:
         """Set up native expiry of pending objects (the S3 lifecycle rule); nothing to do elsewhere."""
         return None

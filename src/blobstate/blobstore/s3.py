@@ -452,6 +452,12 @@ class S3BlobStore(BlobStore):
     def _list(self, prefix: str) -> list[str]:
         return list(self._list_sizes(prefix))
 
+    def holds_nothing(self) -> bool:
+        """One listing request of at most one key under the store's prefix."""
+        with self._errors("<all objects>"):
+            page = self._client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        return not page.get("Contents")
+
     def _list_sizes(self, prefix: str) -> dict[str, int]:
         sizes: dict[str, int] = {}
         what = f"listing of keys under {self.prefix + prefix!r}"

@@ -180,12 +180,11 @@ def require_checkpoint(store: Any, url: str) -> None:
     """Refuse, naming ``url``, a location without a query checkpoint's ``metadata.json`` (a mistyped
     path, Spark's own ``_spark`` directory inside a checkpoint, a backup repository)."""
     from blobstate.layout import METADATA
-    from blobstate.reader.checkpoint import is_query_checkpoint
+    from blobstate.reader.checkpoint import is_query_checkpoint, nothing_stored
 
     if not is_query_checkpoint(store):
-        raise NotACheckpointError(
-            f"{redact(url)} is not a query checkpoint ({METADATA} is missing){_hint(url)}"
-        )
+        why = _hint(url) or nothing_stored(store)
+        raise NotACheckpointError(f"{redact(url)} is not a query checkpoint ({METADATA} is missing){why}")
 
 
 def _hint(url: str) -> str:

@@ -57,6 +57,18 @@ def is_query_checkpoint(store: BlobStore) -> bool:
     return store.exists(METADATA)
 
 
+def nothing_stored(store: BlobStore) -> str:
+    """``": nothing is stored under it (a mistyped path?)"`` when no object at all is under ``store``'s
+    location, else ``""``: what a message about a missing ``metadata.json`` adds, since an object
+    store's prefix, unlike a directory, cannot be told missing otherwise. Best effort: a failing listing
+    adds nothing, the message it completes says what matters."""
+    try:
+        empty = store.holds_nothing()
+    except Exception:  # the caller's message stands without this detail
+        return ""
+    return ": nothing is stored under it (a mistyped path?)" if empty else ""
+
+
 def open_version(store: BlobStore, version: int | None = None) -> CheckpointVersion:
     """Read the checkpoint's metadata and the commit of ``version`` (None: the latest).
 
@@ -68,7 +80,7 @@ def open_version(store: BlobStore, version: int | None = None) -> CheckpointVers
         metadata = log.read_metadata()
     except BlobNotFoundError:
         raise StateReadError(
-            f"{store.url} is not a blobstate query checkpoint: it has no {METADATA}"
+            f"{store.url} is not a blobstate query checkpoint: it has no {METADATA}{nothing_stored(store)}"
         ) from None
     latest = log.latest_version()
     if latest == 0:

@@ -313,7 +313,11 @@ def accept_loss(store: BlobStore, version: int, *, reason: str | None = None) ->
     try:
         log.read_metadata()
     except BlobNotFoundError:
-        raise AcceptLossError(f"{store.url} is not a query checkpoint ({METADATA} is missing)") from None
+        from blobstate.reader.checkpoint import nothing_stored
+
+        raise AcceptLossError(
+            f"{store.url} is not a query checkpoint ({METADATA} is missing){nothing_stored(store)}"
+        ) from None
     scan = log.scan(check=False)
     found = scan_for_loss(store, scan, log=log)
     if not is_int(version) or version != found.newest:

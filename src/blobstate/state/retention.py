@@ -579,8 +579,11 @@ def _read_checkpoint(store: BlobStore) -> tuple[CommitLog, Commit | None]:
     try:
         log_.read_metadata()
     except BlobNotFoundError:
+        from blobstate.reader.checkpoint import nothing_stored
+
         raise GcRefusedError(
-            f"{store.url} is not a query checkpoint ({METADATA} is missing): gc deletes nothing there"
+            f"{store.url} is not a query checkpoint ({METADATA} is missing{nothing_stored(store)}): gc"
+            " deletes nothing there"
         ) from None
     try:  # LostCommitError first, with no commit at all too: was commits/ lost?
         scan, _ = scan_for_writing(store, action="run gc on", log=log_)

@@ -502,7 +502,13 @@ def verify(
     try:
         metadata = log_.read_metadata()
     except BlobNotFoundError:
-        report.problems.append(Problem(METADATA, f"missing: {store.url} is not a blobstate query checkpoint"))
+        from blobstate.reader.checkpoint import nothing_stored
+
+        report.problems.append(
+            Problem(
+                METADATA, f"missing: {store.url} is not a blobstate query checkpoint{nothing_stored(store)}"
+            )
+        )
         return report
     except CommitLogError as error:
         report.problems.append(Problem(METADATA, f"unreadable: {error}"))
