@@ -37,4 +37,16 @@ def open_existing_blob_store(url: str, **options: Any) -> BlobStore:
     return store
 
 
-__all__ = ["BackendNotInstalledError", "open_blob_store", "open_existing_blob_store"]
+def nothing_stored(store: BlobStore) -> str:
+    """``": nothing is stored under it (a mistyped path?)"`` when no object at all is under ``store``'s
+    location, else ``""``: what a message about a missing ``metadata.json`` adds, since an object
+    store's prefix, unlike a directory, cannot be told missing otherwise. Best effort: a failing listing
+    adds nothing, the message it completes says what matters."""
+    try:
+        empty = store.holds_nothing()
+    except Exception:  # the caller's message stands without this detail
+        return ""
+    return ": nothing is stored under it (a mistyped path?)" if empty else ""
+
+
+__all__ = ["BackendNotInstalledError", "nothing_stored", "open_blob_store", "open_existing_blob_store"]

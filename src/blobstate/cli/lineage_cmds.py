@@ -179,8 +179,9 @@ class NotACheckpointError(StateError):
 def require_checkpoint(store: Any, url: str) -> None:
     """Refuse, naming ``url``, a location without a query checkpoint's ``metadata.json`` (a mistyped
     path, Spark's own ``_spark`` directory inside a checkpoint, a backup repository)."""
+    from blobstate.blobstore.open import nothing_stored
     from blobstate.layout import METADATA
-    from blobstate.reader.checkpoint import is_query_checkpoint, nothing_stored
+    from blobstate.reader.checkpoint import is_query_checkpoint
 
     if not is_query_checkpoint(store):
         why = _hint(url) or nothing_stored(store)

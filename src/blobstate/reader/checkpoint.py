@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from blobstate.blobstore import BlobNotFoundError, BlobStore
+from blobstate.blobstore.open import nothing_stored
 from blobstate.ids import CheckpointId
 from blobstate.layout import METADATA, LocalPartitionLayout
 from blobstate.lineage.commitlog import Commit, CommitLog, QueryMetadata
@@ -55,18 +56,6 @@ class CheckpointVersion:
 def is_query_checkpoint(store: BlobStore) -> bool:
     """Whether ``store`` holds a query checkpoint (its ``metadata.json``)."""
     return store.exists(METADATA)
-
-
-def nothing_stored(store: BlobStore) -> str:
-    """``": nothing is stored under it (a mistyped path?)"`` when no object at all is under ``store``'s
-    location, else ``""``: what a message about a missing ``metadata.json`` adds, since an object
-    store's prefix, unlike a directory, cannot be told missing otherwise. Best effort: a failing listing
-    adds nothing, the message it completes says what matters."""
-    try:
-        empty = store.holds_nothing()
-    except Exception:  # the caller's message stands without this detail
-        return ""
-    return ": nothing is stored under it (a mistyped path?)" if empty else ""
 
 
 def open_version(store: BlobStore, version: int | None = None) -> CheckpointVersion:

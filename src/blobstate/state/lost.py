@@ -313,7 +313,7 @@ def accept_loss(store: BlobStore, version: int, *, reason: str | None = None) ->
     try:
         log.read_metadata()
     except BlobNotFoundError:
-        from blobstate.reader.checkpoint import nothing_stored
+        from blobstate.blobstore.open import nothing_stored
 
         raise AcceptLossError(
             f"{store.url} is not a query checkpoint ({METADATA} is missing){nothing_stored(store)}"

@@ -579,7 +579,7 @@ def _read_checkpoint(store: BlobStore) -> tuple[CommitLog, Commit | None]:
     try:
         log_.read_metadata()
     except BlobNotFoundError:
-        from blobstate.reader.checkpoint import nothing_stored
+        from blobstate.blobstore.open import nothing_stored
 
         raise GcRefusedError(
             f"{store.url} is not a query checkpoint ({METADATA} is missing{nothing_stored(store)}): gc"

@@ -502,7 +502,7 @@ def verify(
     try:
         metadata = log_.read_metadata()
     except BlobNotFoundError:
-        from blobstate.reader.checkpoint import nothing_stored
+        from blobstate.blobstore.open import nothing_stored
 
         report.problems.append(
             Problem(
