@@ -594,31 +594,3 @@ def test_a_big_delta_is_applied_a_slice_of_records_at_a_time_in_write_order(
         assert dump(loaded.store.inner) == expected
     finally:
         loaded.store.close()
-
-
-def test_a_clean_marker_that_outlived_its_lineage_info_loads_with_the_lineage_rebuilt(tmp_path: Path) -> None:
-    """``mark_clean`` fsyncs the directory once, after both renames: a power cut before that may keep the
-    new ``CHECKPOINT-ID`` with the previous version's lineage info. That info names another checkpoint,
-    so it is not trusted: the lineage is rebuilt from the commit log, and the next delta carries the right
-    lineage record."""
-    from blobstate.state.localdirs import LINEAGE_INFO_FILE
-
-    store = new_memory_store()
-    driver = Driver(store)
-    lay = LocalPartitionLayout(tmp_path, QUERY_ID, OP, 0)
-    for version in (1, 2):
-        with open_p(store, tmp_path, driver.committed(), snapshot_every=NEVER) as state:
-            state.store.put("a", b"k%d" % version, b"v")
-            result = state.commit()
-        driver.commit({0: result}, version)
-        if version == 1:
-            stale = (lay.working / LINEAGE_INFO_FILE).read_bytes()
-    (lay.working / LINEAGE_INFO_FILE).write_bytes(stale)  # version 1's, beside version 2's clean marker
-    assert read_checkpoint_id(lay.working) == result.checkpoint_id
-    with open_p(store, tmp_path, result.checkpoint_id, snapshot_every=NEVER) as state:
-        assert state.load_rule == "working"
-        assert state.lineage == (result.checkpoint_id.uid, *result.lineage)
-        assert dump(state) == {("a", b"k1"): b"v", ("a", b"k2"): b"v"}
-        state.store.put("a", b"k3", b"v")
-        third = state.commit()
-    assert third.lineage == (result.checkpoint_id.uid, *result.lineage)

@@ -104,20 +104,15 @@ class LineageInfo:
 
 
 # ---------------------------------------------------------------------------------------------- markers
-def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
-    """Write ``data`` to ``path`` atomically and durably.
-
-    ``sync_dir=False`` leaves the rename to be made durable by the caller's next fsync of the same
-    directory (the file's contents are fsynced either way).
-    """
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and durably."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    if sync_dir:
-        fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def read_checkpoint_id(directory: Path) -> CheckpointId | None:
@@ -139,17 +134,10 @@ def mark_dirty(directory: Path) -> None:
 
 
 def mark_clean(directory: Path, info: LineageInfo) -> None:
-    """Write the lineage info, then ``CHECKPOINT-ID`` (last: it is what makes the directory trusted).
-
-    One fsync of ``directory`` (``CHECKPOINT-ID``'s) makes both renames durable. A crash before it may
-    keep the new ``CHECKPOINT-ID`` without the new lineage info; that is safe because the lineage info is
-    trusted only when it names the checkpoint ``CHECKPOINT-ID`` names (:func:`read_info`): an older one
-    is ignored and rebuilt from the commit log, like a missing one. Its contents are fsynced before its
-    rename, so a lineage info that is there is whole.
-    """
+    """Write the lineage info, then ``CHECKPOINT-ID`` (last: it is what makes the directory trusted)."""
     if info.checkpoint_id is None:
         raise ValueError("the empty version 0 is never marked clean")
-    write_atomic(directory / LINEAGE_INFO_FILE, info.to_json(), sync_dir=False)
+    write_atomic(directory / LINEAGE_INFO_FILE, info.to_json())
     write_atomic(directory / CHECKPOINT_ID_FILE, info.checkpoint_id.name.encode("ascii"))
 
 
