@@ -185,6 +185,48 @@ def test_symlink_in_the_ttl_area_is_not_followed(store: LocalBlobStore, root: Pa
     assert list(outside.iterdir()) == []
 
 
+def test_symlink_planted_deep_below_the_root_is_not_followed(
+    store: LocalBlobStore, root: Path, tmp_path: Path
+) -> None:
+    """Every component below the root is checked, not only the first: a link in a directory the store
+    made itself, planted after objects were written through it, is refused for reads and writes."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x").write_bytes(b"secret")
+    store.put("state/op/0/1.delta", b"1", ttl=60)
+    (root / "state" / "op" / "1").symlink_to(outside, target_is_directory=True)
+    (root / TTL_DIR / "state" / "op" / "2").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InvalidBlobNameError, match="outside the store root"):
+        store.get("state/op/1/x")
+    with pytest.raises(InvalidBlobNameError, match="outside the store root"):
+        store.put("state/op/1/y", b"planted", ttl=60)
+    with pytest.raises(InvalidBlobNameError, match="outside the store root"):
+        store.put("state/op/2/y", b"planted", ttl=60)
+    assert sorted(p.name for p in outside.iterdir()) == ["x"]
+    assert store.get("state/op/0/1.delta") == b"1"
+
+
+def test_a_symlinked_tmp_area_that_points_out_is_refused(
+    store: LocalBlobStore, root: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store.put("a", b"1")
+    os.rmdir(root / TMP_DIR)
+    (root / TMP_DIR).symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InvalidBlobNameError, match="outside the store root"):
+        store.put("b", b"2")
+    assert list(outside.iterdir()) == []
+
+
+def test_a_symlink_that_stays_inside_the_root_is_followed(store: LocalBlobStore, root: Path) -> None:
+    store.put("real/a", b"1")
+    (root / "alias").symlink_to(root / "real", target_is_directory=True)
+    assert store.get("alias/a") == b"1"
+    store.put("alias/b", b"2", ttl=60)
+    assert (root / "real" / "b").read_bytes() == b"2"
+
+
 def test_store_root_may_itself_be_a_symlink(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()

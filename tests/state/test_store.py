@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -326,6 +327,34 @@ def test_checkpoint_opens_with_the_same_content_and_ignores_later_writes(tmp_pat
             cp.put("a", b"written-in-checkpoint", b"x")
         assert s.get("a", b"written-in-checkpoint") is None
         assert s.get("a", b"k0001") == b"changed"
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda s: s.put("a", b"k2", b"v2"),
+        lambda s: s.delete("a", b"k"),
+        lambda s: s.clear("a"),
+        lambda s: s.put_columns("a", [b"k3"], [b"v3"]),
+        lambda s: s.apply([(PUT, "a", b"k4", b"v4")]),
+    ],
+    ids=["put", "delete", "clear", "put_columns", "apply"],
+)
+def test_a_flush_after_a_flush_writes_only_what_came_between(tmp_path: Path, write: Any) -> None:
+    """A second flush with nothing new is skipped (a commit's checkpoint, then its close), but every kind
+    of write in between is flushed into a new file."""
+    with RocksStateStore.open(tmp_path / "s") as s:
+        s.put("a", b"k", b"v")
+        s.flush()
+        files = len(s._open_db().live_files())
+        s.flush()
+        assert len(s._open_db().live_files()) == files
+        write(s)
+        s.flush()
+        assert len(s._open_db().live_files()) == files + 1
+        after = contents(s)
+    with RocksStateStore.open(tmp_path / "s", create=False) as reopened:
+        assert contents(reopened) == after
 
 
 def test_checkpoint_refuses_an_existing_target(store: RocksStateStore, tmp_path: Path) -> None:

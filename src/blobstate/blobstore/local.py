@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -121,7 +122,15 @@ class LocalBlobStore(BlobStore):
 
     # ----------------------------------------------------------------- paths
     def _inside(self, name: str, path: str) -> str:
-        """``path`` if it resolves inside the root, else an error: a symlink in the root points out."""
+        """``path`` if it resolves inside the root, else an error: a symlink in the root points out.
+
+        The root was resolved when the store was opened, and ``path`` is normally the root joined with
+        a validated name, which can lead out only through a symlink below the root: so only the
+        components below the root are looked at (``lstat``), and the path is resolved in full only when
+        one of them is a symlink, or the path is not of that form.
+        """
+        if _no_symlink_below(path, self._root):
+            return path
         resolved = os.path.realpath(path)
         if resolved != self._root and not _below(resolved, self._root):
             raise InvalidBlobNameError(
@@ -138,7 +147,8 @@ class LocalBlobStore(BlobStore):
 
     def _tmp_path(self) -> str:
         tmp_dir = os.path.join(self._root, TMP_DIR)
-        os.makedirs(tmp_dir, exist_ok=True)
+        if not os.path.isdir(tmp_dir):  # one stat where it exists, which is almost always
+            os.makedirs(tmp_dir, exist_ok=True)
         return os.path.join(self._inside(TMP_DIR, tmp_dir), f"{uuid.uuid4().hex}.tmp")
 
     # ----------------------------------------------------------------- writing
@@ -160,14 +170,18 @@ class LocalBlobStore(BlobStore):
         Parent directories are created as needed; a concurrent delete may prune them between ``mkdir``
         and the rename, so that race is retried. Returns False when ``exclusive`` and ``final`` exists.
         """
+        directory = os.path.dirname(final)
         for attempt in range(_MKDIR_RETRIES):
-            try:
-                os.makedirs(os.path.dirname(final), exist_ok=True)
-            except (FileExistsError, NotADirectoryError) as error:
-                raise BlobStoreError(
-                    f"cannot write blob {name!r} in {self.url}: a parent of {final!r} is an object, "
-                    "not a directory"
-                ) from error
+            # One stat where the directory exists (most writes), makedirs (a mkdir and two stats) only
+            # where it does not, or after a concurrent delete pruned it.
+            if attempt or not os.path.isdir(directory):
+                try:
+                    os.makedirs(directory, exist_ok=True)
+                except (FileExistsError, NotADirectoryError) as error:
+                    raise BlobStoreError(
+                        f"cannot write blob {name!r} in {self.url}: a parent of {final!r} is an object, "
+                        "not a directory"
+                    ) from error
             self._inside(name, final)
             try:
                 if exclusive:
@@ -185,7 +199,7 @@ class LocalBlobStore(BlobStore):
                     f"cannot write blob {name!r} in {self.url}: {final!r} is a directory"
                 ) from error
             if durable and self.fsync:
-                fsync_dir(os.path.dirname(final))
+                fsync_dir(directory)
             return True
         raise AssertionError("unreachable")
 
@@ -193,16 +207,20 @@ class LocalBlobStore(BlobStore):
         self, name: str, final: str, fill: Callable[[str], object], *, durable: bool = True
     ) -> None:
         tmp = self._write_tmp(fill, durable=durable)
+        placed = False
         try:
-            self._place(name, tmp, final, exclusive=False, durable=durable)
+            placed = self._place(name, tmp, final, exclusive=False, durable=durable)
         finally:
-            _unlink_quietly(tmp)
+            if not placed:  # renamed into place otherwise: nothing left to remove
+                _unlink_quietly(tmp)
 
-    def _record_ttl(self, name: str, ttl: float) -> None:
+    def _record_ttl(self, name: str, ttl: float, record: str | None = None) -> None:
+        """Write ``name``'s TTL record (at ``record``, its :meth:`_ttl_path` when the caller has it)."""
         expiry = f"{time.time() + ttl!r}\n".encode()
         # Not fsynced: losing a fresh record in a power cut only leaks a pending object (which a full gc
         # of unreferenced objects still finds); syncing it would halve the rate of small pending puts.
-        self._write_atomic(name, self._ttl_path(name), _writer(expiry), durable=False)
+        path = self._ttl_path(name) if record is None else record
+        self._write_atomic(name, path, _writer(expiry), durable=False)
 
     def _drop_ttl_record(self, name: str) -> None:
         path = self._ttl_path(name)
@@ -230,8 +248,9 @@ class LocalBlobStore(BlobStore):
             return
         # The record goes first: a crash after it leaves a record without an object, which expire drops;
         # the other order could leave a pending object that never expires.
-        previous = self._read_record(name)
-        self._record_ttl(name, ttl)
+        record = self._ttl_path(name)
+        previous = self._read_record(name, record)
+        self._record_ttl(name, ttl, record)
         try:
             self._write_atomic(name, final, fill)
         except BaseException:
@@ -240,9 +259,9 @@ class LocalBlobStore(BlobStore):
             self._restore_record(name, previous)
             raise
 
-    def _read_record(self, name: str) -> bytes | None:
+    def _read_record(self, name: str, record: str | None = None) -> bytes | None:
         try:
-            return _read_bytes(self._ttl_path(name))
+            return _read_bytes(self._ttl_path(name) if record is None else record)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
 
@@ -455,6 +474,28 @@ class LocalBlobStore(BlobStore):
             with contextlib.suppress(FileNotFoundError):
                 if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
                     os.unlink(entry.path)
+
+
+def _no_symlink_below(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` joined with plain segments (none empty, ``.`` or ``..``) of which no
+    existing one is a symlink: then it resolves to itself, inside ``root``, as ``os.path.realpath`` would
+    find looking at the same components. False means: resolve it in full to tell."""
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    if path == root or not path.startswith(prefix):
+        return False
+    component = prefix[:-1]
+    for segment in path[len(prefix) :].split(os.sep):
+        if segment in ("", ".", ".."):
+            return False
+        component = f"{component}{os.sep}{segment}"
+        try:
+            mode = os.lstat(component).st_mode
+        except OSError:
+            # Missing (or unreadable, as realpath treats it): no component below it can be a link either.
+            return True
+        if stat.S_ISLNK(mode):
+            return False
+    return True
 
 
 def _below(path: str, directory: str) -> bool:

@@ -264,6 +264,9 @@ class RocksStateStore:
         self._cfs: dict[str, _Family] = {}
         self._changelog = Changelog()
         self._pending = 0
+        self._unflushed = True
+        """Whether RocksDB may hold writes not yet in SST files: true from the open (conservatively) and
+        after every write, false after a flush. A flush with nothing new to write is skipped."""
         self.read_only = False
         """Opened with ``read_only``: nothing to flush on close, writes are refused by RocksDB."""
         self._tuning = QUERY
@@ -402,6 +405,7 @@ class RocksStateStore:
         if not isinstance(name, str):
             raise TypeError(f"column family name must be str, got {type(name).__name__}")
         db = self._open_db()
+        self._unflushed = True
         try:
             db.create_column_family(_CF_PREFIX + name, _cf_options(self._tuning, self._cache))
         except Exception as e:
@@ -584,6 +588,7 @@ class RocksStateStore:
 
     def _write(self, batch: WriteBatch, failure: str) -> None:
         """Write ``batch`` to RocksDB; a failure raises :class:`StateStoreError` starting with ``failure``."""
+        self._unflushed = True
         try:
             self._open_db().write(batch, self._write_opt)
         except Exception as e:
@@ -609,6 +614,7 @@ class RocksStateStore:
         """
         self._sync()
         db = self._open_db()
+        self._unflushed = True
         write_opt = self._write_opt
         families = self._cfs
         batch = WriteBatch(raw_mode=True)
@@ -664,15 +670,22 @@ class RocksStateStore:
     # ------------------------------------------------------------------ persistence
 
     def flush(self) -> None:
-        """Write every change so far into SST files (memtables flushed); after this no WAL is needed."""
+        """Write every change so far into SST files (memtables flushed); after this no WAL is needed.
+
+        Nothing is done when nothing was written since the last flush (a commit's checkpoint flushes,
+        then its close would flush again).
+        """
         db = self._open_db()
         self._sync()
+        if not self._unflushed:
+            return
         try:
             for family in self._cfs.values():
                 family.view.flush()
             db.flush()
         except Exception as e:
             raise StateStoreError(self.path, f"flush failed: {e}") from e
+        self._unflushed = False
 
     def checkpoint(self, dest_dir: str | os.PathLike[str]) -> Path:
         """Make a RocksDB hard-link checkpoint of the current state at ``dest_dir`` (must not exist).
