@@ -7,6 +7,7 @@ is refused in one line that names what is missing. The client is a process of it
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,12 +75,12 @@ def _run(session: Any, work: Path, api: str) -> None:
         query.stop()
 
 
-def _run_remote(url: str, work: Path, api: str) -> subprocess.CompletedProcess[str]:
+def _run_remote(url: str, work: Path, api: str, *extra: str) -> subprocess.CompletedProcess[str]:
     """``connect_job.py`` against ``url``: the same job from a Connect client process."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return subprocess.run(
-        [sys.executable, str(JOB), url, str(work), api],
+        [sys.executable, str(JOB), url, str(work), api, *extra],
         env=env,
         capture_output=True,
         text=True,
@@ -126,6 +127,24 @@ def test_the_running_count_over_connect_equals_the_classic_session(
     # The state lives where a classic query keeps it: the state reader of the classic session reads it.
     state = blobstate.read_state(spark, str(tmp_path / "connect" / "checkpoint")).collect()
     assert len(state) == 4
+
+
+def test_persisted_outputs_reach_the_sink_through_the_committed_only_view_over_connect(
+    connect_url: str, tmp_path: Path
+) -> None:
+    """Outputs too large to come back with the tasks' metadata stay persisted on the executors and the
+    sink reads the plugin's committed-only view of them: the stage must not run again for that view (a
+    new attempt's outputs would be refused as another attempt's)."""
+    _write_input(tmp_path / "in", BATCHES)
+    ran = _run_remote(connect_url, tmp_path, "arrow", "persisted")
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    assert _outputs(tmp_path) == _model(BATCHES)
+    commits = sorted((tmp_path / "checkpoint" / "commits").glob("*.json"))
+    assert len(commits) == len(BATCHES)
+    for path in commits:  # every batch's outputs came through the persisted stage, in one attempt
+        metrics = json.loads(path.read_text())["metrics"]
+        assert metrics["inlined_partitions"] == 0, metrics
+        assert metrics["stage_attempts"] == 1, metrics
 
 
 def test_a_query_stopped_and_started_again_over_connect_goes_on_from_its_checkpoint(

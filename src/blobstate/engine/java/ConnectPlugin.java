@@ -48,6 +48,24 @@ public final class ConnectPlugin implements RelationPlugin {
 
   private static final ObjectMapper JSON = new ObjectMapper();
 
+  /** How many wrapped plans are remembered (a few per batch are in use at a time). */
+  private static final int WRAPPED_KEPT = 256;
+
+  /**
+   * The plans built for wrapping calls, by call id: a DataFrame sent again (persisted, then acted on)
+   * must be the same plan over the same RDD, or Spark would compute it again instead of reading it.
+   */
+  private static final Map<String, LogicalPlan> WRAPPED =
+      java.util.Collections.synchronizedMap(
+          new java.util.LinkedHashMap<String, LogicalPlan>(16, 0.75f, true) {
+            private static final long serialVersionUID = 1L;
+
+            @Override
+            protected boolean removeEldestEntry(Map.Entry<String, LogicalPlan> eldest) {
+              return size() > WRAPPED_KEPT;
+            }
+          });
+
   public ConnectPlugin() {}
 
   @Override
@@ -67,6 +85,20 @@ public final class ConnectPlugin implements RelationPlugin {
   private static LogicalPlan answer(JsonNode call, SparkConnectPlanner planner) throws java.io.IOException {
     String op = call.path("op").asText();
     JsonNode args = call.path("args");
+    String id = call.path("id").asText();
+    boolean wrapping = op.equals("preferred_locations") || op.equals("committed_only");
+    if (wrapping && WRAPPED.containsKey(id)) {
+      return WRAPPED.get(id);
+    }
+    LogicalPlan built = build(op, args, call, planner);
+    if (wrapping) {
+      WRAPPED.put(id, built);
+    }
+    return built;
+  }
+
+  private static LogicalPlan build(String op, JsonNode args, JsonNode call, SparkConnectPlanner planner)
+      throws java.io.IOException {
     SparkSession session = planner.session();
     List<Dataset<Row>> children = new ArrayList<>();
     for (JsonNode child : call.path("children")) {

@@ -47,8 +47,8 @@ def plugin_missing_message(spark: SparkSession, cause: str) -> str:
     """One line naming what the server lacks and how to start it with blobstate's plugin."""
     return (
         "blobstate needs its Spark Connect server plugin, and the server does not answer it"
-        f" ({cause}): start the Connect server with blobstate's jar and plugin class"
-        f" (--jars $(blobstate helper-jar) --conf spark.connect.extensions.relation.classes={PLUGIN_CLASS});"
+        f" ({cause}): start the Connect server with the arguments `blobstate connect-server-args` prints"
+        f" (--jars <blobstate's jar> --conf spark.connect.extensions.relation.classes={PLUGIN_CLASS});"
         ' see the README\'s "Spark Connect"'
     )
 
@@ -84,6 +84,10 @@ def _call_plan(op: str, args: dict[str, Any], children: Sequence[DataFrame]) -> 
     from google.protobuf import any_pb2  # type: ignore[import-untyped]
     from pyspark.sql.connect.plan import LogicalPlan
 
+    # One id per DataFrame: the plugin answers a wrapping call it has seen with the plan it built then,
+    # so a persisted stage and the actions on it are one plan (one RDD), as on a classic session.
+    call_id = uuid.uuid4().hex
+
     class _Call(LogicalPlan):
         def __init__(self) -> None:
             super().__init__(None)
@@ -92,8 +96,7 @@ def _call_plan(op: str, args: dict[str, Any], children: Sequence[DataFrame]) -> 
             relation = self._create_proto_relation()
             plans: list[Any] = [child._plan for child in children]  # Connect DataFrames' plans
             kids = [base64.b64encode(p.plan(session).SerializeToString()).decode("ascii") for p in plans]
-            # A nonce: the server caches plans by their request, and every call must run.
-            value = json.dumps({"op": op, "args": args, "children": kids, "nonce": uuid.uuid4().hex})
+            value = json.dumps({"op": op, "args": args, "children": kids, "id": call_id})
             relation.extension.CopyFrom(any_pb2.Any(type_url=CALL_TYPE, value=value.encode("utf-8")))
             return relation
 
