@@ -85,6 +85,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
     * HelperCompileError [engine.helper_jar; also RuntimeError]
     * PlacementUnavailableError [engine.placement; also RuntimeError]
       * SparkConnectUnsupportedError [engine.placement]
+      * ConnectPluginMissingError [engine.jvm.connect]
     * ReportError [report.render]
     * ReportOutputError [report.output]
     * DemoWorkdirError [demo.run; also ValueError]

@@ -75,7 +75,16 @@ def _root(
 
 
 def _register() -> None:
-    from blobstate.cli import backup_cmds, demo_cmd, gc_cmd, lineage_cmds, loss_cmd, report_cmd, rescale_cmd
+    from blobstate.cli import (
+        backup_cmds,
+        connect_cmd,
+        demo_cmd,
+        gc_cmd,
+        lineage_cmds,
+        loss_cmd,
+        report_cmd,
+        rescale_cmd,
+    )
 
     backup_cmds.register(app)
     gc_cmd.register(app)
@@ -84,6 +93,7 @@ def _register() -> None:
     lineage_cmds.register(app)
     report_cmd.register(app)
     demo_cmd.register(app)
+    connect_cmd.register(app)
 
 
 _register()

@@ -69,6 +69,8 @@ def compile_jar(
     ``attributes`` go into the jar's manifest. Raises :class:`HelperCompileError` when javac cannot run or
     fails.
     """
+    if not _has_spark_connect(classpath):  # a Spark without its Connect server: no plugin to build
+        sources = [s for s in sources if s.name != CONNECT_PLUGIN_SOURCE]
     with tempfile.TemporaryDirectory(prefix=".build-", dir=jar.parent) as work_dir:
         work = Path(work_dir)
         classes = work / "classes"
@@ -95,6 +97,18 @@ def compile_jar(
         staged = work / jar.name
         write_jar(classes, staged, attributes)
         os.replace(staged, jar)
+
+
+CONNECT_PLUGIN_SOURCE = "ConnectPlugin.java"
+"""The Spark Connect server plugin's source, compiled only against a Spark that has the Connect server."""
+
+
+def _has_spark_connect(classpath: str) -> bool:
+    """Whether ``classpath`` holds Spark's Connect server (its ``spark-connect_*.jar``)."""
+    return any(
+        Path(entry).name.startswith("spark-connect_")
+        for entry in expand_classpath(classpath).split(os.pathsep)
+    )
 
 
 def expand_classpath(classpath: str) -> str:

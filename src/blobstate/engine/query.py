@@ -19,6 +19,8 @@ from blobstate.blobstore.expiry import warn_unless_pending_objects_expire
 from blobstate.engine.driver import BatchReport, Sink
 from blobstate.engine.executor_python import check_executors_python, processor_modules
 from blobstate.engine.jvm import seam_for
+from blobstate.engine.jvm.connect import ConnectJvm, refuse_over_connect
+from blobstate.engine.remote import ServerBatchFunction, ServerStart, connect_plan
 from blobstate.engine.spark_checkpoint import SparkCheckpoint
 from blobstate.engine.startup import (
     SPARK_DEFAULT_SHUFFLE_PARTITIONS,
@@ -44,6 +46,7 @@ from blobstate.engine.startup import (
     spark_checkpoint_location,
     start_stream,
 )
+from blobstate.engine.ticks import wants_another_batch
 from blobstate.state.retention import cleanup_latest
 
 __all__ = [
@@ -119,7 +122,13 @@ def transform_with_state(
     check_arguments(df, num_partitions, allow_rescale)
     spark = df.sparkSession
     jvm = seam_for(spark)
+    remote = isinstance(jvm, ConnectJvm)
+    if isinstance(jvm, ConnectJvm):  # refused in one line before anything is read or written
+        refuse_over_connect(initial_state=initial_state, adjuncts=adjuncts, allow_rescale=allow_rescale)
+        jvm.require_plugin()
     plan = plan_query(df, jvm, key, processor, output_schema, options, initial_watermark_ms)
+    if remote:
+        plan = connect_plan(plan)
     config, key_columns = plan.config, plan.key_columns
     store_url, checkpoint_url = claim_checkpoint(checkpoint, config)
     if config.check_executor_python:  # before anything is written or any other job runs
@@ -132,9 +141,32 @@ def transform_with_state(
     initial_frame, initial_keys = initial_state_of(jvm, initial_state, key_columns, initial_state_key)
     started_cleanup = cleanup_latest(store, opened.scan)
     location = spark_checkpoint_location(checkpoint_url, config)
-    spark_files = SparkCheckpoint(jvm, location)
     partition = partition_spec(store_url, opened.metadata.query_id, config, opened.num_partitions)
     latest = opened.scan.newest
+    if remote:
+        start = ServerStart(
+            plan,
+            processor,
+            sink,
+            store_url,
+            partition,
+            location,
+            latest,
+            started_cleanup.needed_from if started_cleanup is not None else 0,
+            ticks.token,
+            ticks.enabled,
+            ticks.metrics_name,
+            on_batch,
+            initial_watermark_ms,
+        )
+        if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
+            eviction = (latest.metrics or {}).get("eviction_watermark_ms")
+            if wants_another_batch(config.time_mode, eviction, latest.watermark_ms):
+                ticks.request(latest.batch_id + 1)
+        return start_stream(
+            spark, combined, ServerBatchFunction(start), ticks, config, location, checkpoint_url
+        )
+    spark_files = SparkCheckpoint(jvm, location)
     steps = build_steps(
         spark, jvm, store, partition, config, df, key_columns, adjuncts, adjunct_specs, spark_files, latest
     )

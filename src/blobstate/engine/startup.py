@@ -47,6 +47,7 @@ from blobstate.engine.config import (
 )
 from blobstate.engine.driver import BatchDriver, BatchReport, PostCommit, QueryTasks, Sink
 from blobstate.engine.handle import BlobstateStreamingQuery
+from blobstate.engine.jvm.connect import is_connect
 from blobstate.engine.spark_checkpoint import SparkCheckpoint
 from blobstate.engine.stage import Stage
 from blobstate.engine.ticks import Ticks, metrics_source_name
@@ -355,7 +356,7 @@ def build_driver(
 def start_stream(
     spark: SparkSession,
     combined: DataFrame,
-    driver: BatchDriver,
+    driver: Callable[[DataFrame, int], None],
     ticks: Ticks,
     config: QueryConfig,
     location: str,
@@ -373,7 +374,9 @@ def start_stream(
         writer = writer.trigger(processingTime=config.trigger_interval)
     if config.query_name:
         writer = writer.queryName(config.query_name)
-    query = BlobstateStreamingQuery(writer.start(), driver)
+    started = writer.start()
+    # Over Spark Connect the driver lives in the server's Python: the client keeps Spark's handle.
+    query = started if is_connect(spark) else BlobstateStreamingQuery(started, driver)
     _RUNNING[checkpoint_url] = query
     return query
 

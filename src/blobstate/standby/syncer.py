@@ -166,9 +166,10 @@ class StandbySyncer:
     def _run(self) -> None:
         from pyspark import SparkContext
 
-        sc: SparkContext = self._spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", SCHEDULER_POOL)
-        sc.setJobGroup(JOB_GROUP, "blobstate: bring standby replicas to the latest commit", False)
+        if not type(self._spark).__module__.startswith("pyspark.sql.connect"):  # Connect has no SparkContext
+            sc: SparkContext = self._spark.sparkContext
+            sc.setLocalProperty("spark.scheduler.pool", SCHEDULER_POOL)
+            sc.setJobGroup(JOB_GROUP, "blobstate: bring standby replicas to the latest commit", False)
         while True:
             with self._lock:
                 pending, self._pending = self._pending, None

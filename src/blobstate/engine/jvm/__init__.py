@@ -14,7 +14,12 @@ if TYPE_CHECKING:
 
 
 def seam_for(spark: SparkSession) -> JvmSeam:
-    """The JVM seam of ``spark``: the classic (py4j) one, the only implementation so far."""
+    """The JVM seam of ``spark``: through blobstate's server plugin for a Spark Connect session, else
+    the classic (py4j) one."""
+    from blobstate.engine.jvm.connect import ConnectJvm, is_connect
+
+    if is_connect(spark):
+        return ConnectJvm(spark)
     from blobstate.engine.jvm.classic import ClassicJvm
 
     return ClassicJvm(spark)

@@ -1,0 +1,88 @@
+"""A real Spark Connect server on 127.0.0.1 for the tests: PySpark's own ``SparkConnectServer`` class run
+by ``spark-submit`` (what ``sbin/start-connect-server.sh`` runs), in ``local[2]``, with or without
+blobstate's plugin (``blobstate connect-server-args``). Started in its own process group and stopped with
+it, so no JVM or Python worker is left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def connect_server(work: Path, *, plugin: bool, timeout: float = 180.0) -> Iterator[str]:
+    """Run a Connect server until the block ends; yields its ``sc://`` URL."""
+    import pyspark
+
+    from blobstate.cli.connect_cmd import server_args
+
+    spark_home = os.path.dirname(pyspark.__file__)
+    port = _free_port()
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "connect-server.log"
+    env = dict(os.environ)
+    env["SPARK_HOME"] = spark_home
+    env["PYSPARK_PYTHON"] = sys.executable  # the server's Python: foreachBatch and the workers
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    command = [
+        os.path.join(spark_home, "bin", "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "1g",
+        *(server_args() if plugin else []),
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "spark-internal",
+    ]
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while "Spark Connect server started" not in log.read_text(errors="replace"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the Connect server did not start:\n{log.read_text(errors='replace')[-3000:]}"
+                )
+            time.sleep(0.2)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def remote_session(url: str) -> object:
+    """A new Connect session to ``url`` (beside the tests' classic session, which ``builder`` would
+    refuse to mix with)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    return RemoteSession.builder.remote(url).create()

@@ -1,0 +1,55 @@
+"""The README's running count as a Spark Connect client runs it: its own process, whose only session is
+a Connect one (``python connect_job.py <sc://url> <work dir> <api> [persisted]``). The input is
+``<work>/in``, one file per batch; each batch's outputs go to ``<work>/out/batch=<id>``. A refusal is
+printed as one line ``refused: <type>: <message>`` with exit status 3."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(url: str, work: Path, api: str, persisted: bool = False) -> int:
+    """Run the query until its input is processed; print what refused it, if anything."""
+    from pyspark.sql import SparkSession
+
+    import blobstate
+    from blobstate.demo.running_count import (
+        RUNNING_COUNT_OUTPUT,
+        ArrowRunningCount,
+        RowRunningCount,
+        RunningCount,
+    )
+    from blobstate.errors import BlobstateError
+
+    processors = {"pandas": RunningCount, "row": RowRunningCount, "arrow": ArrowRunningCount}
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    out = str(work / "out")
+    try:
+        query = blobstate.transform_with_state(
+            spark.readStream.schema("key STRING, value BIGINT")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(work / "in")),
+            key="key",
+            processor=processors[api](),
+            output_schema=RUNNING_COUNT_OUTPUT,
+            checkpoint=str(work / "checkpoint"),
+            sink=lambda frame, batch_id: frame.write.mode("overwrite").parquet(f"{out}/batch={batch_id}"),
+            num_partitions=2,
+            api=api,
+            # persisted: outputs stay on the executors and the sink reads the committed-only view
+            **({"inline_output_bytes": 0} if persisted else {}),
+        )
+    except BlobstateError as error:
+        print(f"refused: {type(error).__name__}: {error}", flush=True)
+        return 3
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], "persisted" in sys.argv[4:]))

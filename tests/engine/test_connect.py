@@ -1,0 +1,171 @@
+"""blobstate from a Spark Connect client: a real Connect server (PySpark's own, started by the fixture)
+with blobstate's plugin runs the README's running count with the pandas, row and arrow APIs, with the
+same outputs, batch by batch, as the same job on the tests' classic session and as a model of it; a
+query stopped and started again over Connect goes on from its checkpoint; a server without the plugin
+is refused in one line that names what is missing. The client is a process of its own
+(``connect_job.py``) whose only session is the Connect one, as a notebook's or an IDE's is."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import blobstate
+from blobstate.demo.running_count import (
+    RUNNING_COUNT_OUTPUT,
+    ArrowRunningCount,
+    RowRunningCount,
+    RunningCount,
+)
+from connect_server import connect_server
+
+JOB = Path(__file__).with_name("connect_job.py")
+
+pytestmark = pytest.mark.spark
+
+BATCHES = [
+    {"key": ["a", "b", "a"], "value": [1, 2, 3]},
+    {"key": ["b", "c"], "value": [10, 20]},
+    {"key": ["c", "a", "d"], "value": [5, 6, 7]},
+]
+PROCESSORS = {"pandas": RunningCount, "row": RowRunningCount, "arrow": ArrowRunningCount}
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Connect server with blobstate's plugin for this module."""
+    with connect_server(tmp_path_factory.mktemp("connect"), plugin=True) as url:
+        yield url
+
+
+def _write_input(directory: Path, batches: list[dict[str, list[Any]]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, batch in enumerate(batches):
+        pd.DataFrame(batch).to_parquet(directory / f"part-{i}.parquet")
+        os.utime(directory / f"part-{i}.parquet", (1_600_000_000 + i, 1_600_000_000 + i))
+
+
+def _run(session: Any, work: Path, api: str) -> None:
+    """The README's running count on the classic ``session``, as ``connect_job.py`` runs it over Connect."""
+    out = str(work / "out")
+    query = blobstate.transform_with_state(
+        session.readStream.schema("key STRING, value BIGINT")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(work / "in")),
+        key="key",
+        processor=PROCESSORS[api](),
+        output_schema=RUNNING_COUNT_OUTPUT,
+        checkpoint=str(work / "checkpoint"),
+        sink=lambda frame, batch_id: frame.write.mode("overwrite").parquet(f"{out}/batch={batch_id}"),
+        num_partitions=2,
+        api=api,
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+def _run_remote(url: str, work: Path, api: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``connect_job.py`` against ``url``: the same job from a Connect client process."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return subprocess.run(
+        [sys.executable, str(JOB), url, str(work), api, *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _outputs(work: Path) -> list[tuple[int, str, int, int]]:
+    """Every batch's output rows, read with pyarrow (not Spark), sorted."""
+    rows = []
+    for part in sorted((work / "out").glob("batch=*")):
+        batch = int(part.name.split("=")[1])
+        for r in pq.read_table(part).to_pylist():
+            rows.append((batch, r["key"], r["count"], r["total"]))
+    return sorted(rows)
+
+
+def _model(batches: list[dict[str, list[Any]]]) -> list[tuple[int, str, int, int]]:
+    """What the running count emits: per batch, each key seen with its counters so far."""
+    counts: dict[str, tuple[int, int]] = {}
+    rows = []
+    for b, batch in enumerate(batches):
+        for key in sorted(set(batch["key"])):
+            values = [v for k, v in zip(batch["key"], batch["value"], strict=True) if k == key]
+            count, total = counts.get(key, (0, 0))
+            counts[key] = (count + len(values), total + sum(values))
+            rows.append((b, key, *counts[key]))
+    return sorted(rows)
+
+
+@pytest.mark.parametrize("api", ["pandas", "row", "arrow"])
+def test_the_running_count_over_connect_equals_the_classic_session(
+    api: str, connect_url: str, spark: Any, tmp_path: Path
+) -> None:
+    _write_input(tmp_path / "connect" / "in", BATCHES)
+    ran = _run_remote(connect_url, tmp_path / "connect", api)
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    _write_input(tmp_path / "classic" / "in", BATCHES)
+    _run(spark, tmp_path / "classic", api)
+    expected = _model(BATCHES)
+    assert _outputs(tmp_path / "classic") == expected
+    assert _outputs(tmp_path / "connect") == expected
+    # The state lives where a classic query keeps it: the state reader of the classic session reads it.
+    state = blobstate.read_state(spark, str(tmp_path / "connect" / "checkpoint")).collect()
+    assert len(state) == 4
+
+
+def test_persisted_outputs_reach_the_sink_through_the_committed_only_view_over_connect(
+    connect_url: str, tmp_path: Path
+) -> None:
+    """Outputs too large to come back with the tasks' metadata stay persisted on the executors and the
+    sink reads the plugin's committed-only view of them: the stage must not run again for that view (a
+    new attempt's outputs would be refused as another attempt's)."""
+    _write_input(tmp_path / "in", BATCHES)
+    ran = _run_remote(connect_url, tmp_path, "arrow", "persisted")
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    assert _outputs(tmp_path) == _model(BATCHES)
+    commits = sorted((tmp_path / "checkpoint" / "commits").glob("*.json"))
+    assert len(commits) == len(BATCHES)
+    for path in commits:  # every batch's outputs came through the persisted stage, in one attempt
+        metrics = json.loads(path.read_text())["metrics"]
+        assert metrics["inlined_partitions"] == 0, metrics
+        assert metrics["stage_attempts"] == 1, metrics
+
+
+def test_a_query_stopped_and_started_again_over_connect_goes_on_from_its_checkpoint(
+    connect_url: str, tmp_path: Path
+) -> None:
+    _write_input(tmp_path / "in", BATCHES[:2])
+    first = _run_remote(connect_url, tmp_path, "pandas")
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    _write_input(tmp_path / "in", BATCHES)  # the third file arrives while the query is down
+    second = _run_remote(connect_url, tmp_path, "pandas")
+    assert second.returncode == 0, second.stdout + second.stderr[-3000:]
+    assert _outputs(tmp_path) == _model(BATCHES)
+
+
+def test_a_server_without_the_plugin_is_refused_in_one_line(tmp_path: Path) -> None:
+    with connect_server(tmp_path / "server", plugin=False) as url:
+        _write_input(tmp_path / "in", BATCHES[:1])
+        ran = _run_remote(url, tmp_path, "pandas")
+    assert ran.returncode == 3, ran.stdout + ran.stderr[-3000:]
+    (message,) = [line for line in ran.stdout.splitlines() if line.startswith("refused: ")]
+    assert message.startswith("refused: ConnectPluginMissingError: ")
+    assert "blobstate needs its Spark Connect server plugin" in message
+    assert "spark.connect.extensions.relation.classes=org.apache.spark.sql.blobstate.ConnectPlugin" in message
+    assert not (tmp_path / "checkpoint" / "commits").exists()  # refused before any commit
