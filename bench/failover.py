@@ -84,56 +84,70 @@ def _write_batch(directory: Path, index: int, keys: np.ndarray) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the job
-def job(args: argparse.Namespace) -> int:
-    """The driver subprocess: run batches, pause before the last one, print one JSON line per batch."""
-    from dataclasses import asdict
-
+def cluster_session(confs: list[str], app_name: str, partitions: int) -> tuple[Any, Any]:
+    """A driver subprocess's session on the cluster (``confs``: ``key=value``) and its placement helper,
+    once two executors have registered."""
     from pyspark.sql import SparkSession
 
-    import blobstate
     from blobstate.engine.jvm.classic import PlacementHelper
 
-    builder = SparkSession.builder.appName("blobstate-failover-bench")
-    for item in args.conf:
+    builder = SparkSession.builder.appName(app_name)
+    for item in confs:
         key, value = item.split("=", 1)
         builder = builder.config(key, value)
     spark = (
         builder.config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .config("spark.sql.shuffle.partitions", str(partitions))
         .config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     helper = PlacementHelper.get(spark)
     assert helper is not None
+    deadline = time.monotonic() + 300
+    while len(helper.executors()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return spark, helper
 
-    def wait_for_executors(count: int = 2, timeout: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(helper.executors()) < count and time.monotonic() < deadline:
-            time.sleep(0.2)
 
-    wait_for_executors()
+def batch_line(query: Any, report: Any) -> dict[str, Any]:
+    """One batch's report as JSON, with the standby assignment, once its standby sync finished."""
+    from dataclasses import asdict
+
+    from blobstate.standby.step import StandbyStep
+
+    standby = query.blobstate_driver.step(StandbyStep)
+    if standby.syncer is not None:
+        standby.syncer.wait(600)
+    line = asdict(report)
+    line["assignment"] = {str(p): a.to_json() for p, a in standby.assignment.items()}
+    return line
+
+
+def pause_for_kill(batch_id: int, control: Path, helper: Any) -> None:
+    """Print that the driver paused after ``batch_id``; wait for the kill, then until Spark saw the
+    executor go (about 0.15 s): the next batch runs on the executor left, without waiting for the
+    replacement (whose cold start is Spark's, not blobstate's)."""
+    print(json.dumps({"paused": batch_id}), flush=True)
+    while not (control / "resume").exists():
+        time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while len(helper.executors()) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def job(args: argparse.Namespace) -> int:
+    """The driver subprocess: run batches, pause before the last one, print one JSON line per batch."""
+    import blobstate
+
+    spark, helper = cluster_session(args.conf, "blobstate-failover-bench", PARTITIONS)
     control = Path(args.control)
     state: dict[str, Any] = {}
 
     def on_batch(report: Any) -> None:
-        from blobstate.standby.step import StandbyStep
-
-        standby = state["query"].blobstate_driver.step(StandbyStep)
-        if standby.syncer is not None:
-            standby.syncer.wait(600)
-        line = asdict(report)
-        line["assignment"] = {str(p): a.to_json() for p, a in standby.assignment.items()}
-        print(json.dumps(line), flush=True)
+        print(json.dumps(batch_line(state["query"], report)), flush=True)
         if report.batch_id == args.pause_after:
-            print(json.dumps({"paused": report.batch_id}), flush=True)
-            while not (control / "resume").exists():
-                time.sleep(0.05)
-            # The failover batch starts once Spark saw the executor go (about 0.15 s), on the executor
-            # left, without waiting for the replacement (whose cold start is Spark's, not blobstate's).
-            deadline = time.monotonic() + 10
-            while len(helper.executors()) > 1 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            pause_for_kill(report.batch_id, control, helper)
 
     frames = spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).parquet(args.input)
     query = blobstate.transform_with_state(

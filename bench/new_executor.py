@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from failover import BlobPerKey, _write_batch  # noqa: E402
+from failover import BlobPerKey, _write_batch, batch_line, cluster_session, pause_for_kill  # noqa: E402
 
 from cluster import MultiHostCluster  # type: ignore[import-not-found]  # noqa: E402  (tests/, on sys.path above)
 
@@ -51,49 +50,18 @@ UPDATES_PER_BATCH = 2000
 # ---------------------------------------------------------------------------------------------- the job
 def job(args: argparse.Namespace) -> int:
     """The driver subprocess: run batches, pause after ``steady`` for the kill, print a line per batch."""
-    from dataclasses import asdict
-
-    from pyspark.sql import SparkSession
-
     import blobstate
-    from blobstate.engine.jvm.classic import PlacementHelper
 
-    builder = SparkSession.builder.appName("blobstate-new-executor-bench")
-    for item in args.conf:
-        key, value = item.split("=", 1)
-        builder = builder.config(key, value)
-    spark = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
-        .config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    helper = PlacementHelper.get(spark)
-    assert helper is not None
-    deadline = time.monotonic() + 300
-    while len(helper.executors()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    spark, helper = cluster_session(args.conf, "blobstate-new-executor-bench", PARTITIONS)
     control = Path(args.control)
     state: dict[str, Any] = {}
 
     def on_batch(report: Any) -> None:
-        from blobstate.standby.step import StandbyStep
-
-        standby = state["query"].blobstate_driver.step(StandbyStep)
-        if standby.syncer is not None:
-            standby.syncer.wait(600)
-        line = asdict(report)
-        line["assignment"] = {str(p): a.to_json() for p, a in standby.assignment.items()}
+        line = batch_line(state["query"], report)
         line["alive_after"] = sorted(e.executor_id for e in helper.executors())
         print(json.dumps(line), flush=True)
         if report.batch_id == args.pause_after and not args.kill_during_batch:
-            print(json.dumps({"paused": report.batch_id}), flush=True)
-            while not (control / "resume").exists():
-                time.sleep(0.05)
-            until = time.monotonic() + 10
-            while len(helper.executors()) > 1 and time.monotonic() < until:
-                time.sleep(0.05)
+            pause_for_kill(report.batch_id, control, helper)
 
     frames = spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).parquet(args.input)
     query = blobstate.transform_with_state(

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 
-def main(url: str, work: Path, api: str, persisted: bool = False) -> int:
-    """Run the query until its input is processed; print what refused it, if anything."""
-    from pyspark.sql import SparkSession
-
+def start_running_count(spark: Any, work: Path, api: str, persisted: bool = False) -> Any:
+    """The README's running count on ``spark`` (classic or Connect), one input file per batch from
+    ``work/in``, each batch's outputs to ``work/out``; ``persisted`` keeps the outputs on the executors
+    (the sink reads the committed-only view)."""
     import blobstate
     from blobstate.demo.running_count import (
         RUNNING_COUNT_OUTPUT,
@@ -20,26 +21,33 @@ def main(url: str, work: Path, api: str, persisted: bool = False) -> int:
         RowRunningCount,
         RunningCount,
     )
-    from blobstate.errors import BlobstateError
 
     processors = {"pandas": RunningCount, "row": RowRunningCount, "arrow": ArrowRunningCount}
-    spark = SparkSession.builder.remote(url).getOrCreate()
     out = str(work / "out")
+    return blobstate.transform_with_state(
+        spark.readStream.schema("key STRING, value BIGINT")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(work / "in")),
+        key="key",
+        processor=processors[api](),
+        output_schema=RUNNING_COUNT_OUTPUT,
+        checkpoint=str(work / "checkpoint"),
+        sink=lambda frame, batch_id: frame.write.mode("overwrite").parquet(f"{out}/batch={batch_id}"),
+        num_partitions=2,
+        api=api,
+        **({"inline_output_bytes": 0} if persisted else {}),
+    )
+
+
+def main(url: str, work: Path, api: str, persisted: bool = False) -> int:
+    """Run the query until its input is processed; print what refused it, if anything."""
+    from pyspark.sql import SparkSession
+
+    from blobstate.errors import BlobstateError
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
     try:
-        query = blobstate.transform_with_state(
-            spark.readStream.schema("key STRING, value BIGINT")
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(work / "in")),
-            key="key",
-            processor=processors[api](),
-            output_schema=RUNNING_COUNT_OUTPUT,
-            checkpoint=str(work / "checkpoint"),
-            sink=lambda frame, batch_id: frame.write.mode("overwrite").parquet(f"{out}/batch={batch_id}"),
-            num_partitions=2,
-            api=api,
-            # persisted: outputs stay on the executors and the sink reads the committed-only view
-            **({"inline_output_bytes": 0} if persisted else {}),
-        )
+        query = start_running_count(spark, work, api, persisted)
     except BlobstateError as error:
         print(f"refused: {type(error).__name__}: {error}", flush=True)
         return 3

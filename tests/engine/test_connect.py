@@ -18,14 +18,9 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from connect_job import start_running_count
 
 import blobstate
-from blobstate.demo.running_count import (
-    RUNNING_COUNT_OUTPUT,
-    ArrowRunningCount,
-    RowRunningCount,
-    RunningCount,
-)
 from connect_server import connect_server
 
 JOB = Path(__file__).with_name("connect_job.py")
@@ -37,7 +32,6 @@ BATCHES = [
     {"key": ["b", "c"], "value": [10, 20]},
     {"key": ["c", "a", "d"], "value": [5, 6, 7]},
 ]
-PROCESSORS = {"pandas": RunningCount, "row": RowRunningCount, "arrow": ArrowRunningCount}
 
 
 @pytest.fixture(scope="module")
@@ -56,19 +50,7 @@ def _write_input(directory: Path, batches: list[dict[str, list[Any]]]) -> None:
 
 def _run(session: Any, work: Path, api: str) -> None:
     """The README's running count on the classic ``session``, as ``connect_job.py`` runs it over Connect."""
-    out = str(work / "out")
-    query = blobstate.transform_with_state(
-        session.readStream.schema("key STRING, value BIGINT")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(work / "in")),
-        key="key",
-        processor=PROCESSORS[api](),
-        output_schema=RUNNING_COUNT_OUTPUT,
-        checkpoint=str(work / "checkpoint"),
-        sink=lambda frame, batch_id: frame.write.mode("overwrite").parquet(f"{out}/batch={batch_id}"),
-        num_partitions=2,
-        api=api,
-    )
+    query = start_running_count(session, work, api)
     try:
         query.processAllAvailable()
     finally:
