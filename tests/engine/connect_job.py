@@ -1,5 +1,5 @@
 """The README's running count as a Spark Connect client runs it: its own process, whose only session is
-a Connect one (``python connect_job.py <sc://url> <work dir> <api> [persisted]``). The input is
+a Connect one (``python connect_job.py <sc://url> <work dir> <api> [persisted] [read]``). The input is
 ``<work>/in``, one file per batch; each batch's outputs go to ``<work>/out/batch=<id>``. A refusal is
 printed as one line ``refused: <type>: <message>`` with exit status 3."""
 
@@ -39,10 +39,14 @@ def start_running_count(spark: Any, work: Path, api: str, persisted: bool = Fals
     )
 
 
-def main(url: str, work: Path, api: str, persisted: bool = False) -> int:
-    """Run the query until its input is processed; print what refused it, if anything."""
+def main(url: str, work: Path, api: str, persisted: bool = False, read: bool = False) -> int:
+    """Run the query until its input is processed; print what refused it, if anything. ``read``: then
+    print the checkpoint's state as the state reader gives it over Connect (one JSON line)."""
+    import json
+
     from pyspark.sql import SparkSession
 
+    import blobstate
     from blobstate.errors import BlobstateError
 
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -53,6 +57,10 @@ def main(url: str, work: Path, api: str, persisted: bool = False) -> int:
         return 3
     try:
         query.processAllAvailable()
+        query.stop()
+        if read:
+            rows = blobstate.read_state(spark, str(work / "checkpoint")).collect()
+            print(json.dumps({"state": sorted(repr(r) for r in rows)}), flush=True)
     finally:
         query.stop()
         spark.stop()
@@ -60,4 +68,5 @@ def main(url: str, work: Path, api: str, persisted: bool = False) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], "persisted" in sys.argv[4:]))
+    flags = sys.argv[4:]
+    sys.exit(main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], "persisted" in flags, "read" in flags))

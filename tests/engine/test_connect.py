@@ -99,16 +99,23 @@ def test_the_running_count_over_connect_equals_the_classic_session(
     api: str, connect_url: str, spark: Any, tmp_path: Path
 ) -> None:
     _write_input(tmp_path / "connect" / "in", BATCHES)
-    ran = _run_remote(connect_url, tmp_path / "connect", api)
+    ran = _run_remote(connect_url, tmp_path / "connect", api, "read")
     assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    (read,) = [json.loads(x)["state"] for x in ran.stdout.splitlines() if x.startswith('{"state"')]
     _write_input(tmp_path / "classic" / "in", BATCHES)
     _run(spark, tmp_path / "classic", api)
     expected = _model(BATCHES)
     assert _outputs(tmp_path / "classic") == expected
     assert _outputs(tmp_path / "connect") == expected
-    # The state lives where a classic query keeps it: the state reader of the classic session reads it.
-    state = blobstate.read_state(spark, str(tmp_path / "connect" / "checkpoint")).collect()
-    assert len(state) == 4
+    # The state reader over Connect reads what the classic session's reader reads, for both checkpoints.
+    classic_read = sorted(
+        repr(r) for r in blobstate.read_state(spark, str(tmp_path / "classic" / "checkpoint")).collect()
+    )
+    connect_read = sorted(
+        repr(r) for r in blobstate.read_state(spark, str(tmp_path / "connect" / "checkpoint")).collect()
+    )
+    assert len(classic_read) == 4  # a, b, c, d
+    assert read == connect_read == classic_read
 
 
 def test_persisted_outputs_reach_the_sink_through_the_committed_only_view_over_connect(
