@@ -232,11 +232,11 @@ def main() -> int:
     inputs = base / "in"
     write_inputs(inputs, args.keys, args.events, args.batches, seed=5)
     results = [run("classic", args, inputs, None)]
-    with connect_server(base / "server", plugin=True) as url:
-        results.append(run("connect", args, inputs, url))
-        results.append(run("tws_connect", args, inputs, url))
-    with connect_server(base / "server-bare", plugin=False) as url:
-        results.append(run("connect_no_plugin", args, inputs, url))
+    with connect_server(base / "server", plugin=True) as server:
+        results.append(run("connect", args, inputs, server.url))
+        results.append(run("tws_connect", args, inputs, server.url))
+    with connect_server(base / "server-bare", plugin=False) as server:
+        results.append(run("connect_no_plugin", args, inputs, server.url))
     classic = results[0].get("cpu_ms_per_event")
     for r in results:
         if classic and r.get("cpu_ms_per_event"):

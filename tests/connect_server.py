@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -22,9 +23,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class ConnectServer:
+    """A running Connect server: its ``sc://`` URL and its process group."""
+
+    url: str
+    pgid: int
+
+    def kill(self) -> None:
+        """SIGKILL the server with its Python processes (a crash of the host running it)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
-def connect_server(work: Path, *, plugin: bool, timeout: float = 180.0) -> Iterator[str]:
-    """Run a Connect server until the block ends; yields its ``sc://`` URL."""
+def connect_server(work: Path, *, plugin: bool, timeout: float = 180.0) -> Iterator[ConnectServer]:
+    """Run a Connect server until the block ends (or it is killed)."""
     import pyspark
 
     from blobstate.cli.connect_cmd import server_args
@@ -68,7 +82,7 @@ def connect_server(work: Path, *, plugin: bool, timeout: float = 180.0) -> Itera
                     f"the Connect server did not start:\n{log.read_text(errors='replace')[-3000:]}"
                 )
             time.sleep(0.2)
-        yield f"sc://127.0.0.1:{port}"
+        yield ConnectServer(f"sc://127.0.0.1:{port}", process.pid)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
@@ -78,11 +92,3 @@ def connect_server(work: Path, *, plugin: bool, timeout: float = 180.0) -> Itera
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
-
-
-def remote_session(url: str) -> object:
-    """A new Connect session to ``url`` (beside the tests' classic session, which ``builder`` would
-    refuse to mix with)."""
-    from pyspark.sql.connect.session import SparkSession as RemoteSession
-
-    return RemoteSession.builder.remote(url).create()

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,8 @@ BATCHES = [
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One Connect server with blobstate's plugin for this module."""
-    with connect_server(tmp_path_factory.mktemp("connect"), plugin=True) as url:
-        yield url
+    with connect_server(tmp_path_factory.mktemp("connect"), plugin=True) as server:
+        yield server.url
 
 
 def _write_input(directory: Path, batches: list[dict[str, list[Any]]]) -> None:
@@ -148,10 +149,46 @@ def test_a_query_stopped_and_started_again_over_connect_goes_on_from_its_checkpo
     assert _outputs(tmp_path) == _model(BATCHES)
 
 
+def test_a_connect_server_killed_during_the_query_loses_nothing_and_a_new_one_goes_on(tmp_path: Path) -> None:
+    """SIGKILL the Connect server (its JVM, the query's Python driver, the workers) once the first batch's
+    outputs are written; a new server and the same client job finish the input: the outputs and the state
+    equal the model, and the commit log holds every batch once."""
+    _write_input(tmp_path / "in", BATCHES)
+    with connect_server(tmp_path / "server-1", plugin=True) as server:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        client = subprocess.Popen(
+            [sys.executable, str(JOB), server.url, str(tmp_path), "pandas"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "out" / "batch=0" / "_SUCCESS").exists():
+            assert client.poll() is None and time.monotonic() < deadline, "batch 0 never finished"
+            time.sleep(0.05)
+        server.kill()
+        try:
+            client.wait(60)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            client.wait(10)
+    killed_at = len(list((tmp_path / "checkpoint" / "commits").glob("*.json")))
+    assert killed_at < len(BATCHES), "the kill came after the whole input: it tested nothing"
+    with connect_server(tmp_path / "server-2", plugin=True) as server:
+        ran = _run_remote(server.url, tmp_path, "pandas", "read")
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    assert _outputs(tmp_path) == _model(BATCHES)
+    (state,) = [json.loads(x)["state"] for x in ran.stdout.splitlines() if x.startswith('{"state"')]
+    assert len(state) == 4  # a, b, c, d
+    commits = sorted(int(p.stem) for p in (tmp_path / "checkpoint" / "commits").glob("*.json"))
+    assert commits == list(range(1, len(BATCHES) + 1))
+
+
 def test_a_server_without_the_plugin_is_refused_in_one_line(tmp_path: Path) -> None:
-    with connect_server(tmp_path / "server", plugin=False) as url:
+    with connect_server(tmp_path / "server", plugin=False) as server:
         _write_input(tmp_path / "in", BATCHES[:1])
-        ran = _run_remote(url, tmp_path, "pandas")
+        ran = _run_remote(server.url, tmp_path, "pandas")
     assert ran.returncode == 3, ran.stdout + ran.stderr[-3000:]
     (message,) = [line for line in ran.stdout.splitlines() if line.startswith("refused: ")]
     assert message.startswith("refused: ConnectPluginMissingError: ")
