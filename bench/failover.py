@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +171,55 @@ def job(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- runs
+class DriverRun:
+    """A benchmark's driver subprocess on the cluster (``script --job`` with the common arguments and
+    ``extra``): its JSON lines on stdout, its log."""
+
+    def __init__(
+        self, script: str, work: Path, cluster: MultiHostCluster, conf: dict[str, str], extra: list[str]
+    ) -> None:
+        """Start it; the input is ``work/in``, the checkpoint ``work/ckpt``, the pause control
+        ``work/control``."""
+        (work / "control").mkdir()
+        command = [
+            sys.executable,
+            script,
+            "--job",
+            *(f"--conf={k}={v}" for k, v in conf.items()),
+            f"--input={work / 'in'}",
+            f"--checkpoint={work / 'ckpt'}",
+            f"--local-dir={cluster.host_disk}",
+            f"--control={work / 'control'}",
+            *extra,
+        ]
+        self.work = work
+        self.out = work / "job.out"
+        with self.out.open("w") as stdout, (work / "job.log").open("w") as stderr:
+            self.proc = subprocess.Popen(
+                command, env=cluster.driver_env([str(ROOT / "bench")]), stdout=stdout, stderr=stderr
+            )
+
+    def lines(self) -> list[dict[str, Any]]:
+        """The JSON lines printed so far."""
+        return [json.loads(x) for x in self.out.read_text().splitlines() if x.startswith("{")]
+
+    def wait_for(self, done: Callable[[dict[str, Any]], bool], poll: float = 0.2) -> None:
+        """Until a printed line satisfies ``done``; the log's tail if the driver ended first."""
+        while not any(done(x) for x in self.lines()):
+            if self.proc.poll() is not None:
+                raise RuntimeError((self.work / "job.log").read_text()[-4000:])
+            time.sleep(poll)
+
+    def resume(self) -> None:
+        """Let a driver paused for the kill go on."""
+        (self.work / "control" / "resume").touch()
+
+    def finish(self, timeout: float = 1800) -> None:
+        """Wait for the driver to end; the log's tail if it failed."""
+        if self.proc.wait(timeout) != 0:
+            raise RuntimeError((self.work / "job.log").read_text()[-4000:])
+
+
 def run(cluster: MultiHostCluster, mb_per_partition: int, replicas: int, steady: int) -> dict[str, Any]:
     """One query: load, steady batches, host loss, failover batch."""
     work = Path(tempfile.mkdtemp(prefix="failover-bench-"))
@@ -179,43 +228,18 @@ def run(cluster: MultiHostCluster, mb_per_partition: int, replicas: int, steady:
     _write_batch(work / "in", 0, np.arange(keys))
     for i in range(1, steady + 2):
         _write_batch(work / "in", i, rng.choice(keys, min(keys, UPDATES_PER_BATCH), replace=False))
-    (work / "control").mkdir()
     conf = {**cluster.driver_conf(), **cluster.fast_recovery_conf()}
-    command = [
-        sys.executable,
-        __file__,
-        "--job",
-        *(f"--conf={k}={v}" for k, v in conf.items()),
-        f"--input={work / 'in'}",
-        f"--checkpoint={work / 'ckpt'}",
-        f"--local-dir={cluster.host_disk}",
-        f"--control={work / 'control'}",
-        f"--replicas={replicas}",
-        f"--value-bytes={VALUE_BYTES}",
-        f"--pause-after={steady}",
-    ]
-    out = work / "job.out"
-    with out.open("w") as stdout, (work / "job.log").open("w") as stderr:
-        proc = subprocess.Popen(
-            command, env=cluster.driver_env([str(ROOT / "bench")]), stdout=stdout, stderr=stderr
-        )
-
-    def lines() -> list[dict[str, Any]]:
-        return [json.loads(x) for x in out.read_text().splitlines() if x.startswith("{")]
-
-    while not any(x.get("paused") == steady for x in lines()):
-        if proc.poll() is not None:
-            raise RuntimeError((work / "job.log").read_text()[-4000:])
-        time.sleep(0.2)
-    paused = next(x for x in lines() if x.get("batch_id") == steady)
+    extra = [f"--replicas={replicas}", f"--value-bytes={VALUE_BYTES}", f"--pause-after={steady}"]
+    driver = DriverRun(__file__, work, cluster, conf, extra)
+    driver.wait_for(lambda x: x.get("paused") == steady)
+    paused = next(x for x in driver.lines() if x.get("batch_id") == steady)
     victim = paused["assignment"]["0"]["active"]["host"]
     moved = [p for p, a in paused["assignment"].items() if a["active"]["host"] == victim]
     cluster.kill_host(cluster.hosts.index(victim))
-    (work / "control" / "resume").touch()
-    if proc.wait(1800) != 0:
-        raise RuntimeError((work / "job.log").read_text()[-4000:])
+    driver.resume()
+    driver.finish()
     cluster.start_host(cluster.hosts.index(victim))
-    batches = {x["batch_id"]: x for x in lines() if "batch_id" in x}
+    batches = {x["batch_id"]: x for x in driver.lines() if "batch_id" in x}
     steady_lines = [batches[b] for b in range(2, steady + 1)]
     failover = batches[steady + 1]
     steady_seconds = statistics.median(x["seconds"] for x in steady_lines)

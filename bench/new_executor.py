@@ -25,7 +25,6 @@ import argparse
 import json
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from failover import BlobPerKey, _write_batch, batch_line, cluster_session, pause_for_kill  # noqa: E402
+from failover import (  # noqa: E402
+    BlobPerKey,
+    DriverRun,
+    _write_batch,
+    batch_line,
+    cluster_session,
+    pause_for_kill,
+)
 
 from cluster import MultiHostCluster  # type: ignore[import-not-found]  # noqa: E402  (tests/, on sys.path above)
 
@@ -122,44 +128,22 @@ def run(
     _write_batch(work / "in", 0, np.arange(keys))
     for i in range(1, steady + after + 2):
         _write_batch(work / "in", i, rng.choice(keys, min(keys, updates), replace=False))
-    (work / "control").mkdir()
     conf = {**cluster.driver_conf(), **cluster.fast_recovery_conf(), "spark.locality.wait": wait}
-    command = [
-        sys.executable,
-        __file__,
-        "--job",
-        *(f"--conf={k}={v}" for k, v in conf.items()),
-        f"--input={work / 'in'}",
-        f"--checkpoint={work / 'ckpt'}",
-        f"--local-dir={cluster.host_disk}",
-        f"--control={work / 'control'}",
-        f"--value-bytes={VALUE_BYTES}",
-        f"--pause-after={steady}",
-        *(["--kill-during-batch"] if during_batch else []),
-    ]
-    out = work / "job.out"
-    with out.open("w") as stdout, (work / "job.log").open("w") as stderr:
-        proc = subprocess.Popen(
-            command, env=cluster.driver_env([str(ROOT / "bench")]), stdout=stdout, stderr=stderr
-        )
-
-    def lines() -> list[dict[str, Any]]:
-        return [json.loads(x) for x in out.read_text().splitlines() if x.startswith("{")]
-
-    while not any(x.get("paused") == steady or x.get("batch_id") == steady for x in lines()):
-        if proc.poll() is not None:
-            raise RuntimeError((work / "job.log").read_text()[-4000:])
-        time.sleep(0.05)
-    paused = next(x for x in lines() if x.get("batch_id") == steady)
+    extra = [f"--value-bytes={VALUE_BYTES}", f"--pause-after={steady}"]
+    driver = DriverRun(
+        __file__, work, cluster, conf, extra + (["--kill-during-batch"] if during_batch else [])
+    )
+    driver.wait_for(lambda x: x.get("paused") == steady or x.get("batch_id") == steady, poll=0.05)
+    paused = next(x for x in driver.lines() if x.get("batch_id") == steady)
     victim = paused["assignment"]["0"]["active"]["host"]
     if during_batch:  # halfway through the next batch's expected time
-        time.sleep(statistics.median(x["seconds"] for x in lines() if x.get("batch_id", 0) > 1) / 2)
+        seconds = [x["seconds"] for x in driver.lines() if x.get("batch_id", 0) > 1]
+        time.sleep(statistics.median(seconds) / 2)
     cluster.kill_host(cluster.hosts.index(victim))
-    (work / "control" / "resume").touch()
-    if proc.wait(1800) != 0:
-        raise RuntimeError((work / "job.log").read_text()[-4000:])
+    driver.resume()
+    driver.finish()
     cluster.start_host(cluster.hosts.index(victim))
-    batches = {x["batch_id"]: x for x in lines() if "batch_id" in x}
+    batches = {x["batch_id"]: x for x in driver.lines() if "batch_id" in x}
     steady_seconds = statistics.median(batches[b]["seconds"] for b in range(2, steady + 1))
     return {
         "locality_wait": wait,
