@@ -57,6 +57,28 @@ class SourceLeaf:
     """A ``StreamingRelation``'s user-specified schema as Spark's JSON (None: none given)."""
 
 
+def is_connect(spark: object) -> bool:
+    """Whether ``spark`` is a Spark Connect session: no SparkContext and no JVM in this process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def executors_from_block_managers(entries: Iterable[str], local: bool) -> list[ExecutorIdentity]:
+    """The executors of Spark's block managers (``<executor id>\t<host>`` each, as the JVM helper's
+    ``PreferredLocations.blockManagers`` lists them) in Spark's numeric id order; the driver's own block
+    manager counts only in local mode, where the driver is the one executor."""
+    found = []
+    for entry in entries:
+        executor_id, _, host = str(entry).partition("\t")
+        if executor_id != "driver" or local:
+            found.append(ExecutorIdentity(executor_id, host))
+
+    def order(e: ExecutorIdentity) -> tuple[bool, int, ExecutorIdentity]:
+        digits = e.executor_id.isdigit()
+        return (not digits, int(e.executor_id) if digits else 0, e)
+
+    return sorted(found, key=order)
+
+
 class ProbeFailedError(QueryError, RuntimeError):
     """The probe task could not run on an executor; the message is the task's own error, in one line."""
 

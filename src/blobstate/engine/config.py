@@ -363,8 +363,10 @@ def parse_duration_ms(text: str, option: str = "duration") -> int:
 def spark_blobstate_conf(spark: SparkSession) -> dict[str, str]:
     """The ``spark.blobstate.*`` settings of a session: the SparkContext's conf, overridden by the
     session's runtime conf (``spark.conf.set`` before the query starts), as Spark's own options are."""
+    from blobstate.batch.jvm import is_connect
+
     conf: dict[str, str] = {}
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):  # Connect: no SparkContext here
+    if not is_connect(spark):  # Connect: no SparkContext here
         conf = {k: v for k, v in spark.sparkContext.getConf().getAll() if k.startswith(SPARK_CONF_PREFIX)}
     try:
         runtime = spark.conf.getAll

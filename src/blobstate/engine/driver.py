@@ -39,7 +39,7 @@ from blobstate.engine.stage import (
     StageRun,
 )
 from blobstate.engine.task import TaskSpec
-from blobstate.engine.ticks import Ticks, wants_another_batch
+from blobstate.engine.ticks import Ticks, owes_a_batch
 from blobstate.errors import BlobstateError, process_ending
 from blobstate.lineage.commitlog import Commit, CommitLog
 
@@ -550,9 +550,8 @@ class BatchDriver:
         needs one)."""
         if self.ticks is None:
             return
-        eviction = (commit.metrics or {}).get("eviction_watermark_ms")
-        if any(step.wants_another_batch() for step in self.steps) or wants_another_batch(
-            self.config.time_mode, eviction, commit.watermark_ms
+        if any(step.wants_another_batch() for step in self.steps) or owes_a_batch(
+            self.config.time_mode, commit
         ):
             self.ticks.request(commit.batch_id + 1)
 

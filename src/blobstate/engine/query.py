@@ -46,7 +46,7 @@ from blobstate.engine.startup import (
     spark_checkpoint_location,
     start_stream,
 )
-from blobstate.engine.ticks import wants_another_batch
+from blobstate.engine.ticks import owes_a_batch
 from blobstate.state.retention import cleanup_latest
 
 __all__ = [
@@ -143,6 +143,7 @@ def transform_with_state(
     location = spark_checkpoint_location(checkpoint_url, config)
     partition = partition_spec(store_url, opened.metadata.query_id, config, opened.num_partitions)
     latest = opened.scan.newest
+    needed_from = started_cleanup.needed_from if started_cleanup is not None else 0
     if remote:
         start = ServerStart(
             plan,
@@ -152,17 +153,18 @@ def transform_with_state(
             partition,
             location,
             latest,
-            started_cleanup.needed_from if started_cleanup is not None else 0,
+            needed_from,
             ticks.token,
             ticks.enabled,
             ticks.metrics_name,
             on_batch,
             initial_watermark_ms,
         )
-        if latest is not None:  # a batch the last run owed Spark's semantics (timers on an idle stream)
-            eviction = (latest.metrics or {}).get("eviction_watermark_ms")
-            if wants_another_batch(config.time_mode, eviction, latest.watermark_ms):
-                ticks.request(latest.batch_id + 1)
+        # A batch the last run owed Spark's semantics (timers on an idle stream); the driver asks for it
+        # on a classic session (request_tick), here it is built only at the first batch. No step of a
+        # Connect query wants one of its own (side streams are refused there).
+        if latest is not None and owes_a_batch(config.time_mode, latest):
+            ticks.request(latest.batch_id + 1)
         return start_stream(
             spark, combined, ServerBatchFunction(start), ticks, config, location, checkpoint_url
         )
@@ -170,7 +172,6 @@ def transform_with_state(
     steps = build_steps(
         spark, jvm, store, partition, config, df, key_columns, adjuncts, adjunct_specs, spark_files, latest
     )
-    needed_from = started_cleanup.needed_from if started_cleanup is not None else 0
     parts = DriverParts(partition, store, steps, spark_files, ticks, needed_from)
     driver = build_driver(
         spark,

@@ -74,22 +74,21 @@ def build_server_driver(spark: SparkSession, frame: DataFrame, start: ServerStar
     """The batch driver of ``start`` on the server's session ``spark`` (``frame``: a batch of the input,
     whose columns are the input's)."""
     from blobstate.blobstore import open_blob_store
-    from blobstate.engine.jvm.connect import ConnectJvm, ConnectPluginMissingError, plugin_missing_message
+    from blobstate.engine.jvm.connect import ConnectJvm
     from blobstate.engine.spark_checkpoint import SparkCheckpoint
     from blobstate.engine.startup import DriverParts, build_driver, build_steps
     from blobstate.engine.ticks import Ticks
 
     jvm = ConnectJvm(spark)
-    if not jvm.load_helper():
-        raise ConnectPluginMissingError(plugin_missing_message(spark, "in the query's Python process"))
+    jvm.require_plugin()
     store = open_blob_store(start.store_url)
     ticks = Ticks(
         jvm.ticks_channel(),
         enabled=start.ticks_enabled,
         metrics=jvm.metrics_channel(),
         metrics_name=start.metrics_name,
+        token=start.ticks_token,
     )
-    ticks.token = start.ticks_token
     spark_files = SparkCheckpoint(jvm, start.spark_checkpoint)
     config = start.plan.config
     steps = build_steps(

@@ -34,7 +34,7 @@ from pyspark.sql.types import StructType
 from blobstate.adjunct.spec import Adjunct, AdjunctSpec
 from blobstate.adjunct.step import AdjunctStep
 from blobstate.batch.contracts import JsonObject, PartitionSpec
-from blobstate.batch.jvm import JvmSeam
+from blobstate.batch.jvm import JvmSeam, is_connect
 from blobstate.batch.steps import BatchStep
 from blobstate.blobstore import BlobStore
 from blobstate.blobstore.schemes import NoHadoopLocationError, hadoop_location, normalize_location
@@ -47,7 +47,6 @@ from blobstate.engine.config import (
 )
 from blobstate.engine.driver import BatchDriver, BatchReport, PostCommit, QueryTasks, Sink
 from blobstate.engine.handle import BlobstateStreamingQuery
-from blobstate.engine.jvm.connect import is_connect
 from blobstate.engine.spark_checkpoint import SparkCheckpoint
 from blobstate.engine.stage import Stage
 from blobstate.engine.ticks import Ticks, metrics_source_name

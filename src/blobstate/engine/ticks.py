@@ -53,6 +53,13 @@ def wants_another_batch(time_mode: str, eviction_watermark_ms: int | None, water
     return False
 
 
+def owes_a_batch(time_mode: str, commit: Any) -> bool:
+    """Whether Spark's ``transformWithState`` would run a batch after the one ``commit`` recorded
+    without new input (:func:`wants_another_batch` with the commit's watermarks)."""
+    eviction = (commit.metrics or {}).get("eviction_watermark_ms")
+    return wants_another_batch(time_mode, eviction, commit.watermark_ms)
+
+
 class Ticks:
     """The driver's end of one query's ticks source (a channel in the driver JVM, named by a token)."""
 
@@ -63,16 +70,18 @@ class Ticks:
         enabled: bool = True,
         metrics: MetricsChannel | None = None,
         metrics_name: str = "blobstate",
+        token: str | None = None,
     ) -> None:
         """``source`` is the ticks source's driver end (``JvmSeam.ticks_channel``); with ``enabled``
         False (Spark conf ``spark.sql.streaming.noDataMicroBatches.enabled=false``) no batch is requested.
         ``metrics`` (``JvmSeam.metrics_channel``; None: none) receives the published numbers as the
-        gauges of the metrics source ``metrics_name``."""
+        gauges of the metrics source ``metrics_name``. ``token`` names the channel (default: a new one;
+        a query's driver built elsewhere, in a Spark Connect server, takes the client's)."""
         self._source = source
         self._metrics = metrics
         self.metrics_name = metrics_name
         self.enabled = enabled
-        self.token = uuid.uuid4().hex
+        self.token = token if token is not None else uuid.uuid4().hex
 
     def with_ticks(self, spark: SparkSession, df: DataFrame) -> DataFrame:
         """``df`` with the ticks source unioned in (it adds no rows; its columns are ``df``'s)."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from blobstate import defaults
 from blobstate.batch.executor import ExecutorIdentity, location_string
-from blobstate.batch.jvm import JvmSeam
+from blobstate.batch.jvm import JvmSeam, is_connect
 from blobstate.errors import first_line
 from blobstate.standby.assignment import PartitionAssignment
 from blobstate.standby.sync_task import SYNC_SCHEMA, SyncSpec, SyncTask, run_sync_task
@@ -166,7 +166,7 @@ class StandbySyncer:
     def _run(self) -> None:
         from pyspark import SparkContext
 
-        if not type(self._spark).__module__.startswith("pyspark.sql.connect"):  # Connect has no SparkContext
+        if not is_connect(self._spark):  # a Connect session has no SparkContext
             sc: SparkContext = self._spark.sparkContext
             sc.setLocalProperty("spark.scheduler.pool", SCHEDULER_POOL)
             sc.setJobGroup(JOB_GROUP, "blobstate: bring standby replicas to the latest commit", False)

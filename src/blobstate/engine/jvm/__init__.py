@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 def seam_for(spark: SparkSession) -> JvmSeam:
     """The JVM seam of ``spark``: through blobstate's server plugin for a Spark Connect session, else
     the classic (py4j) one."""
-    from blobstate.engine.jvm.connect import ConnectJvm, is_connect
+    from blobstate.batch.jvm import is_connect
+    from blobstate.engine.jvm.connect import ConnectJvm
 
     if is_connect(spark):
         return ConnectJvm(spark)

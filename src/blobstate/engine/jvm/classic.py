@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blobstate.batch.executor import ExecutorIdentity
-from blobstate.batch.jvm import DeclaredWatermark, MetricsChannel, ProbeFailedError, SourceLeaf, TicksChannel
+from blobstate.batch.jvm import (
+    DeclaredWatermark,
+    MetricsChannel,
+    ProbeFailedError,
+    SourceLeaf,
+    TicksChannel,
+    executors_from_block_managers,
+)
 from blobstate.engine.placement import (
     HELPER_CLASS,
     SPARK_CONNECT_MESSAGE,
@@ -162,13 +169,8 @@ class PlacementHelper:
 
     def executors(self) -> list[ExecutorIdentity]:
         """The executors alive now, by executor id; in local mode the single executor ``"driver"``."""
-        local = self._spark.sparkContext._jsc.sc().isLocal()
-        found = []
-        for entry in self._helper_class().blockManagers():
-            executor_id, _, host = entry.partition("\t")
-            if executor_id != "driver" or local:
-                found.append(ExecutorIdentity(executor_id, host))
-        return sorted(found, key=lambda e: (not e.executor_id.isdigit(), _int_or_zero(e.executor_id), e))
+        local = bool(self._spark.sparkContext._jsc.sc().isLocal())
+        return executors_from_block_managers(self._helper_class().blockManagers(), local)
 
     def write_through(self) -> Any:
         """The py4j class ``WriteThrough`` (a stage's outputs to a writer, its metadata to an accumulator)."""
@@ -213,10 +215,6 @@ class PlacementHelper:
 
 def _is_classic(spark: SparkSession) -> bool:
     return getattr(spark, "_jsparkSession", None) is not None
-
-
-def _int_or_zero(text: str) -> int:
-    return int(text) if text.isdigit() else 0
 
 
 def _jvm_of(spark: SparkSession) -> Any:

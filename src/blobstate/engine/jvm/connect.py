@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from blobstate.batch.executor import ExecutorIdentity
-from blobstate.batch.jvm import DeclaredWatermark, SourceLeaf
+from blobstate.batch.jvm import DeclaredWatermark, SourceLeaf, executors_from_block_managers
 from blobstate.engine.placement import PlacementUnavailableError
+from blobstate.errors import first_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,7 +44,7 @@ class ConnectPluginMissingError(PlacementUnavailableError):
     """The Spark Connect server does not answer blobstate's requests: its plugin is not installed."""
 
 
-def plugin_missing_message(spark: SparkSession, cause: str) -> str:
+def plugin_missing_message(cause: str) -> str:
     """One line naming what the server lacks and how to start it with blobstate's plugin."""
     return (
         "blobstate needs its Spark Connect server plugin, and the server does not answer it"
@@ -71,11 +72,6 @@ def refuse_over_connect(*, initial_state: object, adjuncts: Sequence[object], al
             f"{', '.join(missing)} do(es) not run over Spark Connect yet: start this query from a classic"
             " SparkSession (SparkSession.builder.master(...))"
         )
-
-
-def is_connect(spark: SparkSession) -> bool:
-    """Whether ``spark`` is a Spark Connect session (no JVM in this process)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _call_plan(op: str, args: dict[str, Any], children: Sequence[DataFrame]) -> Any:
@@ -201,25 +197,13 @@ class ConnectJvm:
         try:
             self._ask("ping")
         except Exception as error:
-            raise ConnectPluginMissingError(plugin_missing_message(self._spark, _first_line(error))) from None
+            raise ConnectPluginMissingError(plugin_missing_message(first_line(error))) from None
 
     def executors(self) -> list[ExecutorIdentity]:
         """The executors alive now; in local mode the single executor ``"driver"``."""
         if self._local is None:
             self._local = bool(self._ask("is_local"))
-        found = []
-        for entry in self._ask("executors"):
-            executor_id, _, host = str(entry).partition("\t")
-            if executor_id != "driver" or self._local:
-                found.append(ExecutorIdentity(executor_id, host))
-        return sorted(
-            found,
-            key=lambda e: (
-                not e.executor_id.isdigit(),
-                int(e.executor_id) if e.executor_id.isdigit() else 0,
-                e,
-            ),
-        )
+        return executors_from_block_managers(self._ask("executors"), self._local)
 
     def with_preferred_locations(self, df: DataFrame, locations: Sequence[str | None]) -> DataFrame:
         """``df`` wrapped by the plugin with partition ``i`` preferring ``locations[i]``."""
@@ -286,8 +270,3 @@ def _leaf(raw: dict[str, Any]) -> SourceLeaf:
         options={str(k): str(v) for k, v in (raw.get("options") or {}).items()},
         schema_json=raw.get("schema_json"),
     )
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
