@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from blobstate.batch.executor import ExecutorIdentity
 from blobstate.batch.jvm import DeclaredWatermark, SourceLeaf, executors_from_block_managers
+from blobstate.blobstore.redact import redact
 from blobstate.engine.placement import PlacementUnavailableError
 from blobstate.errors import first_line
 
@@ -197,7 +198,7 @@ class ConnectJvm:
         try:
             self._ask("ping")
         except Exception as error:
-            raise ConnectPluginMissingError(plugin_missing_message(first_line(error))) from None
+            raise ConnectPluginMissingError(plugin_missing_message(redact(first_line(error)))) from None
 
     def executors(self) -> list[ExecutorIdentity]:
         """The executors alive now; in local mode the single executor ``"driver"``."""
