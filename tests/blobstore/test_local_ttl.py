@@ -298,3 +298,32 @@ def test_below_is_strictly_inside_by_components(path: str, directory: str, below
     from blobstate.blobstore.local import _below
 
     assert _below(path, directory) is below
+
+
+def test_a_put_survives_a_concurrent_prune_inside_makedirs(
+    store: LocalBlobStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prune between makedirs' mkdir of a parent and of its child fails makedirs with ENOENT.
+
+    That is what a background snapshot upload met while the driver's cleanup emptied a TTL directory:
+    the put must make the directories again, not fail.
+    """
+    import blobstate.blobstore.local as local_module
+
+    real_makedirs = os.makedirs
+    fired = []
+
+    def racing_makedirs(path: str, exist_ok: bool = False) -> None:
+        if not fired and TTL_DIR in path:
+            parent = os.path.dirname(path)
+            real_makedirs(parent, exist_ok=True)
+            os.rmdir(parent)  # the concurrent prune
+            fired.append(path)
+            raise FileNotFoundError(2, "No such file or directory", path)
+        real_makedirs(path, exist_ok=exist_ok)
+
+    monkeypatch.setattr(local_module.os, "makedirs", racing_makedirs)
+    store.put("state/0/0/obj", b"x", ttl=60)
+    assert fired, "the injected prune did not fire"
+    assert store.get("state/0/0/obj") == b"x"
+    assert (root / TTL_DIR / "state" / "0" / "0" / "obj").is_file()

@@ -177,6 +177,11 @@ class LocalBlobStore(BlobStore):
             if attempt or not os.path.isdir(directory):
                 try:
                     os.makedirs(directory, exist_ok=True)
+                except FileNotFoundError:
+                    # A concurrent prune removed a parent makedirs had just made: make them again.
+                    if attempt == _MKDIR_RETRIES - 1:
+                        raise
+                    continue
                 except (FileExistsError, NotADirectoryError) as error:
                     raise BlobStoreError(
                         f"cannot write blob {name!r} in {self.url}: a parent of {final!r} is an object, "
