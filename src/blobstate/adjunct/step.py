@@ -25,7 +25,7 @@ from blobstate.adjunct.task_step import AdjunctPlan, AdjunctTaskStep
 from blobstate.adjunct.union import numbered, side_rows
 from blobstate.batch.contracts import JsonObject, JsonValue, PartitionSpec, TaskResult, as_int
 from blobstate.batch.executor import resolve_local_dir
-from blobstate.batch.jvm import JvmSeam
+from blobstate.batch.jvm import JvmSeam, SourceLeaf
 from blobstate.batch.steps import CommitPart, PreparedBatch, SparkCheckpointFiles
 from blobstate.blobstore import BlobStore
 from blobstate.ids import CheckpointId, new_uid
@@ -62,6 +62,75 @@ def pending_from_json(data: JsonObject) -> PendingVersion:
     )
 
 
+@dataclass(frozen=True)
+class SideStreamFacts:
+    """What an adjunct's start decision reads of its side stream's plan (through the JVM seam): taken
+    where the query starts, so that a Spark Connect client can ship them to the server's driver."""
+
+    rate_limited: bool
+    """Whether a source of the side stream reads a bounded amount per batch (``maxFilesPerTrigger``...)."""
+    plain_source: SourceLeaf | None
+    """The streaming relation the side stream reads as it is (``JvmSeam.plain_source``), if it does."""
+    columns: tuple[str, ...]
+    """The side stream's columns."""
+
+
+def side_stream_facts(jvm: JvmSeam, adjunct: Adjunct) -> SideStreamFacts:
+    """:class:`SideStreamFacts` of ``adjunct``'s side stream."""
+    return SideStreamFacts(
+        rate_limited=is_rate_limited(jvm.streaming_leaves(adjunct.df)),
+        plain_source=jvm.plain_source(adjunct.df),
+        columns=tuple(adjunct.df.columns),
+    )
+
+
+@dataclass(frozen=True)
+class AdjunctStart:
+    """What the adjunct step is built from that the start reads of the query's DataFrames: taken where
+    the query starts (a Spark Connect client ships it to the server's driver)."""
+
+    specs: tuple[AdjunctSpec, ...]
+    sources: dict[str, tuple[int, int]]
+    """Each adjunct's sources in Spark's offset log: (index of the first, how many)."""
+    side_streams: tuple[SideStreamFacts, ...]
+    main_types: dict[str, DataType]
+    """The main stream's column types."""
+
+    def holds_main_rows(self, latest: Commit) -> bool:
+        """Whether a run starting after ``latest`` holds main rows for a bootstrap store's backlog at
+        first (as :meth:`AdjunctStep.decide_at_start` will decide), so wants a batch without new input."""
+        recorded = (latest.metrics or {}).get("adjuncts") or {}
+        for spec, facts in zip(self.specs, self.side_streams, strict=True):
+            mine = recorded.get(spec.name)
+            if mine is None and decide(spec, None, 0, rate_limited=facts.rate_limited).wait_for_backlog:
+                return True
+            if (mine or {}).get("waiting_for_backlog"):
+                return True
+        return False
+
+
+def adjunct_start(
+    jvm: JvmSeam, main: DataFrame, adjuncts: Sequence[Adjunct], specs: Sequence[AdjunctSpec]
+) -> AdjunctStart | None:
+    """The :class:`AdjunctStart` of a query whose main stream is ``main`` (None: no side streams)."""
+    if not specs:
+        return None
+    from blobstate.adjunct.union import count_sources
+
+    sources: dict[str, tuple[int, int]] = {}
+    position = count_sources(jvm.streaming_leaves(main))  # side streams' sources follow the main's
+    for adjunct in adjuncts:
+        count = count_sources(jvm.streaming_leaves(adjunct.df))
+        sources[adjunct.name] = (position, count)
+        position += count
+    return AdjunctStart(
+        specs=tuple(specs),
+        sources=sources,
+        side_streams=tuple(side_stream_facts(jvm, a) for a in adjuncts),
+        main_types={f.name: f.dataType for f in main.schema.fields},
+    )
+
+
 class AdjunctStep:
     """The driver's part of a query's side streams, one step of every batch (``batch.steps``).
 
@@ -79,7 +148,6 @@ class AdjunctStep:
     def __init__(
         self,
         spark: SparkSession,
-        jvm: JvmSeam,
         store: BlobStore,
         where: PartitionSpec,
         adjuncts: Sequence[AdjunctSpec],
@@ -96,7 +164,6 @@ class AdjunctStep:
         self.start_decisions: dict[str, StartDecision] = {}
         """What each adjunct store does at this start: applied by the run's first batch."""
         self._spark = spark
-        self._seam = jvm
         self._store = store
         self._where = where
         self._main_types = dict(main_types)
@@ -108,12 +175,13 @@ class AdjunctStep:
         self._batch: _BatchAdjuncts | None = None
 
     # ------------------------------------------------------------------ start
-    def decide_at_start(self, declared: Sequence[Adjunct], latest: Commit | None) -> None:
-        """The recovery decision table for each adjunct store at this start (``adjunct.decision``)."""
+    def decide_at_start(self, side_streams: Sequence[SideStreamFacts], latest: Commit | None) -> None:
+        """The recovery decision table for each adjunct store at this start (``adjunct.decision``);
+        ``side_streams``: what the start read of each declared adjunct's side stream, in order."""
         recorded = ((latest.metrics or {}).get("adjuncts") or {}) if latest is not None else {}
         now_ms = int(time.time() * 1000)
         exists = self._spark_files.exists if self._spark_files is not None else (lambda uri: False)
-        for adjunct, spec in zip(declared, self.adjuncts, strict=True):
+        for facts, spec in zip(side_streams, self.adjuncts, strict=True):
             mine = recorded.get(spec.name) if latest is not None else None
             # The files up to the recorded offset, listed once: those the source lost make a persistent
             # store invalid, and a reload reads those it still has.
@@ -121,13 +189,11 @@ class AdjunctStep:
             present = [f for f in files if exists(f)] if spec.persistent or spec.bootstrap else []
             kept = set(present)
             lost = [f for f in files if f not in kept] if spec.persistent else []
-            rate_limited = is_rate_limited(self._seam.streaming_leaves(adjunct.df))
-            decision = decide(spec, mine, now_ms, rate_limited=rate_limited, lost=lost)
+            decision = decide(spec, mine, now_ms, rate_limited=facts.rate_limited, lost=lost)
             log.info("adjunct %s: store %s: %s", spec.name, decision.found, decision.reason)
             self.start_decisions[spec.name] = decision
             if decision.reload:
-                plain = self._seam.plain_source(adjunct.df)
-                self._reload_sources[spec.name] = file_source_of(spec.name, plain, adjunct.df.columns)
+                self._reload_sources[spec.name] = file_source_of(spec.name, facts.plain_source, facts.columns)
                 self._reload_files[spec.name] = present
             if decision.wait_for_backlog or (mine or {}).get("waiting_for_backlog"):
                 self.waiting.add(spec.name)

@@ -13,14 +13,15 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 from blobstate.adjunct.spec import Adjunct
+from blobstate.adjunct.step import adjunct_start
 from blobstate.adjunct.union import with_side_streams
 from blobstate.blobstore import open_blob_store
 from blobstate.blobstore.expiry import warn_unless_pending_objects_expire
 from blobstate.engine.driver import BatchReport, Sink
 from blobstate.engine.executor_python import check_executors_python, processor_modules
 from blobstate.engine.jvm import seam_for
-from blobstate.engine.jvm.connect import ConnectJvm, refuse_over_connect
-from blobstate.engine.remote import ServerBatchFunction, ServerStart, connect_plan
+from blobstate.engine.jvm.connect import ConnectJvm
+from blobstate.engine.remote import ServerBatchFunction, ServerStart, connect_plan, share_initial_state
 from blobstate.engine.spark_checkpoint import SparkCheckpoint
 from blobstate.engine.startup import (
     SPARK_DEFAULT_SHUFFLE_PARTITIONS,
@@ -124,7 +125,6 @@ def transform_with_state(
     jvm = seam_for(spark)
     remote = isinstance(jvm, ConnectJvm)
     if isinstance(jvm, ConnectJvm):  # refused in one line before anything is read or written
-        refuse_over_connect(initial_state=initial_state, adjuncts=adjuncts, allow_rescale=allow_rescale)
         jvm.require_plugin()
     plan = plan_query(df, jvm, key, processor, output_schema, options, initial_watermark_ms)
     if remote:
@@ -144,7 +144,13 @@ def transform_with_state(
     partition = partition_spec(store_url, opened.metadata.query_id, config, opened.num_partitions)
     latest = opened.scan.newest
     needed_from = started_cleanup.needed_from if started_cleanup is not None else 0
+    side = adjunct_start(jvm, df, adjuncts, adjunct_specs)
     if remote:
+        # Spark's initialState is read only by a query's first batch: shared only when nothing is
+        # committed yet.
+        view = None
+        if initial_frame is not None and latest is None:
+            view = share_initial_state(initial_frame, opened.metadata.query_id)
         start = ServerStart(
             plan,
             processor,
@@ -159,19 +165,22 @@ def transform_with_state(
             ticks.metrics_name,
             on_batch,
             initial_watermark_ms,
+            adjuncts=side,
+            initial_state_view=view,
+            initial_state_keys=initial_keys,
         )
         # A batch the last run owed Spark's semantics (timers on an idle stream); the driver asks for it
-        # on a classic session (request_tick), here it is built only at the first batch. No step of a
-        # Connect query wants one of its own (side streams are refused there).
-        if latest is not None and owes_a_batch(config.time_mode, latest):
+        # on a classic session (request_tick), here it is built only at the first batch; so is a batch
+        # a bootstrap side stream still loading its backlog wants.
+        if latest is not None and (
+            owes_a_batch(config.time_mode, latest) or (side is not None and side.holds_main_rows(latest))
+        ):
             ticks.request(latest.batch_id + 1)
         return start_stream(
             spark, combined, ServerBatchFunction(start), ticks, config, location, checkpoint_url
         )
     spark_files = SparkCheckpoint(jvm, location)
-    steps = build_steps(
-        spark, jvm, store, partition, config, df, key_columns, adjuncts, adjunct_specs, spark_files, latest
-    )
+    steps = build_steps(spark, jvm, store, partition, config, key_columns, side, spark_files, latest)
     parts = DriverParts(partition, store, steps, spark_files, ticks, needed_from)
     driver = build_driver(
         spark,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from blobstate.adjunct.step import AdjunctStart
     from blobstate.batch.contracts import PartitionSpec
     from blobstate.engine.driver import BatchDriver, BatchReport, Sink
     from blobstate.engine.startup import QueryPlan
@@ -45,6 +46,12 @@ class ServerStart:
     metrics_name: str
     on_batch: Callable[[BatchReport], None] | None
     initial_watermark_ms: int | None
+    adjuncts: AdjunctStart | None = None
+    """The side streams' start inputs, read of the client's DataFrames (None: no side streams)."""
+    initial_state_view: str | None = None
+    """The global temporary view of Spark's ``initialState`` (:func:`share_initial_state`; None: none,
+    or the query resumes from a checkpoint)."""
+    initial_state_keys: tuple[str, ...] = ()
 
 
 class ServerBatchFunction:
@@ -68,6 +75,12 @@ class ServerBatchFunction:
         if self._driver is None:
             self._driver = build_server_driver(batch_df.sparkSession, batch_df, self.start)
         self._driver(batch_df, batch_id)
+        view = self.start.initial_state_view
+        if view is not None and self._driver.reports:
+            # A batch committed: the query never reads its initial state again (a restart resumes from
+            # the checkpoint), so the server need not hold it.
+            batch_df.sparkSession.catalog.dropGlobalTempView(view)
+            self.start = dataclasses.replace(self.start, initial_state_view=None)
 
 
 def build_server_driver(spark: SparkSession, frame: DataFrame, start: ServerStart) -> BatchDriver:
@@ -97,14 +110,15 @@ def build_server_driver(spark: SparkSession, frame: DataFrame, start: ServerStar
         store,
         start.partition,
         config,
-        frame,
         start.plan.key_columns,
-        [],
-        [],
+        start.adjuncts,
         spark_files,
         start.latest,
     )
     parts = DriverParts(start.partition, store, steps, spark_files, ticks, start.needed_from)
+    initial = None
+    if start.initial_state_view is not None:
+        initial = spark.table(f"{global_temp_database(spark)}.{start.initial_state_view}")
     return build_driver(
         spark,
         jvm,
@@ -113,11 +127,28 @@ def build_server_driver(spark: SparkSession, frame: DataFrame, start: ServerStar
         start.processor,
         start.sink,
         parts,
-        None,
-        (),
+        initial,
+        start.initial_state_keys,
         start.on_batch,
         start.initial_watermark_ms,
     )
+
+
+def global_temp_database(spark: SparkSession) -> str:
+    """The database of global temporary views (``spark.sql.globalTempDatabase``)."""
+    return str(spark.conf.get("spark.sql.globalTempDatabase", "global_temp"))
+
+
+def share_initial_state(initial_state: DataFrame, query_id: str) -> str:
+    """Spark's ``initialState`` of a query started over Spark Connect, as a global temporary view the
+    server's driver reads (a batch of the query runs in a session of the server's own, which sees the
+    client's global views, not its DataFrames); returns the view's name. The server drops it once a
+    batch committed."""
+    import uuid
+
+    name = f"blobstate_initial_state_{query_id.replace('-', '')}_{uuid.uuid4().hex[:8]}"
+    initial_state.createOrReplaceGlobalTempView(name)
+    return name
 
 
 def connect_plan(plan: QueryPlan) -> QueryPlan:

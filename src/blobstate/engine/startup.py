@@ -31,8 +31,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
-from blobstate.adjunct.spec import Adjunct, AdjunctSpec
-from blobstate.adjunct.step import AdjunctStep
+from blobstate.adjunct.spec import AdjunctSpec
+from blobstate.adjunct.step import AdjunctStart, AdjunctStep
 from blobstate.batch.contracts import JsonObject, PartitionSpec
 from blobstate.batch.jvm import JvmSeam, is_connect
 from blobstate.batch.steps import BatchStep
@@ -246,29 +246,26 @@ def build_steps(
     store: BlobStore,
     partition: PartitionSpec,
     config: QueryConfig,
-    df: DataFrame,
     key_columns: tuple[str, ...],
-    adjuncts: Sequence[Adjunct],
-    adjunct_specs: Sequence[AdjunctSpec],
+    adjuncts: AdjunctStart | None,
     spark_files: SparkCheckpoint,
     latest: Commit | None,
 ) -> list[BatchStep]:
     """The per-batch steps, in order: the adjunct step when the query declares side streams (its start
     decisions taken now, from ``latest``), then the standby step."""
     steps: list[BatchStep] = []
-    if adjunct_specs:
+    if adjuncts is not None:
         adjunct_step = AdjunctStep(
             spark,
-            jvm,
             store,
             partition,
-            adjunct_specs,
-            _adjunct_sources(jvm, df, list(adjuncts)),
-            {f.name: f.dataType for f in df.schema.fields},
+            adjuncts.specs,
+            adjuncts.sources,
+            adjuncts.main_types,
             key_columns,
             spark_files,
         )
-        adjunct_step.decide_at_start(list(adjuncts), latest)
+        adjunct_step.decide_at_start(adjuncts.side_streams, latest)
         steps.append(adjunct_step)
     syncer = StandbySyncer(
         spark,
@@ -655,16 +652,3 @@ def _ensure_metadata(
             recorded, where=f"key_schema of operator {config.operator} in metadata.json of {store.url}"
         )
     return metadata
-
-
-def _adjunct_sources(jvm: JvmSeam, main: DataFrame, adjuncts: list[Adjunct]) -> dict[str, tuple[int, int]]:
-    """Where each side stream's sources sit in Spark's offset log: after the main stream's, in order."""
-    from blobstate.adjunct.union import count_sources
-
-    out: dict[str, tuple[int, int]] = {}
-    position = count_sources(jvm.streaming_leaves(main))
-    for adjunct in adjuncts:
-        count = count_sources(jvm.streaming_leaves(adjunct.df))
-        out[adjunct.name] = (position, count)
-        position += count
-    return out

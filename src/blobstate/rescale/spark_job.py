@@ -16,6 +16,7 @@ references as one JSON row. A target with no rows at all (an empty checkpoint) i
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -267,9 +268,7 @@ def build_with_spark(spark: Any, plan: RescalePlan, fault: Fault | None, url: st
     build: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] = lambda it: build_rows(  # noqa: E731
         plan, fault, it
     )
-    sc = spark.sparkContext
-    sc.setJobDescription(f"blobstate rescale {url} {m} -> {n}")
-    try:
+    with _job_description(spark, f"blobstate rescale {url} {m} -> {n}"):
         frame = (
             spark.range(len(sources), numPartitions=len(sources))
             .mapInArrow(split, split_schema)
@@ -285,8 +284,6 @@ def build_with_spark(spark: Any, plan: RescalePlan, fault: Fault | None, url: st
             .mapInArrow(build, StructType([StructField("result", StringType())]))
         )
         rows = [json.loads(r["result"]) for r in frame.collect()]
-    finally:
-        sc.setJobDescription(None)
     built = {(r["op"], int(r["partition"])) for r in rows}
     if len(built) != len(rows):
         raise RescaleError(f"rescale of {url}: a new partition was built twice")
@@ -297,6 +294,23 @@ def build_with_spark(spark: Any, plan: RescalePlan, fault: Fault | None, url: st
         if (op, q) not in built:
             rows.append(PartitionBuilder(plan, op, q).finish(fault))
     return rows
+
+
+@contextlib.contextmanager
+def _job_description(spark: Any, text: str) -> Iterator[None]:
+    """``text`` as the description of the Spark jobs run inside the block, on a classic session (a Spark
+    Connect session has no SparkContext: its jobs go without one)."""
+    from blobstate.batch.jvm import is_connect
+
+    if is_connect(spark):
+        yield
+        return
+    sc = spark.sparkContext
+    sc.setJobDescription(text)
+    try:
+        yield
+    finally:
+        sc.setJobDescription(None)
 
 
 __all__ = ["build_rows", "build_with_spark", "split_rows"]

@@ -55,26 +55,6 @@ def plugin_missing_message(cause: str) -> str:
     )
 
 
-def refuse_over_connect(*, initial_state: object, adjuncts: Sequence[object], allow_rescale: bool) -> None:
-    """Refuse, in one line, what a query does not do over Spark Connect yet."""
-    from blobstate.engine.config import QueryConfigError
-
-    missing = [
-        what
-        for what, given in (
-            ("initial_state", initial_state is not None),
-            ("adjuncts", bool(adjuncts)),
-            ("allow_rescale", allow_rescale),
-        )
-        if given
-    ]
-    if missing:
-        raise QueryConfigError(
-            f"{', '.join(missing)} do(es) not run over Spark Connect yet: start this query from a classic"
-            " SparkSession (SparkSession.builder.master(...))"
-        )
-
-
 def _call_plan(op: str, args: dict[str, Any], children: Sequence[DataFrame]) -> Any:
     """A Connect logical plan node holding one call (``children``: the DataFrames it works on)."""
     import pyspark.sql.connect.proto as proto
