@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from connect_job import start_running_count
+from connect_job import INITIAL_STATE, start_running_count
 
 import blobstate
 from connect_server import connect_server
@@ -49,9 +49,10 @@ def _write_input(directory: Path, batches: list[dict[str, list[Any]]]) -> None:
         os.utime(directory / f"part-{i}.parquet", (1_600_000_000 + i, 1_600_000_000 + i))
 
 
-def _run(session: Any, work: Path, api: str) -> None:
-    """The README's running count on the classic ``session``, as ``connect_job.py`` runs it over Connect."""
-    query = start_running_count(session, work, api)
+def _run(session: Any, work: Path, api: str, **options: Any) -> None:
+    """The README's running count on the classic ``session``, as ``connect_job.py`` runs it over Connect
+    (``options``: its flags)."""
+    query = start_running_count(session, work, api, **options)
     try:
         query.processAllAvailable()
     finally:
@@ -95,6 +96,82 @@ def _model(batches: list[dict[str, list[Any]]]) -> list[tuple[int, str, int, int
     return sorted(rows)
 
 
+TIERS = [
+    {"key": ["a", "b"], "tier": ["gold", "silver"]},
+    {"key": ["c"], "tier": ["bronze"]},
+    {"key": ["a"], "tier": ["platinum"]},
+]
+
+
+def _tiered_outputs(work: Path) -> list[tuple[int, str, int, int, str | None]]:
+    """Every batch's output rows with the tier column, read with pyarrow, sorted."""
+    rows = []
+    for part in sorted((work / "out").glob("batch=*")):
+        batch = int(part.name.split("=")[1])
+        for r in pq.read_table(part).to_pylist():
+            rows.append((batch, r["key"], r["count"], r["total"], r["tier"]))
+    return sorted(rows, key=repr)
+
+
+def _tiered_model() -> list[tuple[int, str, int, int, str | None]]:
+    """The running count seeded by ``INITIAL_STATE``, each key's tier as of its batch (the batch's side
+    rows come first)."""
+    seeds = {key: (count, total) for key, count, total in INITIAL_STATE}
+    tiers: dict[str, str] = {}
+    rows = []
+    for (b, model_row), tier_batch in zip(_batches_of(_model(BATCHES)), TIERS, strict=True):
+        tiers.update(zip(tier_batch["key"], tier_batch["tier"], strict=True))
+        for _, key, count, total in model_row:
+            seed_count, seed_total = seeds.get(key, (0, 0))
+            rows.append((b, key, count + seed_count, total + seed_total, tiers.get(key)))
+    return sorted(rows, key=repr)
+
+
+def _batches_of(rows: list[tuple[int, str, int, int]]) -> list[tuple[int, list[tuple[int, str, int, int]]]]:
+    return [(b, [r for r in rows if r[0] == b]) for b in range(len(BATCHES))]
+
+
+def _write_tiers(directory: Path, batches: list[dict[str, list[Any]]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, batch in enumerate(batches):
+        pd.DataFrame(batch).to_parquet(directory / f"part-{i}.parquet")
+        os.utime(directory / f"part-{i}.parquet", (1_600_000_000 + i, 1_600_000_000 + i))
+
+
+def test_a_side_stream_initial_state_and_a_rescale_at_start_over_connect_equal_the_classic_session(
+    connect_url: str, spark: Any, tmp_path: Path
+) -> None:
+    """A query with a side stream (an adjunct store) and Spark's initialState runs two batches, then is
+    started again with num_partitions=3 and allow_rescale: over Connect as on the classic session, with
+    the same outputs as a model; the server drops its copy of the initial state once a batch committed."""
+    remote, classic = tmp_path / "connect", tmp_path / "classic"
+    for work in (remote, classic):
+        _write_input(work / "in", BATCHES[:2])
+        _write_tiers(work / "tiers", TIERS[:2])
+    first = _run_remote(connect_url, remote, "pandas", "side", "initial")
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    _run(spark, classic, "pandas", side=True, initial=True)
+    for work in (remote, classic):  # the third batch arrives while the query is down
+        _write_input(work / "in", BATCHES)
+        _write_tiers(work / "tiers", TIERS)
+    second = _run_remote(connect_url, remote, "pandas", "side", "initial", "partitions=3", "read")
+    assert second.returncode == 0, second.stdout + second.stderr[-3000:]
+    _run(spark, classic, "pandas", side=True, initial=True, partitions=3)
+    expected = _tiered_model()
+    assert _tiered_outputs(classic) == expected
+    assert _tiered_outputs(remote) == expected
+    for ran in (first, second):  # the server holds no copy of the initial state after the run
+        (views,) = [
+            json.loads(x)["global_views"] for x in ran.stdout.splitlines() if x.startswith('{"global')
+        ]
+        assert not [v for v in views if v.startswith("blobstate_")], views
+    newest = max((remote / "checkpoint" / "commits").glob("*.json"), key=lambda p: int(p.stem))
+    assert len(json.loads(newest.read_text())["checkpoints"]["0"]) == 3  # rescaled before batch 2
+    (read,) = [json.loads(x)["state"] for x in second.stdout.splitlines() if x.startswith('{"state"')]
+    classic_read = sorted(repr(r) for r in blobstate.read_state(spark, str(classic / "checkpoint")).collect())
+    assert read == classic_read and len(read) == 5  # a, b, c, d and z (initial state only)
+
+
 @pytest.mark.parametrize("api", ["pandas", "row", "arrow"])
 def test_the_running_count_over_connect_equals_the_classic_session(
     api: str, connect_url: str, spark: Any, tmp_path: Path
@@ -103,6 +180,8 @@ def test_the_running_count_over_connect_equals_the_classic_session(
     ran = _run_remote(connect_url, tmp_path / "connect", api, "read")
     assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
     (read,) = [json.loads(x)["state"] for x in ran.stdout.splitlines() if x.startswith('{"state"')]
+    (direct,) = [json.loads(x)["format_state"] for x in ran.stdout.splitlines() if x.startswith('{"format')]
+    assert direct == read  # spark.read.format("blobstate") reads the same, with nothing registered first
     _write_input(tmp_path / "classic" / "in", BATCHES)
     _run(spark, tmp_path / "classic", api)
     expected = _model(BATCHES)
