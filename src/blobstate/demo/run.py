@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from rich.console import Console
 
+from blobstate.blobstore.redact import redact
 from blobstate.demo.clickstream import (
     SENTINEL_USER,
     StreamShape,
@@ -24,6 +25,7 @@ from blobstate.demo.clickstream import (
     generate_profiles,
     write_batches,
 )
+from blobstate.demo.job import STOPPED_KEY
 from blobstate.demo.sessions import Session, reference_sessions
 from blobstate.errors import ConfigurationError
 
@@ -40,8 +42,20 @@ class DemoResult:
     seconds: float
 
 
-def _job_command(workdir: Path, partitions: int) -> list[str]:
-    return [
+def job_command(
+    workdir: Path, partitions: int, remote: str | None = None, stop_after: int | None = None
+) -> list[str]:
+    """The command that runs the demo's job (``python -m blobstate.demo.job``) on ``workdir``'s files.
+
+    With ``remote`` (an ``sc://`` URL) the job runs its query on that Spark Connect server, which opens
+    the files itself: their paths are absolute. ``stop_after`` (with ``remote`` only) has the job stop
+    the query after that many batches, the demo's kill over Connect.
+    """
+    if stop_after is not None and remote is None:
+        raise ValueError("stop_after needs remote: the demo kills a local job instead")
+    if remote is not None:
+        workdir = workdir.resolve()
+    command = [
         sys.executable,
         "-m",
         "blobstate.demo.job",
@@ -58,6 +72,17 @@ def _job_command(workdir: Path, partitions: int) -> list[str]:
         "--partitions",
         str(partitions),
     ]
+    if remote is not None:
+        command += ["--remote", remote]
+    if stop_after is not None:
+        command += ["--stop-after", str(stop_after)]
+    return command
+
+
+def connect_location(url: str) -> str:
+    """A Spark Connect URL as the demo shows it: up to its first ``;`` (the parameters that follow, a
+    ``token`` among them, are never shown), with any userinfo masked."""
+    return redact(url.split(";", 1)[0])
 
 
 def _row(cells: list[str]) -> str:
@@ -78,7 +103,8 @@ def snapshot_taken(report: dict[str, Any]) -> bool:
 
 
 def _run_job(command: list[str], console: Console, attempt: str, kill_after: int | None, log: Path) -> int:
-    """Run the job, adding a table row per committed batch; SIGKILL it after ``kill_after`` batches."""
+    """Run the job, adding a table row per committed batch; SIGKILL it after ``kill_after`` batches. A
+    job that stops its query itself (``--stop-after``, over Spark Connect) says so in a line of its own."""
     committed = 0
     with log.open("ab") as errors:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
@@ -87,6 +113,13 @@ def _run_job(command: list[str], console: Console, attempt: str, kill_after: int
             if not line.startswith("{"):
                 continue
             report = json.loads(line)
+            if STOPPED_KEY in report:
+                console.print(
+                    f"  [bold red]stopped the query mid-batch after {report[STOPPED_KEY]} batches[/bold red]"
+                    " (over Spark Connect the job runs in the server: a client's kill would leave it"
+                    " running)"
+                )
+                continue
             if report["skipped"]:
                 console.print(f"  [dim]batch {report['batch_id']} already committed: skipped[/dim]")
                 continue
@@ -141,9 +174,17 @@ def clear_workdir(workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
 
 
-def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after: int = 6) -> DemoResult:
+def run_demo(
+    workdir: Path, shape: StreamShape, partitions: int = 4, kill_after: int = 6, remote: str | None = None
+) -> DemoResult:
     """Run the whole demo in ``workdir`` (an earlier demo's files there deleted first, anything else
-    refused) and return what it found."""
+    refused) and return what it found.
+
+    With ``remote`` (``sc://host:port``) the job's query runs on that Spark Connect server (with
+    blobstate's plugin, and the work directory at the same path), and the first run stops its query after
+    ``kill_after`` batches instead of being killed: a killed client would leave the query running in the
+    server.
+    """
     console = Console()
     started = time.monotonic()
     clear_workdir(workdir)
@@ -151,18 +192,22 @@ def run_demo(workdir: Path, shape: StreamShape, partitions: int = 4, kill_after:
     profiles = generate_profiles(shape, len(batches))
     write_batches(batches, workdir / "input")
     write_batches(profiles, workdir / "profiles", "profiles")
+    where = "local Spark" if remote is None else f"the Spark Connect server {connect_location(remote)}"
     console.print(
         f"[bold]blobstate demo[/bold]: {len(batches)} micro-batches of clicks ({shape.events_per_batch:,}"
         f" events, up to {shape.users:,} users) -> per-user sessions with an event-time timeout, each"
         f" tagged with the user's tier from a profile side stream ({profiles[0].num_rows:,} profiles, then"
         f" ~{profiles[1].num_rows if len(profiles) > 1 else 0:,} changes per batch) kept in an adjunct store;"
-        f" {partitions} state partitions, checkpoint {workdir / 'checkpoint'}"
+        f" {partitions} state partitions, checkpoint {workdir / 'checkpoint'}, on {where}"
     )
     header = ["run", "batch", "rows in", "rows out", "latency s", "restore s", "uploaded KB", "checkpoint"]
     console.print(_row(header), highlight=False, soft_wrap=True)
     log = workdir / "job.log"
-    command = _job_command(workdir, partitions)
-    first = _run_job(command, console, "first", kill_after, log)
+    command = job_command(workdir, partitions, remote)
+    if remote is None:
+        first = _run_job(command, console, "first", kill_after, log)
+    else:
+        first = _run_job(job_command(workdir, partitions, remote, kill_after), console, "first", None, log)
     console.print("  [bold]restarting the job from its checkpoint[/bold]")
     second = _run_job(command, console, "restarted", None, log)
 
