@@ -274,3 +274,37 @@ def test_a_server_without_the_plugin_is_refused_in_one_line(tmp_path: Path) -> N
     assert "blobstate needs its Spark Connect server plugin" in message
     assert "spark.connect.extensions.relation.classes=org.apache.spark.sql.blobstate.ConnectPlugin" in message
     assert not (tmp_path / "checkpoint" / "commits").exists()  # refused before any commit
+
+
+def test_blobstate_demo_runs_over_connect_stopped_and_restarted(connect_url: str, tmp_path: Path) -> None:
+    """``blobstate demo --remote``: the demo's query (event time, timers, the profile side stream) runs
+    in the Connect server, is stopped mid-stream, restarted, and its sessions equal the reference."""
+    from typer.testing import CliRunner
+
+    from blobstate.cli.main import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "demo",
+            "--remote",
+            connect_url,
+            "--workdir",
+            str(tmp_path / "demo"),
+            "--batches",
+            "5",
+            "--events",
+            "600",
+            "--users",
+            "300",
+            "--partitions",
+            "2",
+            "--kill-after",
+            "2",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "stopped the query mid-batch after" in result.output
+    assert "identical to the reference" in result.output
+    restarted = [line for line in result.output.splitlines() if line.strip().startswith("restarted")]
+    assert len(restarted) >= 4, result.output  # the restart ran the rest of the stream

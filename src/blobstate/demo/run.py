@@ -225,9 +225,9 @@ def run_demo(
     )
     if matches:
         console.print(
-            f"[bold green]OK[/bold green]: {result.sessions_emitted:,} sessions emitted across the kill and"
-            f" restart, each with the tier its user had when it closed, identical to the reference computed"
-            f" without Spark ({result.seconds} s)"
+            f"[bold green]OK[/bold green]: {result.sessions_emitted:,} sessions emitted across the"
+            f" {'kill' if remote is None else 'stop'} and restart, each with the tier its user had when"
+            f" it closed, identical to the reference computed without Spark ({result.seconds} s)"
         )
     else:
         missing = expected - emitted
