@@ -37,8 +37,17 @@ class ConnectServer:
 
 
 @contextlib.contextmanager
-def connect_server(work: Path, *, plugin: bool, timeout: float = 180.0) -> Iterator[ConnectServer]:
-    """Run a Connect server until the block ends (or it is killed)."""
+def connect_server(
+    work: Path,
+    *,
+    plugin: bool,
+    timeout: float = 180.0,
+    conf: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[ConnectServer]:
+    """Run a Connect server until the block ends (or it is killed). ``conf``: Spark conf of its driver
+    (``spark.master`` replaces ``local[2]``: a cluster's master); ``env``: its environment (default: this
+    process's, with this Python for the workers and this ``sys.path``)."""
     import pyspark
 
     from blobstate.cli.connect_cmd import server_args
@@ -47,16 +56,19 @@ def connect_server(work: Path, *, plugin: bool, timeout: float = 180.0) -> Itera
     port = _free_port()
     work.mkdir(parents=True, exist_ok=True)
     log = work / "connect-server.log"
-    env = dict(os.environ)
-    env["SPARK_HOME"] = spark_home
-    env["PYSPARK_PYTHON"] = sys.executable  # the server's Python: foreachBatch and the workers
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    if env is None:
+        env = dict(os.environ)
+        env["PYSPARK_PYTHON"] = sys.executable  # the server's Python: foreachBatch and the workers
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = {**env, "SPARK_HOME": spark_home}
+    conf = dict(conf or {})
+    master = conf.pop("spark.master", "local[2]")
     command = [
         os.path.join(spark_home, "bin", "spark-submit"),
         "--class",
         "org.apache.spark.sql.connect.service.SparkConnectServer",
         "--master",
-        "local[2]",
+        master,
         "--driver-memory",
         "1g",
         *(server_args() if plugin else []),
@@ -68,6 +80,7 @@ def connect_server(work: Path, *, plugin: bool, timeout: float = 180.0) -> Itera
         "spark.ui.enabled=false",
         "--conf",
         "spark.sql.shuffle.partitions=2",
+        *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
         "spark-internal",
     ]
     with log.open("w") as out:
