@@ -121,6 +121,10 @@ def main(url: str, work: Path, api: str, flags: list[str]) -> int:
     try:
         query.processAllAvailable()
         query.stop()
+        try:
+            blobstate.batch_reports(query)
+        except BlobstateError as error:  # the reports are in the server: refused, saying where to look
+            print(json.dumps({"batch_reports": str(error)}), flush=True)
         views = [t.name for t in spark.catalog.listTables(spark.conf.get("spark.sql.globalTempDatabase"))]
         print(json.dumps({"global_views": views}), flush=True)
         if "read" in flags:

@@ -182,6 +182,8 @@ def test_the_running_count_over_connect_equals_the_classic_session(
     (read,) = [json.loads(x)["state"] for x in ran.stdout.splitlines() if x.startswith('{"state"')]
     (direct,) = [json.loads(x)["format_state"] for x in ran.stdout.splitlines() if x.startswith('{"format')]
     assert direct == read  # spark.read.format("blobstate") reads the same, with nothing registered first
+    (refused,) = [json.loads(x)["batch_reports"] for x in ran.stdout.splitlines() if x.startswith('{"batch_')]
+    assert "over Spark Connect" in refused and "progress_metrics" in refused
     _write_input(tmp_path / "classic" / "in", BATCHES)
     _run(spark, tmp_path / "classic", api)
     expected = _model(BATCHES)

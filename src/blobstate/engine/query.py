@@ -17,6 +17,7 @@ from blobstate.adjunct.step import adjunct_start
 from blobstate.adjunct.union import with_side_streams
 from blobstate.blobstore import open_blob_store
 from blobstate.blobstore.expiry import warn_unless_pending_objects_expire
+from blobstate.engine.config import QueryConfigError
 from blobstate.engine.driver import BatchReport, Sink
 from blobstate.engine.executor_python import check_executors_python, processor_modules
 from blobstate.engine.jvm import seam_for
@@ -202,5 +203,13 @@ def transform_with_state(
 
 def batch_reports(query: StreamingQuery) -> list[BatchReport]:
     """The per-batch reports of a query started by :func:`transform_with_state` in this process, oldest
-    first: the most recent 1,000 batches' (``engine.driver.RECENT_REPORTS``)."""
-    return list(query.blobstate_driver.reports)  # type: ignore[attr-defined]
+    first: the most recent 1,000 batches' (``engine.driver.RECENT_REPORTS``). Refused, naming where to
+    look instead, for another query (one started over Spark Connect keeps its reports in the server)."""
+    driver = getattr(query, "blobstate_driver", None)
+    if driver is None:
+        raise QueryConfigError(
+            f"batch_reports: query {query.id} was not started by blobstate.transform_with_state in this"
+            " process (over Spark Connect its batch driver runs in the server): read blobstate's figures"
+            " with blobstate.progress_metrics(query.lastProgress) or from the commit log (blobstate report)"
+        )
+    return list(driver.reports)
