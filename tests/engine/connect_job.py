@@ -6,7 +6,9 @@ printed as one line ``refused: <type>: <message>`` with exit status 3.
 Flags: ``persisted`` (outputs stay on the executors), ``read`` (print the state as the reader gives it),
 ``side`` (a side stream ``<work>/tiers`` kept in the adjunct store ``tiers``; the output gains each key's
 tier), ``initial`` (Spark's ``initialState``: :data:`INITIAL_STATE`), ``partitions=<n>`` (with
-``allow_rescale``: an existing checkpoint is rescaled to ``n`` first).
+``allow_rescale``: an existing checkpoint is rescaled to ``n`` first), ``fail`` (the processor raises on
+key ``c``: the failure is printed as one JSON line, exit status 4), ``drain`` (time mode
+``ProcessingTime``, a 1-second trigger, and ``awaitInputDrained`` instead of ``processAllAvailable``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ class TieredRunningCount(RunningCount):
             yield frame.assign(tier=[None if tier is None else tier[0]])
 
 
+class FailingRunningCount(RunningCount):
+    """The running count, raising on key ``c`` (its second batch)."""
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+        """As the parent's; raises on key ``c``."""
+        if key[0] == "c":
+            raise ValueError("the processor refuses key c")
+        yield from super().handleInputRows(key, rows, timerValues)
+
+
 def start_running_count(
     spark: Any,
     work: Path,
@@ -47,6 +59,8 @@ def start_running_count(
     side: bool = False,
     initial: bool = False,
     partitions: int = 2,
+    fail: bool = False,
+    processing_time: bool = False,
 ) -> Any:
     """The README's running count on ``spark`` (classic or Connect), one input file per batch from
     ``work/in``, each batch's outputs to ``work/out``; ``persisted`` keeps the outputs on the executors
@@ -72,6 +86,10 @@ def start_running_count(
         )
         extra["adjuncts"] = [blobstate.Adjunct("tiers", tiers, key="key", value="tier", bootstrap=False)]
         processor, schema = TieredRunningCount(), TIERED_OUTPUT
+    if fail:
+        processor = FailingRunningCount()
+    if processing_time:
+        extra.update(time_mode="ProcessingTime", trigger_interval="1 second")
     if initial:
         extra["initial_state"] = spark.createDataFrame(
             INITIAL_STATE, "key STRING, count BIGINT, total BIGINT"
@@ -114,12 +132,23 @@ def main(url: str, work: Path, api: str, flags: list[str]) -> int:
             side="side" in flags,
             initial="initial" in flags,
             partitions=partitions[0] if partitions else 2,
+            fail="fail" in flags,
+            processing_time="drain" in flags,
         )
     except BlobstateError as error:
         print(f"refused: {type(error).__name__}: {error}", flush=True)
         return 3
     try:
-        query.processAllAvailable()
+        try:
+            if "drain" in flags:  # time mode ProcessingTime: Spark's processAllAvailable never returns
+                query.awaitInputDrained()
+            else:
+                query.processAllAvailable()
+        except Exception as error:  # what the client sees first of a failure in the server
+            print(
+                json.dumps({"failed": type(error).__name__, "first": str(error).splitlines()[0]}), flush=True
+            )
+            return 4
         query.stop()
         try:
             blobstate.batch_reports(query)

@@ -266,6 +266,33 @@ def test_a_connect_server_killed_during_the_query_loses_nothing_and_a_new_one_go
     assert commits == list(range(1, len(BATCHES) + 1))
 
 
+def test_await_input_drained_returns_over_connect_in_processing_time_mode(
+    connect_url: str, tmp_path: Path
+) -> None:
+    """Time mode ProcessingTime runs a batch every trigger, so Spark's processAllAvailable never returns;
+    the query's awaitInputDrained does, from blobstate's figures in the query's progress."""
+    _write_input(tmp_path / "in", BATCHES)
+    ran = _run_remote(connect_url, tmp_path, "pandas", "drain")
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    # No-data batches may run between the input's: compare the rows, not the batch ids.
+    assert sorted(r[1:] for r in _outputs(tmp_path)) == sorted(r[1:] for r in _model(BATCHES))
+
+
+def test_a_processor_failure_in_the_server_reaches_the_client_cause_first(
+    connect_url: str, tmp_path: Path
+) -> None:
+    _write_input(tmp_path / "in", BATCHES)
+    ran = _run_remote(connect_url, tmp_path, "pandas", "fail")
+    assert ran.returncode == 4, ran.stdout + ran.stderr[-3000:]
+    (failed,) = [json.loads(x) for x in ran.stdout.splitlines() if x.startswith('{"failed"')]
+    assert failed["failed"] == "ProcessorQueryError", failed
+    assert (
+        "ValueError: the processor refuses key c (in handleInputRows for grouping key ('c',))"
+        in failed["first"]
+    )
+    assert "batch 1" in failed["first"]
+
+
 def test_a_server_without_the_plugin_is_refused_in_one_line(tmp_path: Path) -> None:
     with connect_server(tmp_path / "server", plugin=False) as server:
         _write_input(tmp_path / "in", BATCHES[:1])

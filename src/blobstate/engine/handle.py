@@ -12,6 +12,7 @@ Spark's exception is its ``__cause__``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
@@ -69,9 +70,12 @@ class BlobstateStreamingQuery(StreamingQuery):
             self.processAllAvailable()
             return
         reports = self.blobstate_driver.reports
-        seen = max((r.batch_id for r in list(reports)), default=-1)
-        # The first batch to finish after this call may have started before it; every later one after.
-        while not any(r.batch_id > seen + 1 and r.input_rows == 0 and not r.skipped for r in list(reports)):
+
+        def batches() -> list[tuple[int, int, bool]]:
+            return [(r.batch_id, r.input_rows, r.skipped) for r in list(reports)]
+
+        seen = newest_batch(batches())
+        while not drained_after(seen, batches()):
             if self.awaitTermination(0.1):
                 return
 
@@ -93,4 +97,46 @@ class BlobstateStreamingQuery(StreamingQuery):
         return BlobstateQueryError(f"{type(failure).__name__}: {failure}\n{stopped}")
 
 
-__all__ = ["BlobstateQueryError", "BlobstateStreamingQuery", "ProcessorQueryError"]
+def newest_batch(batches: list[tuple[int, int, bool]]) -> int:
+    """The newest batch id among ``(batch id, input rows, skipped)`` entries (-1: none)."""
+    return max((b for b, _, _ in batches), default=-1)
+
+
+def drained_after(seen: int, batches: list[tuple[int, int, bool]]) -> bool:
+    """Whether a batch that started after the newest one seen (``seen``) found no input rows: the input
+    available then is processed. The first batch to finish after that moment may have started before
+    it; every later one after."""
+    return any(b > seen + 1 and rows == 0 and not skipped for b, rows, skipped in batches)
+
+
+_REMOTE_FAILURE = re.compile(r"^blobstate(?:\.\w+)+\.(?P<cls>\w+): (?P<message>.+)$", re.MULTILINE)
+"""The line a blobstate error ends a Python traceback with: ``blobstate.<module>.<Class>: <message>``."""
+
+_PROCESSOR_FAILURES = {ProcessorFailedError.__name__, SinkFailedError.__name__}
+
+
+def surfaced_from_text(error: StreamingQueryException) -> StreamingQueryException:
+    """``error`` with blobstate's failure first when its text carries one (a query whose driver ran in
+    a Spark Connect server): the error's first line from the failure's class name and message, found in
+    the traceback Spark quotes; ``error`` itself when it carries none."""
+    if isinstance(error, BlobstateQueryError):
+        return error
+    text = str(error)
+    found = _REMOTE_FAILURE.search(text)
+    if found is None:
+        return error
+    stopped = f"(the query stopped: {text.splitlines()[0]})"
+    name, message = found.group("cls"), found.group("message").strip()
+    if name in _PROCESSOR_FAILURES:
+        return ProcessorQueryError(f"{message}\n{stopped}")
+    return BlobstateQueryError(f"{name}: {message}\n{stopped}")
+
+
+__all__ = [
+    "BlobstateQueryError",
+    "BlobstateStreamingQuery",
+    "ProcessorQueryError",
+    "drained_after",
+    "newest_batch",
+    "surfaced_from_text",
+]

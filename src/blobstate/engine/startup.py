@@ -371,8 +371,16 @@ def start_stream(
     if config.query_name:
         writer = writer.queryName(config.query_name)
     started = writer.start()
-    # Over Spark Connect the driver lives in the server's Python: the client keeps Spark's handle.
-    query = started if is_connect(spark) else BlobstateStreamingQuery(started, driver)
+    # Over Spark Connect the driver lives in the server's Python: the client keeps Spark's Connect
+    # query, with blobstate's failures surfaced from its text.
+    query: StreamingQuery
+    if is_connect(spark):
+        from blobstate.engine.remote_query import RemoteStreamingQuery
+
+        # Spark types Connect's query apart from the classic one; callers use the methods both have.
+        query = RemoteStreamingQuery.of(started, config.time_mode)  # type: ignore[arg-type,assignment]
+    else:
+        query = BlobstateStreamingQuery(started, driver)
     _RUNNING[checkpoint_url] = query
     return query
 
