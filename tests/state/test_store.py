@@ -469,6 +469,37 @@ def test_reopening_a_store_keeps_a_bounded_number_of_rocksdb_info_logs(tmp_path:
     assert "LOG" in logs
 
 
+def _logged_option(path: Path, name: str) -> str:
+    """The value of option ``name`` in the header RocksDB wrote to the store's info log at its last open."""
+    found = re.findall(rf"Options\.{name}: (\S+)", (path / "LOG").read_text())
+    assert found, name
+    return found[0]
+
+
+def test_a_store_opens_its_files_with_a_thread_per_four_sst_files(tmp_path: Path) -> None:
+    """RocksDB starts its file-opening threads for every column family at every open however few files
+    there are; a store opens with one thread per four SST files (1 to 16), and its data reads back."""
+    path = tmp_path / "s"
+    with RocksStateStore.open(path) as s:
+        assert _logged_option(path, "max_file_opening_threads") == "1"  # a new store
+        for i in range(3):
+            s.put("a", b"k%d" % i, b"v")
+            s.flush()
+    with RocksStateStore.open(path) as s:
+        assert _logged_option(path, "max_file_opening_threads") == "1"
+        assert dict(s.items("a")) == {b"k0": b"v", b"k1": b"v", b"k2": b"v"}
+    with RocksStateStore.open(path, tuning=store_module.SCRATCH) as s:  # no compactions: a file per flush
+        for i in range(3, 40):
+            s.put("a", b"k%d" % i, b"v")
+            s.flush()
+    ssts = sum(1 for f in path.iterdir() if f.suffix == ".sst")
+    assert ssts >= 36
+    with RocksStateStore.open(path, tuning=store_module.SCRATCH) as s:  # read-only opens write no log
+        assert _logged_option(path, "max_file_opening_threads") == str(min(16, ssts // 4))
+        assert len(dict(s.items("a"))) == 40
+    assert store_module._opening_threads(tmp_path / "missing") == 1
+
+
 def test_the_rocksdb_store_is_the_key_value_store_the_processor_layer_needs(tmp_path: Path) -> None:
     from blobstate.state.interface import KeyValueStore
 
