@@ -27,6 +27,7 @@ A store is not thread-safe: one task (or one standby sync) uses it at a time.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,6 +244,28 @@ def _db_options(
     return options
 
 
+def _drop_options_files(path: Path) -> None:
+    """Remove the ``OPTIONS-<n>`` files of the store at ``path``, which this process holds open.
+
+    rocksdict's ``Rdict()`` parses the newest of them (and builds an LRU cache for what it parsed) at every
+    open, and then uses the options and column families it was given instead; RocksDB never reads them
+    (it writes and checks a new one at every read-write open, so an open store always has its own). A
+    store closed without them opens without that parse. Called before the database closes: while it is
+    open, RocksDB's lock keeps every other opener out, so no other open's file is removed. Best effort: a
+    store that keeps them (a failed unlink, a process that died first) opens as before.
+    """
+    try:
+        with os.scandir(path) as entries:
+            names = [e.name for e in entries if _OPTIONS_FILE.fullmatch(e.name)]
+        for name in names:
+            os.unlink(path / name)
+    except OSError:
+        pass
+
+
+_OPTIONS_FILE = re.compile(r"OPTIONS-[0-9]+")
+
+
 def _write_options() -> WriteOptions:
     options = WriteOptions()
     # rocksdict's stub declares disable_wal a method; the extension makes it a settable property
@@ -386,6 +409,7 @@ class RocksStateStore:
         try:
             if not self.read_only:
                 self.flush()
+                _drop_options_files(self.path)
         finally:
             # rocksdict keeps the database open while any column family object refers to it.
             self._cfs = _ClosedHandles(str(self.path))
