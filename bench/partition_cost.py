@@ -129,7 +129,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                 capture_output=True,
                 text=True,
             ).stdout.strip()
-            trees[f"{rev} ({commit})"] = _extract(rev, Path(tmp) / str(i))
+            label = commit if rev.startswith(commit) or commit.startswith(rev) else f"{rev} ({commit})"
+            trees[label] = _extract(rev, Path(tmp) / str(i))
         trees[WORKTREE] = Path(__file__).resolve().parent.parent / "src"
         labels = list(trees)
         command = [sys.executable, str(Path(__file__).resolve()), "--partitions", str(args.partitions)]
