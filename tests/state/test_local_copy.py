@@ -94,6 +94,30 @@ def test_refuses_a_version_under_a_uid_the_commit_log_does_not_name_naming_it(tm
         copy.bring_to(wrong)
 
 
+def test_a_processing_task_takes_a_free_lock_without_a_stop_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No sync runs while the lock is free (a sync holds it for its whole run), so a processing task takes
+    a free lock at once, without writing STANDBY-STOP, and no sync starts while it holds the lock."""
+    from blobstate.state import local_copy
+
+    store = open_blob_store(str(tmp_path / "blobs"))
+    host = layout(tmp_path / "host")
+    requests: list[Path] = []
+    monkeypatch.setattr(local_copy, "request_stop", lambda lay: requests.append(request_stop(lay)))
+    with LocalCopy.open(store, host, stop_syncs=True) as task:
+        assert task.held and requests == [] and not stop_requested(host)
+        assert LocalCopy.open_if_free(store, host, host.standby) is None
+    sync = LocalCopy.open_if_free(store, host, host.standby)
+    assert sync is not None
+    try:  # held by a sync: the task asks it to stop, and withdraws the request when its wait fails
+        with pytest.raises(PartitionLockedError):
+            LocalCopy.open(store, host, lock_timeout=0.1, stop_syncs=True)
+        assert len(requests) == 1 and not stop_requested(host)
+    finally:
+        sync.close()
+
+
 def test_a_sync_gives_way_to_a_stop_request_and_a_failed_wait_leaves_none_behind(tmp_path: Path) -> None:
     store = open_blob_store(str(tmp_path / "blobs"))
     host = layout(tmp_path / "host")

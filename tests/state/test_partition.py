@@ -113,6 +113,63 @@ def test_rule_2_a_dirty_working_store_is_rebuilt_from_the_local_checkpoint(tmp_p
     assert store.calls == []
 
 
+def test_a_worker_killed_as_its_commit_closes_the_store_loads_the_committed_version_exactly(
+    tmp_path: Path,
+) -> None:
+    """A commit's close flushes the working store, removes its OPTIONS files, then closes RocksDB; a
+    worker killed right after the removal (its delta uploaded, the store flushed, not marked clean) leaves
+    a dirty working store: the next task loads the committed version from the local checkpoint, exactly,
+    and commits on from there."""
+    import shutil
+    import subprocess
+    import sys
+    import textwrap
+
+    store = open_blob_store(str(tmp_path / "blobs"))
+    driver = Driver(store)
+    first = commit_values(store, tmp_path, None, {b"k": b"v1", b"gone": b"x"})
+    script = textwrap.dedent(
+        f"""
+        import os
+        from blobstate.blobstore import open_blob_store
+        from blobstate.ids import CheckpointId
+        from blobstate.state import store as store_module
+        from blobstate.state.partition import open_partition
+
+        drop = store_module._drop_options_files
+
+        def drop_then_die(path):
+            drop(path)
+            os._exit(9)
+
+        store_module._drop_options_files = drop_then_die
+        committed = CheckpointId.parse({first.checkpoint_id.name!r})
+        blobs = open_blob_store({str(tmp_path / "blobs")!r})
+        state = open_partition(blobs, {str(tmp_path)!r}, {QUERY_ID!r}, {OP!r}, 0, committed)
+        state.store.put("a", b"k", b"uncommitted")
+        state.store.delete("a", b"gone")
+        state.commit()
+        """
+    )
+    assert subprocess.run([sys.executable, "-c", script], timeout=120).returncode == 9
+    lay = layout(tmp_path)
+    assert read_checkpoint_id(lay.working) is None
+    assert not any(f.name.startswith("OPTIONS-") for f in lay.working.iterdir())
+    with open_p(store, tmp_path, first.checkpoint_id) as state:
+        assert state.load_rule == "local-checkpoint"
+        assert dump(state) == {("a", b"k"): b"v1", ("a", b"gone"): b"x"}
+        state.store.put("a", b"k", b"v2")
+        second = state.commit()
+    driver.commit({0: second}, 2)
+    with open_p(store, tmp_path, second.checkpoint_id) as state:
+        assert state.load_rule == "working"
+        assert dump(state) == {("a", b"k"): b"v2", ("a", b"gone"): b"x"}
+    shutil.rmtree(lay.root)
+    with open_p(store, tmp_path, second.checkpoint_id) as state:  # from the blob store alone
+        assert state.load_rule == "remote"
+        assert dump(state) == {("a", b"k"): b"v2", ("a", b"gone"): b"x"}
+
+
 def test_rule_2_from_a_standby_replica(tmp_path: Path) -> None:
     import shutil
 

@@ -469,6 +469,90 @@ def test_reopening_a_store_keeps_a_bounded_number_of_rocksdb_info_logs(tmp_path:
     assert "LOG" in logs
 
 
+def _options_files(path: Path) -> list[str]:
+    return sorted(f.name for f in path.iterdir() if re.fullmatch(r"OPTIONS-[0-9]+", f.name))
+
+
+def test_a_closed_store_keeps_no_options_file_and_reopens_with_its_data(tmp_path: Path) -> None:
+    """rocksdict parses a store's newest OPTIONS file at every open, then uses the options it is given:
+    a store removes them just before it closes, so its next open skips the parse. While it is open it has
+    its own (RocksDB writes one at every read-write open), so its checkpoints are complete, also after
+    another open was refused; read-only stores are left as they are."""
+    path = tmp_path / "s"
+    with RocksStateStore.open(path) as s:
+        s.put("a", b"k", b"v1")
+        assert _options_files(path)
+        with pytest.raises(StoreLockedError):
+            RocksStateStore.open(path)
+        checkpoint = s.checkpoint(tmp_path / "cp")
+    assert _options_files(path) == []
+    assert _options_files(checkpoint)
+    for i in range(1, 4):
+        with RocksStateStore.open(path) as s:
+            assert _options_files(path)
+            assert s.get("a", b"k") == b"v%d" % i
+            s.put("a", b"k", b"v%d" % (i + 1))
+            s.put("b", b"k", b"%d" % i)  # a new column family
+        assert _options_files(path) == []
+    with RocksStateStore.open(checkpoint, read_only=True) as s:
+        assert s.get("a", b"k") == b"v1"
+    assert _options_files(checkpoint)  # a read-only store is not changed
+    with RocksStateStore.open(path) as s:
+        assert contents(s) == {"a": [(b"k", b"v4")], "b": [(b"k", b"3")]}
+
+
+def test_a_store_killed_right_after_removing_its_options_files_reopens_exactly(tmp_path: Path) -> None:
+    """The removal comes after the close's flush and before RocksDB closes: a process killed between them
+    leaves a store without OPTIONS files (and RocksDB's lock released by the kernel) that opens with
+    everything it flushed."""
+    path = tmp_path / "s"
+    with RocksStateStore.open(path) as s:
+        s.put("a", b"old", b"1")
+    script = (
+        "import os; from blobstate.state import store as m\n"
+        f"s = m.RocksStateStore.open({str(path)!r})\n"
+        "s.put('a', b'k', b'flushed'); s.delete('a', b'old'); s.flush()\n"
+        "m._drop_options_files(s.path)\n"
+        "os._exit(9)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", script], timeout=120).returncode == 9
+    assert _options_files(path) == []
+    with RocksStateStore.open(path) as s:
+        assert contents(s) == {"a": [(b"k", b"flushed")]}
+    assert _options_files(path) == []
+
+
+def _logged_option(path: Path, name: str) -> str:
+    """The value of option ``name`` in the header RocksDB wrote to the store's info log at its last open."""
+    found = re.findall(rf"Options\.{name}: (\S+)", (path / "LOG").read_text())
+    assert found, name
+    return found[0]
+
+
+def test_a_store_opens_its_files_with_a_thread_per_four_sst_files(tmp_path: Path) -> None:
+    """RocksDB starts its file-opening threads for every column family at every open however few files
+    there are; a store opens with one thread per four SST files (1 to 16), and its data reads back."""
+    path = tmp_path / "s"
+    with RocksStateStore.open(path) as s:
+        assert _logged_option(path, "max_file_opening_threads") == "1"  # a new store
+        for i in range(3):
+            s.put("a", b"k%d" % i, b"v")
+            s.flush()
+    with RocksStateStore.open(path) as s:
+        assert _logged_option(path, "max_file_opening_threads") == "1"
+        assert dict(s.items("a")) == {b"k0": b"v", b"k1": b"v", b"k2": b"v"}
+    with RocksStateStore.open(path, tuning=store_module.SCRATCH) as s:  # no compactions: a file per flush
+        for i in range(3, 40):
+            s.put("a", b"k%d" % i, b"v")
+            s.flush()
+    ssts = sum(1 for f in path.iterdir() if f.suffix == ".sst")
+    assert ssts >= 36
+    with RocksStateStore.open(path, tuning=store_module.SCRATCH) as s:  # read-only opens write no log
+        assert _logged_option(path, "max_file_opening_threads") == str(min(16, ssts // 4))
+        assert len(dict(s.items("a"))) == 40
+    assert store_module._opening_threads(tmp_path / "missing") == 1
+
+
 def test_the_rocksdb_store_is_the_key_value_store_the_processor_layer_needs(tmp_path: Path) -> None:
     from blobstate.state.interface import KeyValueStore
 

@@ -136,7 +136,6 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     from blobstate.ids import CheckpointId, new_uid
     from blobstate.layout import LocalPartitionLayout
     from blobstate.processor.runner import RunInputs, RunStats, run_partition
-    from blobstate.state.local_copy import clear_stop, request_stop
     from blobstate.state.partition import open_partition
     from blobstate.state.sweep import sweep_idle
 
@@ -155,24 +154,21 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     uid = new_uid()
     yield _marker_batch(stage_schema, UID_COLUMN, uid)
     local_dir = resolve_local_dir(where.local_dir)
-    # Invariant 2: a standby sync of this partition on this host stops before the state is opened.
     layout = LocalPartitionLayout(Path(local_dir), where.query_id, where.operator, partition)
-    request_stop(layout)
-    try:
-        state = open_partition(
-            blob_store_for(where.checkpoint_url),
-            local_dir,
-            where.query_id,
-            where.operator,
-            partition,
-            committed,
-            snapshot_every=where.snapshot_every,
-            snapshot_delta_bytes=where.snapshot_delta_bytes,
-            snapshot_upload=where.snapshot_upload,
-            lock_timeout=PROCESSING_LOCK_TIMEOUT_SECONDS,
-        )
-    finally:
-        clear_stop(layout)
+    # Invariant 2: open_partition asks a standby sync of this partition on this host to stop, and waits
+    # for it, before it opens the state.
+    state = open_partition(
+        blob_store_for(where.checkpoint_url),
+        local_dir,
+        where.query_id,
+        where.operator,
+        partition,
+        committed,
+        snapshot_every=where.snapshot_every,
+        snapshot_delta_bytes=where.snapshot_delta_bytes,
+        snapshot_upload=where.snapshot_upload,
+        lock_timeout=PROCESSING_LOCK_TIMEOUT_SECONDS,
+    )
     opened_at = time.time()
     sweep_idle(local_dir, where.local_dir_grace_seconds, keep=(layout.root,))
     step_scope = contextlib.ExitStack()

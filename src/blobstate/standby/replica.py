@@ -11,10 +11,10 @@ Invariant 2 (docs/DESIGN.md: an active starts only after its standby has stopped
 * a sync holds the partition's lock (the same ``flock`` every processing task takes) for its whole
   run, so a processing task of the partition on this host can never open the state while a sync
   writes the replica;
-* a processing task first drops a stop request (``STANDBY-STOP``) in the partition's directory, then
-  waits for the lock; a running sync checks for the request between versions, stops at the last
-  committed version it completed (marked clean, so the processing task still starts from it), and
-  releases the lock;
+* a processing task that finds the lock held drops a stop request (``STANDBY-STOP``) in the partition's
+  directory, then waits for the lock; a running sync checks for the request between versions, stops at
+  the last committed version it completed (marked clean, so the processing task still starts from it),
+  and releases the lock;
 * a sync that finds a stop request, or cannot get the lock at once, does nothing
   (:meth:`~blobstate.state.local_copy.LocalCopy.open_if_free`).
 

@@ -13,10 +13,12 @@ writes (``working/``), a standby replica (``standby/``), an executor's copy of a
   does both steps for a copy nothing writes (a replica, a restore).
 
 Invariant 2 (docs/DESIGN.md: a processing task opens a partition only after any standby sync of it on
-the host stopped) is the stop request here. The processing side opens with ``stop_syncs=True``: it drops
-``STANDBY-STOP`` in the partition's directory, waits for the lock, then withdraws the request. A sync
-opens with :meth:`LocalCopy.open_if_free`, which does nothing while a request exists or the lock is
-held, and checks :attr:`LocalCopy.stop_requested` between the versions it brings the copy to.
+the host stopped) is the stop request here. The processing side opens with ``stop_syncs=True``: it takes
+the lock at once when it is free (no sync runs then: a sync holds the lock for its whole run, and none
+starts while another holds it); else it drops ``STANDBY-STOP`` in the partition's directory, waits for
+the lock, then withdraws the request. A sync opens with :meth:`LocalCopy.open_if_free`, which does
+nothing while a request exists or the lock is held, and checks :attr:`LocalCopy.stop_requested` between
+the versions it brings the copy to.
 """
 
 from __future__ import annotations
@@ -122,19 +124,24 @@ class LocalCopy:
         """Take the partition's lock, waiting up to ``lock_timeout`` seconds, for the copy in ``directory``
         (by default the working store, ``layout.working``).
 
-        ``stop_syncs`` asks a standby sync of the partition on this host to stop first and withdraws the
-        request once the lock is held, or the wait failed (Invariant 2). ``history`` is the partition's
-        commit history (by default one read from ``store``). Raises
-        :class:`~blobstate.state.locking.PartitionLockedError` when the time is up.
+        ``stop_syncs`` (Invariant 2): when the lock is not free at once, ask a standby sync of the
+        partition on this host to stop, and withdraw the request once the lock is held, or the wait
+        failed. A free lock is taken without a request: no sync runs then, and none can start while this
+        copy holds the lock. ``history`` is the partition's commit history (by default one read from
+        ``store``). Raises :class:`~blobstate.state.locking.PartitionLockedError` when the time is up.
         """
         lock = PartitionLock(layout.lock_file)
         if stop_syncs:
-            request_stop(layout)
-        try:
+            try:
+                lock.acquire(timeout=0.0)
+            except PartitionLockedError:
+                request_stop(layout)
+                try:
+                    lock.acquire(timeout=lock_timeout)
+                finally:
+                    clear_stop(layout)
+        else:
             lock.acquire(timeout=lock_timeout)
-        finally:
-            if stop_syncs:
-                clear_stop(layout)
         return cls._held(store, layout, directory, history, lock, opener)
 
     @classmethod

@@ -27,6 +27,7 @@ A store is not thread-safe: one task (or one standby sync) uses it at a time.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,13 +212,58 @@ INFO_LOG_MAX_BYTES = 1024 * 1024
 """Size at which RocksDB rolls a store's info log (a store open for long keeps dumping statistics)."""
 
 
-def _db_options(create: bool, tuning: StoreTuning = QUERY, cache: Cache | None = None) -> Options:
+FILES_PER_OPENING_THREAD = 4
+"""SST files per thread that opens a store's files: a store with ``n`` SST files opens them with
+``n // 4`` threads, at least 1 and at most 16 (RocksDB's default). RocksDB starts its file-opening threads
+at every open for every column family (the default column family too), however few files it has: 15
+threads per column family, created and joined, cost a small store more CPU than the rest of its open
+(``bench/partition_cost.py``). Stores reopened each batch hold few files under universal compaction, and
+those were just written and are in the page cache, so one thread opens them as fast; a large store's
+many files are still read in parallel on a cold disk."""
+
+
+def _opening_threads(path: Path) -> int:
+    """Threads RocksDB uses to open the files of the store at ``path`` (see FILES_PER_OPENING_THREAD)."""
+    try:
+        with os.scandir(path) as entries:
+            ssts = sum(1 for e in entries if e.name.endswith(".sst"))
+    except OSError:
+        return 1
+    return max(1, min(16, ssts // FILES_PER_OPENING_THREAD))
+
+
+def _db_options(
+    create: bool, tuning: StoreTuning = QUERY, cache: Cache | None = None, opening_threads: int = 1
+) -> Options:
     options = _cf_options(tuning, cache)
     options.create_if_missing(create)
+    options.set_max_file_opening_threads(opening_threads)
     options.set_max_background_jobs(2)
     options.set_keep_log_file_num(INFO_LOG_FILES_TO_KEEP)
     options.set_max_log_file_size(INFO_LOG_MAX_BYTES)
     return options
+
+
+def _drop_options_files(path: Path) -> None:
+    """Remove the ``OPTIONS-<n>`` files of the store at ``path``, which this process holds open.
+
+    rocksdict's ``Rdict()`` parses the newest of them (and builds an LRU cache for what it parsed) at every
+    open, and then uses the options and column families it was given instead; RocksDB never reads them
+    (it writes and checks a new one at every read-write open, so an open store always has its own). A
+    store closed without them opens without that parse. Called before the database closes: while it is
+    open, RocksDB's lock keeps every other opener out, so no other open's file is removed. Best effort: a
+    store that keeps them (a failed unlink, a process that died first) opens as before.
+    """
+    try:
+        with os.scandir(path) as entries:
+            names = [e.name for e in entries if _OPTIONS_FILE.fullmatch(e.name)]
+        for name in names:
+            os.unlink(path / name)
+    except OSError:
+        pass
+
+
+_OPTIONS_FILE = re.compile(r"OPTIONS-[0-9]+")
 
 
 def _write_options() -> WriteOptions:
@@ -326,16 +372,17 @@ class RocksStateStore:
                 names.append(rocks_name[len(_CF_PREFIX) :])
         cache = Cache(tuning.block_cache_bytes) if tuning.block_cache_bytes is not None else None
         families = {_CF_PREFIX + name: _cf_options(tuning, cache) for name in names}
+        threads = _opening_threads(p) if exists else 1
         try:
             if read_only:
                 db = Rdict(
                     str(p),
-                    _db_options(False, tuning, cache),
+                    _db_options(False, tuning, cache, threads),
                     column_families=families,
                     access_type=AccessType.read_only(error_if_log_file_exist=False),
                 )
             else:
-                db = Rdict(str(p), _db_options(create, tuning, cache), column_families=families)
+                db = Rdict(str(p), _db_options(create, tuning, cache, threads), column_families=families)
         except Exception as e:
             message = str(e)
             if "/LOCK" in message or "lock hold" in message:
@@ -362,6 +409,7 @@ class RocksStateStore:
         try:
             if not self.read_only:
                 self.flush()
+                _drop_options_files(self.path)
         finally:
             # rocksdict keeps the database open while any column family object refers to it.
             self._cfs = _ClosedHandles(str(self.path))
