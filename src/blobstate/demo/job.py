@@ -260,20 +260,28 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _main_remote(args: argparse.Namespace) -> int:
-    """The job on a Spark Connect server: lines from the query's progress, stopped by ``--stop-after``."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.remote(args.remote).getOrCreate()
-    query = start_query(
+def _start(
+    spark: SparkSession, args: argparse.Namespace, on_batch: Callable[[BatchReport], None] | None = None
+) -> StreamingQuery:
+    """The demo's query on ``spark`` with the command line's directories and partition count."""
+    return start_query(
         spark,
         args.input,
         args.checkpoint,
         args.output,
         args.local_dir,
         args.partitions,
+        on_batch=on_batch,
         profiles_dir=args.profiles,
     )
+
+
+def _main_remote(args: argparse.Namespace) -> int:
+    """The job on a Spark Connect server: lines from the query's progress, stopped by ``--stop-after``."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(args.remote).getOrCreate()
+    query = _start(spark, args)
     try:
         follow_progress(query, args.stop_after)
     finally:
@@ -293,16 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     def report(batch: BatchReport) -> None:
         print(json.dumps(asdict(batch)), flush=True)
 
-    query = start_query(
-        spark,
-        args.input,
-        args.checkpoint,
-        args.output,
-        args.local_dir,
-        args.partitions,
-        on_batch=report,
-        profiles_dir=args.profiles,
-    )
+    query = _start(spark, args, on_batch=report)
     query.processAllAvailable()
     query.stop()
     spark.stop()
