@@ -75,10 +75,11 @@ class SideStreamFacts:
     """The side stream's columns."""
 
 
-def side_stream_facts(jvm: JvmSeam, adjunct: Adjunct) -> SideStreamFacts:
-    """:class:`SideStreamFacts` of ``adjunct``'s side stream."""
+def side_stream_facts(jvm: JvmSeam, adjunct: Adjunct, leaves: Sequence[SourceLeaf]) -> SideStreamFacts:
+    """:class:`SideStreamFacts` of ``adjunct``'s side stream, whose plan has ``leaves``
+    (``JvmSeam.streaming_leaves``)."""
     return SideStreamFacts(
-        rate_limited=is_rate_limited(jvm.streaming_leaves(adjunct.df)),
+        rate_limited=is_rate_limited(leaves),
         plain_source=jvm.plain_source(adjunct.df),
         columns=tuple(adjunct.df.columns),
     )
@@ -118,15 +119,18 @@ def adjunct_start(
     from blobstate.adjunct.union import count_sources
 
     sources: dict[str, tuple[int, int]] = {}
+    facts: list[SideStreamFacts] = []
     position = count_sources(jvm.streaming_leaves(main))  # side streams' sources follow the main's
     for adjunct in adjuncts:
-        count = count_sources(jvm.streaming_leaves(adjunct.df))
+        leaves = jvm.streaming_leaves(adjunct.df)  # one plan reading (a server round trip over Connect)
+        count = count_sources(leaves)
         sources[adjunct.name] = (position, count)
         position += count
+        facts.append(side_stream_facts(jvm, adjunct, leaves))
     return AdjunctStart(
         specs=tuple(specs),
         sources=sources,
-        side_streams=tuple(side_stream_facts(jvm, a) for a in adjuncts),
+        side_streams=tuple(facts),
         main_types={f.name: f.dataType for f in main.schema.fields},
     )
 
