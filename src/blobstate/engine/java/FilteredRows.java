@@ -12,17 +12,25 @@ import scala.collection.AbstractIterator;
 import scala.collection.Iterator;
 
 /**
- * The rows of {@code rows} that {@code keep} accepts, in order. No read-ahead: scans reuse row
- * objects, so a row is handed on before the next is read.
+ * The rows of {@code rows} that {@code keep} accepts, in order; {@code atEnd} runs once, when
+ * {@code rows} is found exhausted (in {@code hasNext}). No read-ahead: scans reuse row objects, so
+ * a row is handed on before the next is read.
  */
 final class FilteredRows extends AbstractIterator<InternalRow> {
   private final Iterator<InternalRow> rows;
   private final Predicate<InternalRow> keep;
+  private final Runnable atEnd;
   private InternalRow pending;
+  private boolean ended;
 
   FilteredRows(Iterator<InternalRow> rows, Predicate<InternalRow> keep) {
+    this(rows, keep, () -> {});
+  }
+
+  FilteredRows(Iterator<InternalRow> rows, Predicate<InternalRow> keep, Runnable atEnd) {
     this.rows = rows;
     this.keep = keep;
+    this.atEnd = atEnd;
   }
 
   @Override
@@ -32,6 +40,10 @@ final class FilteredRows extends AbstractIterator<InternalRow> {
       if (keep.test(row)) {
         pending = row;
       }
+    }
+    if (pending == null && !ended) {
+      ended = true;
+      atEnd.run();
     }
     return pending != null;
   }
