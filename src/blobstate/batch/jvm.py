@@ -199,11 +199,22 @@ class JvmSeam(Protocol):
         (``batch.executor.location_string``s, several joined by commas, or None)."""
         ...
 
+    def with_partition_groups(
+        self, df: DataFrame, groups: Sequence[Sequence[int]], locations: Sequence[str | None]
+    ) -> DataFrame:
+        """``df``'s partitions regrouped without a shuffle, one task per group: partition ``g`` of the
+        result reads the partitions ``groups[g]`` of ``df`` one after the other, in that order, and
+        prefers ``locations[g]`` (an entry as :meth:`with_preferred_locations` takes it). Every
+        partition of ``df`` is in exactly one group, no group is empty. The result keeps ``df``'s
+        columns and claims no partitioning."""
+        ...
+
     def committed_only(
         self, stage: DataFrame, uid_column: str, meta_column: str, uids: Sequence[str], what: str
     ) -> DataFrame:
         """The output rows of the persisted ``stage``: a task fails instead of passing partition ``i`` on
-        when its header row does not carry ``uids[i]``."""
+        when its header rows do not carry the uids of ``uids[i]`` in order: one uid, or several joined by
+        commas when the partition holds several state partitions' outputs (one header row each)."""
         ...
 
     def write_through(self, stage: DataFrame, uid_column: str, meta_column: str, what: str) -> TappedStage:

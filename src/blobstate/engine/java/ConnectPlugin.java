@@ -4,9 +4,9 @@
  * A Connect client has no JVM in its process; it sends blobstate's requests as relation extensions
  * (a google.protobuf.Any whose type URL is CALL_TYPE and whose value is a JSON object), and this plugin,
  * registered on the server with spark.connect.extensions.relation.classes, turns each into a logical
- * plan: either the wrapped child (preferred locations, the committed-only view) or a one-row relation
- * whose single string column is the call's JSON answer. It calls the same entry points as the classic
- * client reaches through py4j.
+ * plan: either the wrapped child (preferred locations, partition groups, the committed-only view) or a
+ * one-row relation whose single string column is the call's JSON answer. It calls the same entry
+ * points as the classic client reaches through py4j.
  */
 package org.apache.spark.sql.blobstate;
 
@@ -86,7 +86,8 @@ public final class ConnectPlugin implements RelationPlugin {
     String op = call.path("op").asText();
     JsonNode args = call.path("args");
     String id = call.path("id").asText();
-    boolean wrapping = op.equals("preferred_locations") || op.equals("committed_only");
+    boolean wrapping =
+        op.equals("preferred_locations") || op.equals("partition_groups") || op.equals("committed_only");
     if (wrapping && WRAPPED.containsKey(id)) {
       return WRAPPED.get(id);
     }
@@ -108,6 +109,10 @@ public final class ConnectPlugin implements RelationPlugin {
     switch (op) {
       case "preferred_locations":
         return PreferredLocations.withPreferredLocations(children.get(0), strings(args.path("locations")))
+            .logicalPlan();
+      case "partition_groups":
+        return PreferredLocations.withPartitionGroups(
+                children.get(0), groups(args.path("groups")), strings(args.path("locations")))
             .logicalPlan();
       case "committed_only":
         return CommittedOutputs.committedOnly(
@@ -287,6 +292,22 @@ public final class ConnectPlugin implements RelationPlugin {
     for (int i = 0; i < out.length; i++) {
       JsonNode item = array.get(i);
       out[i] = item.isNull() ? null : item.asText();
+    }
+    return out;
+  }
+
+  /** Partition groups, a JSON array of arrays of partition indices, as withPartitionGroups takes them. */
+  private static String[] groups(JsonNode array) {
+    String[] out = new String[array.size()];
+    for (int g = 0; g < out.length; g++) {
+      StringBuilder group = new StringBuilder();
+      for (JsonNode index : array.get(g)) {
+        if (group.length() > 0) {
+          group.append(',');
+        }
+        group.append(index.asText()); // withPartitionGroups names a malformed one
+      }
+      out[g] = group.toString();
     }
     return out;
   }

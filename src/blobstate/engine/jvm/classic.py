@@ -67,7 +67,8 @@ _HELPERS_LOCK = threading.Lock()
 
 
 class PlacementHelper:
-    """The loaded JVM helper of one SparkContext: preferred locations and the live executors."""
+    """The loaded JVM helper of one SparkContext: preferred locations, partition groups and the live
+    executors."""
 
     def __init__(self, spark: SparkSession, jar: Path) -> None:
         """Use ``PlacementHelper.get`` or ``PlacementHelper.load``; this assumes the jar is loaded."""
@@ -146,11 +147,48 @@ class PlacementHelper:
         jdf = self._helper_class().withPreferredLocations(df._jdf, self._string_array(values))
         return DataFrame(jdf, df.sparkSession)
 
+    def with_partition_groups(
+        self, df: DataFrame, groups: Sequence[Sequence[int]], locations: Sequence[str | None]
+    ) -> DataFrame:
+        """``df``'s partitions regrouped without a shuffle: partition ``g`` of the result reads the
+        partitions ``groups[g]`` of ``df`` one after the other, in that order, in one task, and prefers
+        ``locations[g]`` (an entry as :meth:`with_preferred_locations` takes it).
+
+        Every partition of ``df`` is in exactly one group and no group is empty; otherwise the JVM
+        refuses with a message starting ``blobstate placement:``. The result keeps ``df``'s columns but
+        claims no partitioning (its partitions are not ``df``'s). Operators applied to it without a
+        shuffle (``mapInArrow``) run in the same stage, one task per group, on the preferred executors,
+        and their tasks can read their executor with ``current_executor()``. With adaptive query
+        execution, the shuffle below ``df`` runs now, once.
+        """
+        from pyspark.sql import DataFrame
+
+        texts = []
+        for g, group in enumerate(groups):
+            if isinstance(group, str | bytes) or not isinstance(group, Sequence):
+                raise TypeError(f"partition group {g} must be a sequence of int, not {type(group).__name__}")
+            for index in group:
+                if isinstance(index, bool) or not isinstance(index, int):
+                    raise TypeError(
+                        f"partition group {g} must hold int partition indices, not {type(index).__name__}"
+                    )
+            texts.append(",".join(str(int(index)) for index in group))
+        values = list(locations)
+        for i, value in enumerate(values):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"preferred location {i} must be a str or None, not {type(value).__name__}")
+        jdf = self._helper_class().withPartitionGroups(
+            df._jdf, self._string_array(texts), self._string_array(values)
+        )
+        return DataFrame(jdf, df.sparkSession)
+
     def committed_only(
         self, stage: DataFrame, uid_column: str, meta_column: str, uids: Sequence[str], what: str
     ) -> DataFrame:
         """The output rows of the persisted ``stage`` (``CommittedOutputs.committedOnly``): a task fails
-        instead of passing on partition ``i`` when its header row does not carry ``uids[i]``."""
+        instead of passing on partition ``i`` when its header rows do not carry the uids of ``uids[i]``:
+        one uid, or several joined by commas (a partition holding several state partitions' outputs,
+        one header row each), in order, none missing and none beyond."""
         from pyspark.sql import DataFrame
 
         jdf = self.committed_outputs().committedOnly(
@@ -409,6 +447,12 @@ class ClassicJvm:
     def with_preferred_locations(self, df: DataFrame, locations: Sequence[str | None]) -> DataFrame:
         """``PlacementHelper.with_preferred_locations``."""
         return self.helper.with_preferred_locations(df, locations)
+
+    def with_partition_groups(
+        self, df: DataFrame, groups: Sequence[Sequence[int]], locations: Sequence[str | None]
+    ) -> DataFrame:
+        """``PlacementHelper.with_partition_groups``."""
+        return self.helper.with_partition_groups(df, groups, locations)
 
     def committed_only(
         self, stage: DataFrame, uid_column: str, meta_column: str, uids: Sequence[str], what: str

@@ -5,8 +5,8 @@ server plugin (``java/ConnectPlugin.java``, registered on the server with
 ``spark.connect.extensions.relation.classes``): each question is a relation extension, a
 ``google.protobuf.Any`` of type :data:`CALL_TYPE` whose value is a JSON object ``{"op", "args",
 "children"}`` (children: the serialized plans of DataFrames the call works on). The plugin answers with
-the wrapped DataFrame (preferred locations, the committed-only view) or with a one-row relation whose
-``answer`` column is JSON. Both ends run the same code as the classic seam behind them.
+the wrapped DataFrame (preferred locations, partition groups, the committed-only view) or with a one-row
+relation whose ``answer`` column is JSON. Both ends run the same code as the classic seam behind them.
 
 What needs no plugin uses Spark Connect itself: Arrow data to a DataFrame, the grouping columns of a
 ``groupBy``.
@@ -190,10 +190,19 @@ class ConnectJvm:
         """``df`` wrapped by the plugin with partition ``i`` preferring ``locations[i]``."""
         return self._frame("preferred_locations", {"locations": list(locations)}, [df])
 
+    def with_partition_groups(
+        self, df: DataFrame, groups: Sequence[Sequence[int]], locations: Sequence[str | None]
+    ) -> DataFrame:
+        """``df`` regrouped by the plugin: partition ``g`` reads ``df``'s partitions ``groups[g]`` in
+        order and prefers ``locations[g]``."""
+        args = {"groups": [[int(i) for i in group] for group in groups], "locations": list(locations)}
+        return self._frame("partition_groups", args, [df])
+
     def committed_only(
         self, stage: DataFrame, uid_column: str, meta_column: str, uids: Sequence[str], what: str
     ) -> DataFrame:
-        """The committed-only view of the persisted ``stage``, built by the plugin."""
+        """The committed-only view of the persisted ``stage``, built by the plugin (an entry of ``uids``
+        may list several uids, joined by commas)."""
         args = {"uid_column": uid_column, "meta_column": meta_column, "uids": list(uids), "what": what}
         return self._frame("committed_only", args, [stage])
 
