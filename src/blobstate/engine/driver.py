@@ -86,6 +86,9 @@ class BatchReport:
     """RocksDB's estimate of the state's keys after the batch, over all partitions."""
     stage_attempts: int = 1
     """How many times the stage ran (more than once when persisted outputs were lost before the sink)."""
+    stage_tasks: int = 0
+    """Tasks of the processing stage: one per partition, or fewer when tasks run groups of partitions
+    (``QueryConfig.partitions_per_task``)."""
     write_through: bool = False
     """Whether the stage ran inside the sink's write (a :class:`WriterSink`): one Spark job."""
     shuffle_seconds: float = 0.0
@@ -128,6 +131,7 @@ class BatchReport:
             "sinkSeconds": self.sink_seconds,
             "commitSeconds": self.commit_seconds,
             "stageAttempts": self.stage_attempts,
+            "stageTasks": self.stage_tasks,
             "writeThrough": self.write_through,
             "inlinedPartitions": self.inlined_partitions,
             "sparkRecoverySeconds": self.spark_recovery_seconds,
@@ -515,6 +519,7 @@ class BatchDriver:
             executors={p: r.executor_id for p, r in results.items()},
             state_keys=sum(r.state_keys or 0 for r in results.values()),
             stage_attempts=run.attempts,
+            stage_tasks=run.result.tasks,
             write_through=self.stage.writes_through,
             shuffle_seconds=round(run.result.shuffle_seconds, 3),
             inlined_partitions=run.result.inlined,

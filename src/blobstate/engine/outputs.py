@@ -21,7 +21,7 @@ the driver runs the stage again (``BatchDriver``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,8 @@ class StageResult:
     """Wall-clock time the driver submitted this run's job (``recovery.py``)."""
     earlier_runs_seconds: float = 0.0
     """Time of the runs of the stage discarded before this one (their outputs were lost)."""
+    tasks: int = 0
+    """The stage's tasks (a task per partition, or per group of partitions)."""
 
     @property
     def output_rows(self) -> int:
@@ -96,15 +98,17 @@ def run_stage(
     what: str,
     worker_error: Any,
     schema: StructType | None = None,
+    groups: Sequence[Sequence[int]] = (),
 ) -> StageResult:
     """Run ``stage`` once, keeping its outputs on the executors; return its metadata and the sink's view.
 
     ``jvm`` is the JVM seam (the checked view of committed outputs, the inlined outputs' frame);
     ``what`` names the batch in errors; ``worker_error`` turns a Python worker's traceback into its last
-    exception line; ``schema`` is the stage's (as given to ``mapInArrow``; by default asked of Spark).
+    exception line; ``schema`` is the stage's (as given to ``mapInArrow``; by default asked of Spark);
+    ``groups`` the state partitions of each task, in order (``groups.py``; empty: a task per partition).
     """
     stage.persist()
-    result = StageResult({}, stage, persisted=stage)
+    result = StageResult({}, stage, persisted=stage, tasks=len(groups) or num_partitions)
     try:
         try:
             rows = stage.filter(F.col(META_COLUMN).isNotNull()).select(META_COLUMN, OUTPUTS_COLUMN).collect()
@@ -121,7 +125,9 @@ def run_stage(
             result.release()  # every output is on the driver: nothing for the sink to read from the stage
             result.frame = local  # type: ignore[assignment]
             return result
-        uids = [result.results[p].uid if p in result.results else "" for p in range(num_partitions)]
+        uid = {p: r.uid for p, r in result.results.items()}
+        tasks = groups or [(p,) for p in range(num_partitions)]
+        uids = [",".join(uid.get(p, "") for p in group) for group in tasks]
         view = jvm.committed_only(stage, UID_COLUMN, META_COLUMN, uids, what)
         result.frame = view.drop(*MARKER_COLUMNS)
         if local is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -22,6 +22,7 @@ from blobstate.batch.contracts import TaskResult
 from blobstate.batch.jvm import JvmSeam
 from blobstate.batch.steps import Placement
 from blobstate.engine.executor_python import worker_error
+from blobstate.engine.groups import partitions_per_task, plan_groups
 from blobstate.engine.outputs import (
     AttemptMismatchError,
     StageFailedError,
@@ -91,6 +92,9 @@ class Stage:
     initial_state_key_columns: tuple[str, ...] = ()
     preferred_locations: bool = True
     """Give each partition's task the executors its placement names (``QueryConfig.placement``)."""
+    partitions_per_task: int = 0
+    """State partitions per task of the stage (``QueryConfig.partitions_per_task``; 0: automatic from
+    the cluster's cores, ``groups.partitions_per_task``)."""
     writes_through: bool = False
     """Whether the stage runs inside the sink's write (a :class:`WriterSink` and the JVM helper)."""
     max_attempts: int = 3
@@ -143,7 +147,7 @@ class Stage:
     def _write_through(self, frame: DataFrame, spec: TaskSpec, placement: Placement | None) -> StageResult:
         """The stage inside the sink's write (``write_through.py``): no persisted outputs, one job."""
         assert self.jvm is not None
-        stage, _ = self._stage_frame(frame, spec, placement)
+        stage, _, groups = self._stage_frame(frame, spec, placement)
         batch_id = spec.plan.batch
         submitted_at = time.time()
         try:
@@ -159,18 +163,19 @@ class Stage:
             raise self.failure from None
         self._check_results(result.results, batch_id, spec.plan.committing)
         result.submitted_at = submitted_at
+        result.tasks = len(groups) or self.num_partitions
         return result
 
     def _run_stage(self, frame: DataFrame, spec: TaskSpec, placement: Placement | None) -> StageResult:
         started = time.monotonic()
-        stage, schema = self._stage_frame(frame, spec, placement)
+        stage, schema, groups = self._stage_frame(frame, spec, placement)
         shuffle_seconds = time.monotonic() - started
         batch_id = spec.plan.batch
         submitted_at = time.time()
         assert self.jvm is not None
         try:
             result = run_stage(
-                stage, self.jvm, self.num_partitions, f"batch {batch_id}", worker_error, schema
+                stage, self.jvm, self.num_partitions, f"batch {batch_id}", worker_error, schema, groups
             )
         except StageFailedError as error:
             # Spark wraps the task's exception in pages of worker and JVM traceback: keep what the
@@ -198,9 +203,10 @@ class Stage:
 
     def _stage_frame(
         self, frame: DataFrame, spec: TaskSpec, placement: Placement | None
-    ) -> tuple[DataFrame, StructType]:
-        """The processing stage (the batch shuffled by key into the state partitions, then ``run_task``)
-        and its Spark schema."""
+    ) -> tuple[DataFrame, StructType, tuple[tuple[int, ...], ...]]:
+        """The processing stage (the batch shuffled by key into the state partitions, then ``run_task``
+        on each partition or group of partitions), its Spark schema and its groups (empty: a task per
+        partition)."""
         keys = [F.col(k) for k in self.key_columns]
         if spec.plan.run.initial_state_key_columns is not None and self.initial_state is not None:
             frame = self._with_initial_state(frame)
@@ -208,12 +214,28 @@ class Stage:
             PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
         ).repartition(self.num_partitions, *keys)
         locations = placement.locations() if placement is not None and self.preferred_locations else None
-        if self.jvm is not None and locations is not None:
+        per_task = partitions_per_task(self.num_partitions, self._cores(), self.partitions_per_task)
+        groups: tuple[tuple[int, ...], ...] = ()
+        if self.jvm is not None and per_task > 1:
+            planned = plan_groups(self.num_partitions, locations, per_task)
+            groups = tuple(g.partitions for g in planned)
+            shuffled = self.jvm.with_partition_groups(shuffled, groups, [g.location for g in planned])
+            spec = replace(spec, groups=groups)
+        elif self.jvm is not None and locations is not None:
             shuffled = self.jvm.with_preferred_locations(shuffled, locations)
         from pyspark.sql.pandas.types import from_arrow_schema
 
         schema = from_arrow_schema(spec.stage_schema)
-        return shuffled.mapInArrow(lambda it: run_task(spec, it), schema), schema
+        return shuffled.mapInArrow(lambda it: run_task(spec, it), schema), schema, groups
+
+    def _cores(self) -> int:
+        """The cores Spark's scheduler counts now (its default parallelism), for automatic groups."""
+        if self.partitions_per_task > 0:
+            return 1
+        try:
+            return int(self.spark.sparkContext.defaultParallelism)
+        except Exception:  # a session without a SparkContext: a task per partition
+            return self.num_partitions
 
     def _with_initial_state(self, batch_df: DataFrame) -> DataFrame:
         """The first batch's input with the initial state's rows, keyed like the input, marked."""

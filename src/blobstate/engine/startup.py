@@ -337,6 +337,7 @@ def build_driver(
             initial_state=initial_frame,
             initial_state_key_columns=initial_keys,
             preferred_locations=config.placement,
+            partitions_per_task=config.partitions_per_task,
             writes_through=Stage.write_through_for(sink, config.write_through, jvm),
         ),
         post_commit=PostCommit(CommitLog(parts.store), config.async_cleanup, parts.needed_from),

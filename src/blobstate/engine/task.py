@@ -1,8 +1,9 @@
 """The executor side of one micro-batch: load a partition, run the processor, commit, report.
 
-Each task of the processing stage handles one partition. It emits, in this order: one header row that
-carries the uid of this attempt (``UID_COLUMN``), the processor's output rows, and exactly one metadata
-row (``META_COLUMN``: the uid again, the executor, what it wrote, metrics). The stage's result stays
+Each task of the processing stage handles one state partition, or a group of them one after another
+(``groups.py``). For each partition it emits, in this order: one header row that carries the uid of
+this attempt (``UID_COLUMN``), the processor's output rows, and exactly one metadata row
+(``META_COLUMN``: the uid again, the executor, what it wrote, metrics). The stage's result stays
 distributed; the driver collects only the metadata rows, and the sink reads the outputs of a partition
 only after its header names the attempt the driver commits (``outputs.py``), so outputs and metadata
 always come from the same execution.
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -34,6 +36,9 @@ from blobstate.batch.contracts import BatchPlan, JsonValue, PartitionSpec, TaskR
 from blobstate.batch.steps import TaskBatch, TaskStep
 from blobstate.engine.inline import OUTPUTS_COLUMN, InlineOutputs
 from blobstate.state.store import RocksStateStore
+
+if TYPE_CHECKING:
+    from pyspark import TaskContext
 
 META_COLUMN = "__blobstate_meta"
 UID_COLUMN = "__blobstate_uid"
@@ -60,6 +65,9 @@ class TaskSpec:
     """The user's StatefulProcessor (or a factory of one)."""
     steps: tuple[TaskStep, ...] = ()
     """What the batch's steps run in each task before processing, in order (``batch.steps.TaskStep``)."""
+    groups: tuple[tuple[int, ...], ...] = ()
+    """The state partitions each task runs in turn, by the task's partition index (``groups.py``); empty:
+    task ``i`` runs state partition ``i`` alone."""
 
     @property
     def stage_schema(self) -> pa.Schema:
@@ -88,9 +96,7 @@ def _use_object_strings() -> None:
             pd.set_option("future.infer_string", False)
 
 
-def _checked_input(
-    batches: Iterator[pa.RecordBatch], partition: int, stats: _TaskStats
-) -> Iterator[pa.RecordBatch]:
+def _checked_input(batches: Iterator[pa.RecordBatch], partition: int) -> Iterator[pa.RecordBatch]:
     """Drop the partition column after checking every row was hashed to this task's partition."""
     import pyarrow.compute as pc
 
@@ -103,8 +109,20 @@ def _checked_input(
                 f"rows of another partition reached task of partition {partition}: the shuffle did not"
                 " keep Spark's hash partitioning (is adaptive execution coalescing partitions?)"
             )
-        stats.input_rows += batch.num_rows
         yield batch.drop_columns([PARTITION_COLUMN])
+
+
+def _dropped_partition_column(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A partition's rows of a group task (``groups.split_input`` checked them) without the column."""
+    for batch in batches:
+        yield batch.drop_columns([PARTITION_COLUMN])
+
+
+def _counted(batches: Iterator[pa.RecordBatch], stats: _TaskStats) -> Iterator[pa.RecordBatch]:
+    """``batches``, their rows counted into ``stats.input_rows``."""
+    for batch in batches:
+        stats.input_rows += batch.num_rows
+        yield batch
 
 
 def _split_initial_state(
@@ -129,9 +147,44 @@ def _split_initial_state(
 
 
 def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of the processing stage."""
+    """The ``mapInArrow`` body of the processing stage: each state partition of the task's group in turn
+    (``groups.split_input``), or the task's own partition. A partition whose processor raised (reported
+    in its metadata row) ends the task: the driver fails the batch on it."""
     from pyspark import TaskContext
 
+    from blobstate.engine.groups import split_input
+
+    if spec.plan.pandas_object_strings:
+        _use_object_strings()
+    context = TaskContext.get()
+    assert context is not None, "run_task runs in a Spark task"
+    if not spec.groups:
+        partition = context.partitionId()
+        yield from _run_partition(spec, partition, _checked_input(batches, partition), context)
+        return
+    for partition, rows in split_input(batches, spec.groups[context.partitionId()], PARTITION_COLUMN):
+        ran = _PartitionRun()
+        yield from _run_partition(spec, partition, _dropped_partition_column(rows), context, ran)
+        if ran.failed:
+            return
+
+
+@dataclass
+class _PartitionRun:
+    """How one partition's run in a task ended."""
+
+    failed: bool = False
+
+
+def _run_partition(
+    spec: TaskSpec,
+    partition: int,
+    batches: Iterator[pa.RecordBatch],
+    context: TaskContext,
+    ran: _PartitionRun | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Load one state partition, run the processor on its rows, commit; emit its header, outputs and
+    metadata rows."""
     from blobstate.batch.executor import blob_store_for, current_executor, resolve_local_dir
     from blobstate.ids import CheckpointId, new_uid
     from blobstate.layout import LocalPartitionLayout
@@ -140,11 +193,6 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     from blobstate.state.sweep import sweep_idle
 
     where, plan = spec.partition, spec.plan
-    if plan.pandas_object_strings:
-        _use_object_strings()
-    context = TaskContext.get()
-    assert context is not None, "run_task runs in a Spark task"
-    partition = context.partitionId()
     executor = current_executor()
     started = time.monotonic()
     started_at = time.time()
@@ -178,7 +226,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     run_stats = RunStats()
     try:
         load_seconds = time.monotonic() - started
-        data: Iterator[pa.RecordBatch] | list[pa.RecordBatch] = _checked_input(batches, partition, stats)
+        data: Iterator[pa.RecordBatch] | list[pa.RecordBatch] = _counted(batches, stats)
         initial_state = None
         if plan.run.initial_state_key_columns is not None:
             data, initial_state = _split_initial_state(data)
@@ -224,6 +272,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         step_scope.close()
         state.close()
     if failed:
+        if ran is not None:
+            ran.failed = True
         failed_meta = {**failure, "partition": partition, "uid": uid, "attempt": context.attemptNumber()}
         yield _marker_batch(
             stage_schema, META_COLUMN, json.dumps({"partition": partition, "failed": failed_meta})
