@@ -10,6 +10,8 @@ each run in its own subprocess (a fresh JVM) one after the other, on Spark ``loc
 * ``blobstate_row``: the same with ``api="row"`` and :class:`RowRunningCountSum` (Rows, no pandas);
 * ``blobstate_arrow``: the same with ``api="arrow"`` and :class:`ArrowRunningCountSum` (vectorized: one
   call per partition and batch, state read and written for every key at once);
+* ``blobstate_arrow_per_partition``: the same with ``partitions_per_task=1``, a Spark task per state
+  partition (blobstate before partition groups; the same as ``blobstate_arrow`` below 8 partitions a core);
 * ``tws``: Spark's ``groupBy(key).transformWithStateInPandas`` with the same processor class as
   ``blobstate``;
 * ``tws_row``: Spark's row-based ``groupBy(key).transformWithState`` with the same processor class as
@@ -20,7 +22,10 @@ each run in its own subprocess (a fresh JVM) one after the other, on Spark ``loc
   ``foreachBatch``, the same hash shuffle into ``--partitions`` partitions and one ``mapInArrow`` stage
   that counts and sums each key's events of the batch with pyarrow (vectorized, no per-key Python
   call), written to the ``noop`` sink. ``cpu_per_event_over_floor`` gives each implementation's CPU per
-  event over the floor's.
+  event over the floor's;
+* ``floor_grouped``: the floor with its ``mapInArrow`` stage run in as many tasks as blobstate's
+  partition groups make (``coalesce`` of the shuffled partitions, a narrow grouping as blobstate's):
+  what a stateless stage costs with blobstate's task count.
 
 Spark's queries use the RocksDB state store provider, changelog checkpointing and checkpoint format
 version 2, and write to the ``noop`` sink; blobstate's sink writes each batch's output DataFrame to
@@ -99,15 +104,17 @@ IMPLEMENTATIONS = (
     "blobstate",
     "blobstate_row",
     "blobstate_arrow",
+    "blobstate_arrow_per_partition",
     "tws",
     "tws_row",
     "apply",
     "native",
     "floor",
+    "floor_grouped",
 )
 DEFAULT_SET = ("blobstate", "blobstate_row", "blobstate_arrow", "tws", "tws_row", "apply")
 LARGE_SET = ("blobstate", "blobstate_row", "blobstate_arrow", "native", "floor")
-MANY_PARTITIONS_SET = ("blobstate_arrow", "native", "floor")
+MANY_PARTITIONS_SET = ("blobstate_arrow", "blobstate_arrow_per_partition", "native", "floor", "floor_grouped")
 RESULT_FILE = "result.json"
 
 
@@ -371,24 +378,32 @@ def start_query(spark: Any, spec: dict[str, Any], events: Any, on_batch: Any) ->
         # The same write as a sink function, declared, so the stage and the write run as one job.
         sink = blobstate.WriterSink("noop", mode="overwrite")
         initial = spec.get("initial_state")
+        base = impl.removesuffix("_per_partition")
         return blobstate.transform_with_state(
             events,
             initial_state=spark.read.parquet(initial) if initial else None,
             key="key",
-            processor=PROCESSORS.get(impl, RunningCountSum)(),
+            processor=PROCESSORS.get(base, RunningCountSum)(),
             output_schema=OUTPUT_SCHEMA,
             checkpoint=spec["checkpoint"],
             sink=sink,
             num_partitions=spec["partitions"],
             local_dir=spec["blobstate_local_dir"],
             on_batch=on_batch,
-            api={"blobstate_row": "row", "blobstate_arrow": "arrow"}.get(impl, "pandas"),
+            api={"blobstate_row": "row", "blobstate_arrow": "arrow"}.get(base, "pandas"),
+            partitions_per_task=1 if impl != base else 0,
         )
-    if impl == "floor":
+    if impl in ("floor", "floor_grouped"):
+        from blobstate.engine.groups import partitions_per_task
+
         partitions = spec["partitions"]
+        per_task = partitions_per_task(partitions, spark.sparkContext.defaultParallelism, 0)
+        tasks = -(-partitions // per_task) if impl == "floor_grouped" else partitions
 
         def stateless(frame: Any, batch_id: int) -> None:
             shuffled = frame.repartition(partitions, "key")
+            if tasks < partitions:
+                shuffled = shuffled.coalesce(tasks)
             shuffled.mapInArrow(count_sum_per_key, OUTPUT_SCHEMA).write.format("noop").mode(
                 "overwrite"
             ).save()
@@ -904,6 +919,8 @@ def main(argv: list[str] | None = None) -> int:
     report["implementations"] = results
     report["ratios_blobstate_over_other"] = ratios(results)
     report["cpu_per_event_over_floor"] = over_floor(results)
+    if "floor_grouped" in results:
+        report["cpu_per_event_over_floor_grouped"] = over_floor(results, "floor_grouped")
     all_ok = all(e["status"] == "ok" for e in results.values())
     keep = args.keep or args.workdir is not None or not all_ok  # failures keep their logs
     report["workdir"] = str(workdir) if keep else None
@@ -918,13 +935,14 @@ def is_blobstate(impl: str) -> bool:
     return impl.startswith("blobstate")
 
 
-def over_floor(results: dict[str, Any]) -> dict[str, Any]:
-    """Each implementation's CPU per event divided by the stateless floor's (1.0: no cost beyond it)."""
-    floor = ((results.get("floor") or {}).get("summary") or {}).get("events_per_cpu_s")
+def over_floor(results: dict[str, Any], floor_name: str = "floor") -> dict[str, Any]:
+    """Each implementation's CPU per event divided by the stateless floor's (1.0: no cost beyond it);
+    ``floor_name`` picks the floor (``floor_grouped``: blobstate's task count)."""
+    floor = ((results.get(floor_name) or {}).get("summary") or {}).get("events_per_cpu_s")
     return {
         impl: ratio(floor, (entry.get("summary") or {}).get("events_per_cpu_s"))
         for impl, entry in results.items()
-        if impl != "floor"
+        if impl != floor_name
     }
 
 

@@ -41,6 +41,13 @@ def test_bad_values_are_named() -> None:
         QueryConfig.build({}, {"api": "rows"})
 
 
+def test_partitions_per_task_from_spark_conf_automatic_by_default_never_negative() -> None:
+    assert QueryConfig.build({}, {}).partitions_per_task == 0
+    assert QueryConfig.build({"spark.blobstate.partitions_per_task": "25"}, {}).partitions_per_task == 25
+    with pytest.raises(ValueError, match=r"partitions_per_task must not be negative \(0: automatic\), not -1"):
+        QueryConfig.build({}, {"partitions_per_task": -1})
+
+
 def test_api_from_spark_conf() -> None:
     assert QueryConfig.build({}, {}).api == "pandas"
     assert QueryConfig.build({"spark.blobstate.api": "row"}, {}).api == "row"

@@ -39,7 +39,7 @@ class FailsOnBoom(ArrowRunningCount):
         yield from super().handleInputBatch(batch, timerValues)
 
 
-def start(spark: Any, tmp_path: Path, processor: Any) -> Any:
+def start(spark: Any, tmp_path: Path, processor: Any, **options: Any) -> Any:
     return blobstate.transform_with_state(
         file_stream(spark, tmp_path / "in", "key STRING, value BIGINT"),
         key="key",
@@ -51,6 +51,7 @@ def start(spark: Any, tmp_path: Path, processor: Any) -> Any:
         local_dir=str(tmp_path / "local"),
         api="arrow",
         async_cleanup=False,
+        **options,
     )
 
 
@@ -61,19 +62,22 @@ def written(spark: Any, tmp_path: Path) -> Counter:
 def test_a_failed_write_commits_nothing_and_the_restart_writes_each_batch_exactly_once(
     spark: Any, tmp_path: Path
 ) -> None:
+    """Both partitions run in one task (``partitions_per_task=2``): the writer's job gets the metadata of
+    a task's every partition, or of none."""
     write_batch_files(tmp_path / "in", [kv_table(b) for b in BATCHES])
-    query = start(spark, tmp_path, FailsOnBoom())
+    query = start(spark, tmp_path, FailsOnBoom(), partitions_per_task=2)
     with pytest.raises(ProcessorQueryError, match="boom is not a key"):
         run_to_end(query)
     reports = [r for r in blobstate.batch_reports(query) if not r.skipped]
     assert [r.batch_id for r in reports] == [0]
-    assert reports[0].write_through and reports[0].sink_seconds == 0.0
+    assert reports[0].write_through and reports[0].sink_seconds == 0.0 and reports[0].stage_tasks == 1
     assert not (tmp_path / "ckpt" / "commits" / "2.json").exists()
 
-    query = start(spark, tmp_path, ArrowRunningCount())
+    query = start(spark, tmp_path, ArrowRunningCount(), partitions_per_task=2)
     run_to_end(query)
     reports = [r for r in blobstate.batch_reports(query) if not r.skipped]
     assert [r.batch_id for r in reports] == [1, 2] and all(r.write_through for r in reports)
+    assert {r.stage_tasks for r in reports} == {1} and all(len(r.partitions) == 2 for r in reports)
     # The failed job wrote nothing (Spark's commit protocol); the restart wrote batches 1 and 2 once.
     expected = Counter(tuple(r) for rows in reference_running_count(BATCHES).values() for r in rows)
     assert written(spark, tmp_path) == expected

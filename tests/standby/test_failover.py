@@ -225,13 +225,24 @@ def test_host_losses_between_and_during_batches_fail_over_to_standbys_with_exact
 def test_a_restarted_driver_resumes_the_assignment_and_two_host_losses_in_a_row_keep_state_exact(
     multihost_cluster: MultiHostCluster, tmp_path: Path
 ) -> None:
+    """Tasks run partition groups here (``partitions_per_task=2``): partitions with the same active and
+    standby executors share a task, and a host loss moves each of them on its own."""
     cluster = multihost_cluster
     tables = inputs(tmp_path, 9)
-    first = Job(cluster, tmp_path, "--standby-replicas=1", "--stop-after=2", name="first")
+    groups = {"spark.blobstate.partitions_per_task": "2"}
+    first = Job(cluster, tmp_path, "--standby-replicas=1", "--stop-after=2", name="first", conf=groups)
     first.finish()
     recorded = batches_of(first.lines())[2]["assignment"]
 
-    job = Job(cluster, tmp_path, "--standby-replicas=1", "--pause-after=3", "--pause-after=7", name="second")
+    job = Job(
+        cluster,
+        tmp_path,
+        "--standby-replicas=1",
+        "--pause-after=3",
+        "--pause-after=7",
+        name="second",
+        conf=groups,
+    )
     resumed = job.wait_for(lambda line: line.get("batch_id") == 3, "batch 3")
     alive_hosts = {h for _, h in resumed["alive"]}
     for p, a in recorded.items():
@@ -264,6 +275,8 @@ def test_a_restarted_driver_resumes_the_assignment_and_two_host_losses_in_a_row_
     lines = job.finish()
     for line in batches_of(lines).values():
         check_invariant_1(line)
+    tasks = [line["stage_tasks"] for line in batches_of(first.lines() + lines).values()]
+    assert min(tasks) < PARTITIONS and max(tasks) <= PARTITIONS, tasks
     assert read_output_dir(tmp_path / "out") == reference_outputs(tables)
 
 
