@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -103,6 +104,49 @@ def _fail_when_partition_commit_returns(record: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- data
+class Recorder:
+    """An idempotent in-memory sink: each batch id's sorted rows (a replay replaces them), and call counts."""
+
+    def __init__(self, fail_on: dict[int, Exception] | None = None) -> None:
+        self.rows: dict[int, list[tuple[str, int, int]]] = {}
+        self.calls: Counter[int] = Counter()
+        self.fail_on = dict(fail_on or {})
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        self.calls[batch_id] += 1
+        if batch_id in self.fail_on:
+            raise self.fail_on.pop(batch_id)
+        self.rows[batch_id] = rows_of(frame.toArrow())
+
+
+def start_query(
+    spark: Any, tmp_path: Path, sink: Any, processor: Any = None, *, partitions: int = 2, **options: Any
+) -> Any:
+    """The totals query over ``tmp_path/in`` (one file per batch) with its checkpoint in ``tmp_path``."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    import blobstate
+
+    frames = (
+        spark.readStream.schema(from_arrow_schema(INPUT_SCHEMA))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(tmp_path / "in"))
+    )
+    settings: dict[str, Any] = {"snapshot_every": 2, "async_cleanup": False}
+    settings.update(options)
+    return blobstate.transform_with_state(
+        frames,
+        key="k",
+        processor=processor if processor is not None else TotalsProcessor(),
+        output_schema=OUTPUT_SCHEMA,
+        checkpoint=str(tmp_path / "ckpt"),
+        sink=sink,
+        num_partitions=partitions,
+        local_dir=str(tmp_path / "local"),
+        **settings,
+    )
+
+
 def make_batches(batches: int, rows: int = 400, keys: int = 60, seed: int = 11) -> list[pa.Table]:
     """Deterministic input: ``batches`` tables of (k, v) rows over ``keys`` keys."""
     rng = np.random.default_rng(seed)

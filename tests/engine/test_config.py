@@ -44,7 +44,7 @@ def test_bad_values_are_named() -> None:
 def test_partitions_per_task_from_spark_conf_automatic_by_default_never_negative() -> None:
     assert QueryConfig.build({}, {}).partitions_per_task == 0
     assert QueryConfig.build({"spark.blobstate.partitions_per_task": "25"}, {}).partitions_per_task == 25
-    with pytest.raises(ValueError, match=r"partitions_per_task must not be negative \(0: automatic\), not -1"):
+    with pytest.raises(ValueError, match=r"partitions_per_task must not be negative \(0: automatic\)"):
         QueryConfig.build({}, {"partitions_per_task": -1})
 
 

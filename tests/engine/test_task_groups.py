@@ -20,12 +20,12 @@ import pyarrow as pa
 import pytest
 from failure_jobs import (
     INPUT_SCHEMA,
-    OUTPUT_SCHEMA,
     FailAfterCommitProcessor,
+    Recorder,
     TotalsProcessor,
     make_batches,
     reference_outputs,
-    rows_of,
+    start_query,
     write_inputs,
 )
 
@@ -39,39 +39,18 @@ pytestmark = pytest.mark.spark
 PARTITIONS = 6
 
 
-class Recorder:
-    """An idempotent in-memory sink: each batch id's sorted rows, and call counts."""
-
-    def __init__(self) -> None:
-        self.rows: dict[int, list[tuple[str, int, int]]] = {}
-        self.calls: Counter[int] = Counter()
-
-    def __call__(self, frame: Any, batch_id: int) -> None:
-        self.calls[batch_id] += 1
-        self.rows[batch_id] = rows_of(frame.toArrow())
-
-
 def _start(spark: Any, tmp_path: Path, sink: Any, processor: Any = None, **options: Any) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
+    return start_query(spark, tmp_path, sink, processor, partitions=PARTITIONS, **options)
 
-    frames = (
-        spark.readStream.schema(from_arrow_schema(INPUT_SCHEMA))
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(tmp_path / "in"))
-    )
-    settings: dict[str, Any] = {"snapshot_every": 2, "async_cleanup": False}
-    settings.update(options)
-    return blobstate.transform_with_state(
-        frames,
-        key="k",
-        processor=processor if processor is not None else TotalsProcessor(),
-        output_schema=OUTPUT_SCHEMA,
-        checkpoint=str(tmp_path / "ckpt"),
-        sink=sink,
-        num_partitions=PARTITIONS,
-        local_dir=str(tmp_path / "local"),
-        **settings,
-    )
+
+def _run(spark: Any, tmp_path: Path, sink: Any, **options: Any) -> tuple[list[Any], list[int]]:
+    """Run the query on what is there; its reports and the task counts of its Python stages."""
+    query = _start(spark, tmp_path, sink, **options)
+    try:
+        query.processAllAvailable()
+        return blobstate.batch_reports(query), _processing_stage_tasks(spark, query)
+    finally:
+        query.stop()
 
 
 def _processing_stage_tasks(spark: Any, query: Any) -> list[int]:
@@ -95,32 +74,16 @@ def test_grouped_tasks_compute_what_a_task_per_partition_computes(spark: Any, tm
     tables = make_batches(6)
     write_inputs(tables[:2], tmp_path / "in")
     sink = Recorder()
-    query = _start(spark, tmp_path, sink, partitions_per_task=4, inline_output_bytes=0)
-    try:
-        query.processAllAvailable()
-        reports = blobstate.batch_reports(query)
-        spark_tasks = _processing_stage_tasks(spark, query)
-    finally:
-        query.stop()
+    reports, spark_tasks = _run(spark, tmp_path, sink, partitions_per_task=4, inline_output_bytes=0)
     assert [(r.batch_id, r.stage_tasks, r.inlined_partitions) for r in reports] == [(0, 2, 0), (1, 2, 0)]
     assert spark_tasks and set(spark_tasks) == {2}, spark_tasks  # groups (0-3) and (4, 5), never 6
 
     write_inputs(tables[2:4], tmp_path / "in", first=2)
-    query = _start(spark, tmp_path, sink, partitions_per_task=5)
-    try:
-        query.processAllAvailable()
-        reports = blobstate.batch_reports(query)
-    finally:
-        query.stop()
+    reports, _ = _run(spark, tmp_path, sink, partitions_per_task=5)
     assert [(r.batch_id, r.stage_tasks, r.inlined_partitions) for r in reports] == [(2, 2, 6), (3, 2, 6)]
 
     write_inputs(tables[4:], tmp_path / "in", first=4)
-    query = _start(spark, tmp_path, sink, partitions_per_task=1)
-    try:
-        query.processAllAvailable()
-        reports = blobstate.batch_reports(query)
-    finally:
-        query.stop()
+    reports, _ = _run(spark, tmp_path, sink, partitions_per_task=1)
     assert [(r.batch_id, r.stage_tasks) for r in reports] == [(4, 6), (5, 6)]
     assert sink.rows == reference_outputs(tables)
     assert sink.calls == Counter(dict.fromkeys(range(6), 1))
