@@ -100,6 +100,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
       * SparkCheckpointError [engine.spark_checkpoint]
     * StageFailedError [engine.outputs; also RuntimeError]
     * AttemptMismatchError [engine.outputs; also RuntimeError]
+    * GroupInputError [engine.groups; also RuntimeError]
     * BlobstateQueryError [engine.handle; also StreamingQueryException]
       * ProcessorQueryError [engine.handle]
   * ProcessorError [errors]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blobstate.engine.groups import (
-    ForeignRowsError,
+    GroupInputError,
     PartitionGroup,
     partitions_per_task,
     plan_groups,
@@ -106,11 +106,11 @@ def test_a_group_without_rows_still_gives_every_partition_its_turn() -> None:
 
 
 def test_rows_outside_the_group_or_after_their_turn_are_refused() -> None:
-    with pytest.raises(ForeignRowsError, match=r"partition 7 .* outside the task's group"):
+    with pytest.raises(GroupInputError, match=r"partition 7 .* outside the task's group"):
         _read(_batches([1, 7], [2]), [1, 2])
-    with pytest.raises(ForeignRowsError, match=r"partition 1 .* after its turn"):
+    with pytest.raises(GroupInputError, match=r"partition 1 .* after its turn"):
         _read(_batches([1, 2, 1], [3]), [1, 2])
-    with pytest.raises(ForeignRowsError, match=r"partition 2 .* after its turn"):
+    with pytest.raises(GroupInputError, match=r"partition 2 .* after its turn"):
         _read(_batches([3, 2], [2]), [2, 3])
 
 
@@ -118,7 +118,7 @@ def test_a_partition_read_only_in_part_raises_instead_of_dropping_rows() -> None
     parts = split_input(iter(_batches([1, 1, 2], [1, 2])), [1, 2], COLUMN)
     _, rows = next(parts)
     next(rows)  # one of partition 1's two rows
-    with pytest.raises(RuntimeError, match="input of partition 1 was not read to its end"):
+    with pytest.raises(GroupInputError, match="input of partition 1 was not read to its end"):
         next(parts)
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from blobstate.errors import QueryError
+
 AUTO_MIN_PARTITIONS_PER_CORE = 8
 """Automatic groups start where a stage has more than this many partitions per core of the cluster."""
 AUTO_TASKS_PER_CORE = 4
@@ -69,8 +71,9 @@ def plan_groups(
     return groups
 
 
-class ForeignRowsError(RuntimeError):
-    """Rows of a partition that is not (or no longer) expected reached a task of the processing stage."""
+class GroupInputError(QueryError, RuntimeError):
+    """A group task's input does not split into its partitions' turns: rows of a partition outside the
+    group or after its turn, or a partition's rows left unread before the next partition's turn."""
 
 
 def split_input(
@@ -80,16 +83,16 @@ def split_input(
     partition; rows arrive partition after partition in the group's order, as the group's task reads
     Spark's shuffle blocks). A partition's iterator must be read to its end before the next partition is
     asked for: rows left unread raise instead of being dropped. Rows of a partition not in the group, or
-    after its turn, raise :class:`ForeignRowsError`."""
+    after its turn, raise :class:`GroupInputError`."""
     reader = _PartitionRuns(batches, column)
     position = {p: i for i, p in enumerate(group)}
     for index, partition in enumerate(group):
         reader.check_head(position, index)
         yield partition, reader.rows_of(partition)
         if reader.has_rows_of(partition):
-            raise RuntimeError(
-                f"blobstate: the input of partition {partition} was not read to its end before the next"
-                " partition of its task"
+            raise GroupInputError(
+                f"the input of partition {partition} was not read to its end before the next partition"
+                " of its task"
             )
     reader.check_head(position, len(group))
 
@@ -112,7 +115,7 @@ class _PartitionRuns:
                 continue
             values = batch.column(self._column)
             if values.null_count:
-                raise ForeignRowsError("rows without a partition reached a task of the processing stage")
+                raise GroupInputError("rows without a partition reached a task of the processing stage")
             if batch.num_rows == 1:
                 starts = [0]
             else:
@@ -138,19 +141,19 @@ class _PartitionRuns:
     def rows_of(self, partition: int) -> Iterator[pa.RecordBatch]:
         """``partition``'s rows, up to the first row of another partition."""
         if partition in self._seen:
-            raise ForeignRowsError(f"partition {partition} appears twice in one task's group")
+            raise GroupInputError(f"partition {partition} appears twice in one task's group")
         self._seen.add(partition)
         while self._head() == partition:
             yield self._runs.pop()[1]
 
     def check_head(self, position: dict[int, int], index: int) -> None:
-        """Raise :class:`ForeignRowsError` unless the next unread rows belong to the partition at
+        """Raise :class:`GroupInputError` unless the next unread rows belong to the partition at
         ``index`` of the group or a later one (``position``: each partition's index in the group)."""
         head = self._head()
         if head is None or position.get(head, -1) >= index:
             return
         where = "after its turn" if head in position else "outside the task's group"
-        raise ForeignRowsError(
+        raise GroupInputError(
             f"rows of partition {head} reached a task of the processing stage {where}: the shuffle did not"
             " keep Spark's hash partitioning (is adaptive execution coalescing partitions?)"
         )
