@@ -42,15 +42,18 @@ def mib(size: int) -> str:
     return f"{size / (1 << 20):,.{0 if size % (1 << 20) == 0 else 1}f} MiB"
 
 
-def check_record_size(size: int, bound: int, fail: Fail, *, read: bool) -> None:
+def check_record_size(size: int, bound: int, fail: Fail, *, read: bool, cut: bool = False) -> None:
     """Refuse a record of ``size`` bytes above ``bound`` (``fail("", problem)``) before it is parsed: a
     JSON record takes about 4.4 times its size in memory once parsed. ``read``: whether its bytes were
-    already read (else the size came from a listing and the object was not read)."""
+    already read (else the size came from a listing and the object was not read); ``cut``: the read
+    stopped at ``size`` bytes, so the record has at least that many."""
     if size > bound:
         how = "read but not parsed" if read else "not read"
+        at_least = "at least " if cut else ""
         fail(
             "",
-            f"{size:,} bytes, above the {bound:,} bytes ({mib(bound)}) a reader accepts for it ({how}): "
+            f"{at_least}{size:,} bytes, above the {bound:,} bytes ({mib(bound)}) a reader accepts for it"
+            f" ({how}): "
             "no record blobstate writes is that large, so it was not written by blobstate or is damaged",
         )
 

@@ -110,6 +110,24 @@ def test_multi_megabyte_file_round_trip(blob_store: BlobStore, tmp_path: Path) -
     assert blob_store.get("blobs/0/0/big-bytes") == payload
 
 
+def test_a_bounded_get_reads_at_most_one_byte_past_its_bound(blob_store: BlobStore) -> None:
+    """``get(name, max_bytes=n)``: a reader that knows an object's size reads no more than n + 1 bytes of
+    it, so a larger (damaged or foreign) object fails its size check without being read whole."""
+    payload = os.urandom(3 * 1024 * 1024 + 7)
+    blob_store.put("snapshots/0/0/5_abc.index", payload)
+    blob_store.put("empty", b"")
+    assert blob_store.get("snapshots/0/0/5_abc.index", max_bytes=len(payload)) == payload
+    assert blob_store.get("snapshots/0/0/5_abc.index", max_bytes=len(payload) + 100) == payload
+    assert blob_store.get("snapshots/0/0/5_abc.index", max_bytes=1000) == payload[:1001]
+    assert blob_store.get("snapshots/0/0/5_abc.index", max_bytes=0) == payload[:1]
+    assert blob_store.get("empty", max_bytes=0) == b""
+    assert blob_store.get("empty", max_bytes=10) == b""
+    with pytest.raises(BlobNotFoundError):
+        blob_store.get("snapshots/0/0/6_missing.index", max_bytes=10)
+    with pytest.raises(ValueError, match="max_bytes must not be negative"):
+        blob_store.get("empty", max_bytes=-1)
+
+
 def test_get_file_replaces_an_existing_longer_file(blob_store: BlobStore, tmp_path: Path) -> None:
     blob_store.put("short", b"abc")
     target = tmp_path / "target"

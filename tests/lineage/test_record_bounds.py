@@ -64,9 +64,9 @@ class Spy:
         self.names: list[str] = []
         original = store.get
 
-        def get(name: str) -> bytes:
+        def get(name: str, *, max_bytes: int | None = None) -> bytes:
             self.names.append(name)
-            return original(name)
+            return original(name, max_bytes=max_bytes)
 
         monkeypatch.setattr(store, "get", get)
 

@@ -22,11 +22,11 @@ class SlowDeltas:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
         """The real ``get``, late for deltas."""
         if name.endswith(".delta"):
             time.sleep(DELAY_SECONDS)
-        return self._inner.get(name)
+        return self._inner.get(name, max_bytes=max_bytes)
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._inner, attr)

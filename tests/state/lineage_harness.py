@@ -55,6 +55,8 @@ class FaultyStore(BlobStore):
         super().__init__(inner.url, io_threads=4)
         self.inner = inner
         self.calls: list[tuple[str, str]] = []
+        self.bytes_read: dict[str, int] = {}
+        """The most bytes one get returned of each object (a bounded get reads no more)."""
         self.crash_when: Callable[[str, str, int], bool] | None = None
         self.fail_when: Callable[[str, str], bool] | None = None
         self.mutations = 0
@@ -101,7 +103,15 @@ class FaultyStore(BlobStore):
 
     def _get_bytes(self, name: str) -> bytes:
         self._check("get", name)
-        return self.inner.get(name)
+        data = self.inner.get(name)
+        self.bytes_read[name] = max(self.bytes_read.get(name, 0), len(data))
+        return data
+
+    def _get_prefix(self, name: str, limit: int) -> bytes:
+        self._check("get", name)
+        data = self.inner.get(name, max_bytes=limit - 1)
+        self.bytes_read[name] = max(self.bytes_read.get(name, 0), len(data))
+        return data
 
     def _get_file(self, name: str, path: Path) -> int:
         self._check("get", name)

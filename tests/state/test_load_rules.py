@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -381,6 +382,29 @@ def test_a_corrupt_snapshot_blob_is_loaded_around_from_older_deltas_or_named(tmp
         open_p(store, tmp_path / "other", snap.checkpoint_id)
     assert blob in str(missing.value) and snap.checkpoint_id.uid in str(missing.value)
     assert_dirty(tmp_path / "other")
+
+
+def test_an_oversized_snapshot_index_or_delta_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    """An object far larger than the size its commit records (damaged, or written by something else) is
+    read no further than one byte past that size: a loader never holds a foreign object of any size."""
+    store, results = three_versions(tmp_path, every=3)
+    snap = results[2]
+    assert snap.snapshot_name
+    recorded = len(store.inner.get(snap.snapshot_name))
+    store.inner.put(snap.snapshot_name, os.urandom(4 << 20))
+    store.inner.delete(results[0].delta_name)  # no older base to rebuild from
+    with pytest.raises(CorruptObjectError, match=f"more than {recorded} bytes where the commit recorded"):
+        open_p(store, tmp_path / "fresh", snap.checkpoint_id)
+    assert store.bytes_read[snap.snapshot_name] == recorded + 1
+
+    store, results = three_versions(tmp_path / "deltas")
+    last = results[2]
+    recorded = len(store.inner.get(last.delta_name))
+    store.inner.put(last.delta_name, os.urandom(4 << 20))
+    with pytest.raises(CorruptObjectError, match=f"more than {recorded} bytes where the commit recorded"):
+        open_p(store, tmp_path / "deltas" / "fresh", last.checkpoint_id)
+    assert store.bytes_read[last.delta_name] == recorded + 1
+    assert_dirty(tmp_path / "deltas" / "fresh")
 
 
 @pytest.mark.parametrize("damage", ["emptied", "other-sst-name", "other-checkpoint", "not-json"])

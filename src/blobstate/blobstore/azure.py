@@ -436,6 +436,19 @@ class AzureBlobStore(BlobStore):
             body_length(downloader.size, len(data), f"download of blob {self.prefix + name!r}")
             return data
 
+    def _get_prefix(self, name: str, limit: int) -> bytes:
+        try:
+            with self._errors(name):
+                downloader = self._blob(name).download_blob(offset=0, length=limit)
+                data = bytes(downloader.readall())
+                body_length(downloader.size, len(data), f"download of blob {self.prefix + name!r}")
+                return data
+        except BlobStoreError as error:
+            cause = error.__cause__
+            if isinstance(cause, HttpResponseError) and int(cause.status_code or 0) == 416:
+                return self._get_bytes(name)[:limit]  # an empty blob has no byte 0 to start a range at
+            raise
+
     def _get_file(self, name: str, path: Path) -> int:
         part = path.with_name(f"{path.name}.{uuid.uuid4().hex}.part")
         try:

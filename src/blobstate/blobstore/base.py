@@ -131,6 +131,11 @@ class BlobStore(ABC):
     @abstractmethod
     def _get_bytes(self, name: str) -> bytes: ...
 
+    def _get_prefix(self, name: str, limit: int) -> bytes:
+        """The object's first ``limit`` (at least 1) bytes, or all of it when shorter. Backends that can
+        read a range override this; by default the object is read whole and cut."""
+        return self._get_bytes(name)[:limit]
+
     @abstractmethod
     def _get_file(self, name: str, path: Path) -> int: ...
 
@@ -199,10 +204,19 @@ class BlobStore(ABC):
         except BlobNotFoundError:
             return False
 
-    def get(self, name: str) -> bytes:
-        """Return the whole object."""
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
+        """Return the whole object; with ``max_bytes``, at most its first ``max_bytes + 1`` bytes.
+
+        A caller that knows the object's size (a commit records it) gives it as ``max_bytes``: an object
+        that is larger comes back cut one byte past it, so the size check fails without the object
+        being read whole (a corrupt or foreign object may be of any size)."""
         name = validate_blob_name(name)
-        data = self._retry("get", name, lambda: self._get_bytes(name))
+        if max_bytes is None:
+            data = self._retry("get", name, lambda: self._get_bytes(name))
+        else:
+            if max_bytes < 0:
+                raise ValueError(f"max_bytes must not be negative, not {max_bytes}")
+            data = self._retry("get", name, lambda: self._get_prefix(name, max_bytes + 1))
         note("read", len(data))
         return data
 

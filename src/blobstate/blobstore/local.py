@@ -321,6 +321,13 @@ class LocalBlobStore(BlobStore):
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise BlobNotFoundError(name, self.url) from None
 
+    def _get_prefix(self, name: str, limit: int) -> bytes:
+        try:
+            with open(self._object_path(name), "rb") as source:
+                return source.read(limit)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise BlobNotFoundError(name, self.url) from None
+
     def _get_file(self, name: str, path: Path) -> int:
         source = self._object_path(name)
         if not os.path.isfile(source):

@@ -379,10 +379,12 @@ class S3BlobStore(BlobStore):
                 raise
         return True
 
-    def _get_object(self, name: str) -> tuple[Any, int]:
-        """The body stream of ``name`` and the length the answer announced (checked to be there)."""
+    def _get_object(self, name: str, limit: int | None = None) -> tuple[Any, int]:
+        """The body stream of ``name`` (its first ``limit`` bytes at most) and the length the answer
+        announced (checked to be there)."""
         what = f"get of key {self._key(name)!r}"
-        response = self._client.get_object(Bucket=self.bucket, Key=self._key(name))
+        extra = {} if limit is None else {"Range": f"bytes=0-{limit - 1}"}
+        response = self._client.get_object(Bucket=self.bucket, Key=self._key(name), **extra)
         body: Any = field(response, "Body", object, what)
         length = response.get("ContentLength")
         if not isinstance(length, int) or isinstance(length, bool):
@@ -397,6 +399,19 @@ class S3BlobStore(BlobStore):
                 data: bytes = body.read()
             body_length(length, len(data), f"get of key {self._key(name)!r}")
             return data
+
+    def _get_prefix(self, name: str, limit: int) -> bytes:
+        try:
+            with self._errors(name):
+                stream, length = self._get_object(name, limit)
+                with contextlib.closing(stream) as body:
+                    data: bytes = body.read()
+                body_length(length, len(data), f"get of key {self._key(name)!r}")
+                return data
+        except BlobStoreError as error:
+            if _invalid_range(error):  # an empty object has no byte 0 to start a range at
+                return self._get_bytes(name)[:limit]
+            raise
 
     def _get_file(self, name: str, path: Path) -> int:
         part = path.with_name(f"{path.name}.{uuid.uuid4().hex}.part")
@@ -590,3 +605,13 @@ def _is_valid_name(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _invalid_range(error: BaseException) -> bool:
+    """Whether ``error`` was S3's answer to a range that starts past the object's end (416)."""
+    cause = error.__cause__
+    if not isinstance(cause, bx.ClientError):
+        return False
+    code = str(cause.response.get("Error", {}).get("Code", ""))
+    status = int(cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return code == "InvalidRange" or status == 416

@@ -694,14 +694,14 @@ class CommitLog:
 
     def _read_bounded(self, name: str, bound: int) -> bytes:
         """The bytes of ``name``, refused (:class:`CommitLogFormatError` naming the object, its size and
-        ``bound``) when larger than ``bound``: before the read when the last listing gave its size (the
-        blob store has no size query or ranged read), else before it is parsed."""
+        ``bound``) when larger than ``bound``: before the read when the last listing gave its size, else
+        after reading no further than one byte past ``bound``, before it is parsed."""
         fail = _failer(self._where(name))
         listed = self._listed_sizes.get(name)
         if listed is not None:
             check_record_size(listed, bound, fail, read=False)
-        data = self.store.get(name)
-        check_record_size(len(data), bound, fail, read=True)
+        data = self.store.get(name, max_bytes=bound)
+        check_record_size(len(data), bound, fail, read=True, cut=len(data) > bound)
         return data
 
     # ---- commits

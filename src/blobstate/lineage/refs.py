@@ -35,7 +35,12 @@ class ObjectRef:
         return cls(len(data), sha256_hex(data))
 
     def problem(self, data: bytes | memoryview) -> str | None:
-        """Why ``data`` is not the referenced object (None when it is): a size or a checksum mismatch."""
+        """Why ``data`` is not the referenced object (None when it is): a size or a checksum mismatch.
+
+        ``data`` may be a read cut one byte past the recorded size (``BlobStore.get(max_bytes=)``): a
+        longer object is then told as "more than" the size, which is all that was read of it."""
+        if len(data) > self.size:
+            return f"more than {self.size} bytes where the commit recorded {self.size}"
         if len(data) != self.size:
             return f"{len(data)} bytes where the commit recorded {self.size}"
         digest = sha256_hex(data)

@@ -347,9 +347,11 @@ def restore_directory(
     def chunk(job: tuple[_Download, FileBlob, int]) -> None:
         d, blob, length = job
         try:
-            data = store.get(blob.blob_id)
+            data = store.get(blob.blob_id, max_bytes=length)
         except BlobNotFoundError:
             raise missing(blob, d) from None
+        if len(data) > length:
+            raise corrupt(blob, d, f"more than {length} bytes")
         if len(data) != length:
             raise corrupt(blob, d, f"{len(data)} bytes instead of {length}")
         if verify_checksums and crc32(data) != blob.checksum:

@@ -125,12 +125,19 @@ LINEAGE_CACHE = _LineageCache()
 
 
 def fetch_delta(
-    store: BlobStore, operator: str, partition: int, cid: CheckpointId, target: CheckpointId | None = None
+    store: BlobStore,
+    operator: str,
+    partition: int,
+    cid: CheckpointId,
+    target: CheckpointId | None = None,
+    *,
+    max_bytes: int | None = None,
 ) -> bytes:
-    """The bytes of ``cid``'s delta; raises :class:`MissingObjectError` naming it, its version and uid."""
+    """The bytes of ``cid``'s delta (with ``max_bytes``, its recorded size: read no further than one byte
+    past it); raises :class:`MissingObjectError` naming it, its version and uid."""
     name = delta_name(operator, partition, cid)
     try:
-        return store.get(name)
+        return store.get(name, max_bytes=max_bytes)
     except BlobNotFoundError:
         raise MissingObjectError(name, cid, target) from None
 
@@ -144,7 +151,7 @@ def fetch_checked_delta(
     target: CheckpointId | None = None,
 ) -> bytes:
     """The bytes of ``cid``'s delta after checking them against the size and SHA-256 its commit records."""
-    data = fetch_delta(store, operator, partition, cid, target)
+    data = fetch_delta(store, operator, partition, cid, target, max_bytes=refs.delta.size)
     problem = refs.delta.problem(data)
     if problem is not None:
         raise CorruptObjectError(delta_name(operator, partition, cid), cid, problem, target)

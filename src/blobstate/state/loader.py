@@ -337,7 +337,7 @@ def read_checked_snapshot_index(
     if refs.snapshot is None:
         raise MissingObjectError(name, cid, target, "its commit records no snapshot of this version")
     try:
-        data = store.get(name)
+        data = store.get(name, max_bytes=refs.snapshot.size)  # a larger object is not read whole
     except BlobNotFoundError:
         raise MissingObjectError(name, cid, target) from None
     problem = refs.snapshot.problem(data)
