@@ -76,7 +76,9 @@ _PENDING_TAGS = {PENDING_TAG_KEY: PENDING_TAG_VALUE}
 _TRANSIENT_CODES = frozenset({"ServerBusy", "OperationTimedOut", "InternalError", "TooManyRequests"})
 _CREATE_LOST_CODES = frozenset({"BlobAlreadyExists", "ConditionNotMet"})
 _CHUNK_CONCURRENCY = 4
-_CONTENT_RANGE = re.compile(r"bytes (\d+-\d+|\*)/(\d+|\*)")
+_CONTENT_RANGE = re.compile(r"bytes (\d+-\d+|\*)/(\d+|\*)|bytes 0--1/0")
+"""A whole Content-Range; ``bytes 0--1/0`` is the empty range of an empty blob (Azurite's answer to a
+range read of one)."""
 _LATER_RANGE = re.compile(r"bytes=0*[1-9]")
 
 
