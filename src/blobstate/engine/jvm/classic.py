@@ -66,6 +66,15 @@ _HELPERS: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, Path], Placement
 _HELPERS_LOCK = threading.Lock()
 
 
+def _checked_locations(locations: Sequence[str | None]) -> list[str | None]:
+    """``locations`` as a list, each entry a location string or None (else a TypeError naming it)."""
+    values = list(locations)
+    for i, value in enumerate(values):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"preferred location {i} must be a str or None, not {type(value).__name__}")
+    return values
+
+
 class PlacementHelper:
     """The loaded JVM helper of one SparkContext: preferred locations, partition groups and the live
     executors."""
@@ -140,10 +149,7 @@ class PlacementHelper:
         """
         from pyspark.sql import DataFrame
 
-        values = list(locations)
-        for i, value in enumerate(values):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"preferred location {i} must be a str or None, not {type(value).__name__}")
+        values = _checked_locations(locations)
         jdf = self._helper_class().withPreferredLocations(df._jdf, self._string_array(values))
         return DataFrame(jdf, df.sparkSession)
 
@@ -173,10 +179,7 @@ class PlacementHelper:
                         f"partition group {g} must hold int partition indices, not {type(index).__name__}"
                     )
             texts.append(",".join(str(int(index)) for index in group))
-        values = list(locations)
-        for i, value in enumerate(values):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"preferred location {i} must be a str or None, not {type(value).__name__}")
+        values = _checked_locations(locations)
         jdf = self._helper_class().withPartitionGroups(
             df._jdf, self._string_array(texts), self._string_array(values)
         )
