@@ -431,20 +431,17 @@ class AzureBlobStore(BlobStore):
                 raise
         return True
 
-    def _get_bytes(self, name: str) -> bytes:
+    def _get_bytes(self, name: str, limit: int | None = None) -> bytes:
+        span = {} if limit is None else {"offset": 0, "length": limit}
         with self._errors(name):
-            downloader = self._blob(name).download_blob(max_concurrency=_CHUNK_CONCURRENCY)
+            downloader = self._blob(name).download_blob(max_concurrency=_CHUNK_CONCURRENCY, **span)
             data = bytes(downloader.readall())
             body_length(downloader.size, len(data), f"download of blob {self.prefix + name!r}")
             return data
 
     def _get_prefix(self, name: str, limit: int) -> bytes:
         try:
-            with self._errors(name):
-                downloader = self._blob(name).download_blob(offset=0, length=limit)
-                data = bytes(downloader.readall())
-                body_length(downloader.size, len(data), f"download of blob {self.prefix + name!r}")
-                return data
+            return self._get_bytes(name, limit)
         except BlobStoreError as error:
             cause = error.__cause__
             if isinstance(cause, HttpResponseError) and int(cause.status_code or 0) == 416:

@@ -316,15 +316,12 @@ class LocalBlobStore(BlobStore):
 
     # ----------------------------------------------------------------- reading
     def _get_bytes(self, name: str) -> bytes:
-        try:
-            return _read_bytes(self._object_path(name))
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise BlobNotFoundError(name, self.url) from None
+        return self._get_prefix(name, -1)
 
     def _get_prefix(self, name: str, limit: int) -> bytes:
+        """The object's first ``limit`` bytes (-1: all of them)."""
         try:
-            with open(self._object_path(name), "rb") as source:
-                return source.read(limit)
+            return _read_bytes(self._object_path(name), limit)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise BlobNotFoundError(name, self.url) from None
 
@@ -526,9 +523,9 @@ def _writer(data: bytes | memoryview) -> Callable[[str], object]:
     return fill
 
 
-def _read_bytes(path: str) -> bytes:
+def _read_bytes(path: str, limit: int = -1) -> bytes:
     with open(path, "rb") as source:
-        return source.read()
+        return source.read(limit)
 
 
 def _unlink_quietly(path: str) -> None:

@@ -60,9 +60,6 @@ class MemoryBlobStore(BlobStore):
             except KeyError:
                 raise BlobNotFoundError(name, self.url) from None
 
-    def _get_prefix(self, name: str, limit: int) -> bytes:
-        return self._get_bytes(name)[:limit]
-
     def _get_file(self, name: str, path: Path) -> int:
         data = self._get_bytes(name)
         path.write_bytes(data)

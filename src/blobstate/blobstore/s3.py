@@ -392,9 +392,9 @@ class S3BlobStore(BlobStore):
             body_length(length, 0, what)  # raises: an answer without a length may be cut anywhere
         return body, length
 
-    def _get_bytes(self, name: str) -> bytes:
+    def _get_bytes(self, name: str, limit: int | None = None) -> bytes:
         with self._errors(name):
-            stream, length = self._get_object(name)
+            stream, length = self._get_object(name, limit)
             with contextlib.closing(stream) as body:
                 data: bytes = body.read()
             body_length(length, len(data), f"get of key {self._key(name)!r}")
@@ -402,12 +402,7 @@ class S3BlobStore(BlobStore):
 
     def _get_prefix(self, name: str, limit: int) -> bytes:
         try:
-            with self._errors(name):
-                stream, length = self._get_object(name, limit)
-                with contextlib.closing(stream) as body:
-                    data: bytes = body.read()
-                body_length(length, len(data), f"get of key {self._key(name)!r}")
-                return data
+            return self._get_bytes(name, limit)
         except BlobStoreError as error:
             if _invalid_range(error):  # an empty object has no byte 0 to start a range at
                 return self._get_bytes(name)[:limit]
