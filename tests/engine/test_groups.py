@@ -114,6 +114,16 @@ def test_rows_outside_the_group_or_after_their_turn_are_refused() -> None:
         _read(_batches([3, 2], [2]), [2, 3])
 
 
+def test_rows_out_of_turn_fail_the_partition_being_read_before_its_input_ends() -> None:
+    """The partition whose rows the foreign row follows never sees its input end (so it never commits):
+    its own iteration raises, also in a task of one partition."""
+    for group, partitions in (([1, 2], [1, 1, 7]), ([4], [4, 5]), ([2, 3], [2, 9])):
+        parts = split_input(iter(_batches(partitions, [len(partitions)])), group, COLUMN)
+        _, rows = next(parts)
+        with pytest.raises(GroupInputError, match="outside the task's group"):
+            list(rows)
+
+
 def test_a_partition_read_only_in_part_raises_instead_of_dropping_rows() -> None:
     parts = split_input(iter(_batches([1, 1, 2], [1, 2])), [1, 2], COLUMN)
     _, rows = next(parts)

@@ -11,7 +11,8 @@ its own state partition.
 :func:`plan_groups` makes the groups of one batch from the partitions' preferred locations (a group
 never mixes two locations, so host affinity and standby placement hold partition by partition), and
 :func:`split_input` splits a group task's input, whose rows arrive partition after partition in the
-group's order, into one input per partition (an empty one for a partition without rows).
+group's order, into one input per partition (an empty one for a partition without rows). A task of
+one partition is a group of one: the same check holds it to its partition.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def split_input(
     position = {p: i for i, p in enumerate(group)}
     for index, partition in enumerate(group):
         reader.check_head(position, index)
-        yield partition, reader.rows_of(partition)
+        yield partition, reader.rows_of(partition, position, index)
         if reader.has_rows_of(partition):
             raise GroupInputError(
                 f"the input of partition {partition} was not read to its end before the next partition"
@@ -138,13 +139,16 @@ class _PartitionRuns:
         """Whether the next unread rows are ``partition``'s."""
         return self._head() == partition
 
-    def rows_of(self, partition: int) -> Iterator[pa.RecordBatch]:
-        """``partition``'s rows, up to the first row of another partition."""
+    def rows_of(self, partition: int, position: dict[int, int], index: int) -> Iterator[pa.RecordBatch]:
+        """``partition``'s rows (at ``index`` of the group), up to the first row of another partition,
+        which must be a later one of the group: rows out of turn fail the partition's own input, before
+        it can end and be committed."""
         if partition in self._seen:
             raise GroupInputError(f"partition {partition} appears twice in one task's group")
         self._seen.add(partition)
         while self._head() == partition:
             yield self._runs.pop()[1]
+        self.check_head(position, index + 1)
 
     def check_head(self, position: dict[int, int], index: int) -> None:
         """Raise :class:`GroupInputError` unless the next unread rows belong to the partition at

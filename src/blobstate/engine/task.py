@@ -96,24 +96,8 @@ def _use_object_strings() -> None:
             pd.set_option("future.infer_string", False)
 
 
-def _checked_input(batches: Iterator[pa.RecordBatch], partition: int) -> Iterator[pa.RecordBatch]:
-    """Drop the partition column after checking every row was hashed to this task's partition."""
-    import pyarrow.compute as pc
-
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        column = batch.column(PARTITION_COLUMN)
-        if pc.any(pc.not_equal(column, partition)).as_py():
-            raise RuntimeError(
-                f"rows of another partition reached task of partition {partition}: the shuffle did not"
-                " keep Spark's hash partitioning (is adaptive execution coalescing partitions?)"
-            )
-        yield batch.drop_columns([PARTITION_COLUMN])
-
-
 def _dropped_partition_column(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A partition's rows of a group task (``groups.split_input`` checked them) without the column."""
+    """A partition's rows (``groups.split_input`` checked them) without the partition column."""
     for batch in batches:
         yield batch.drop_columns([PARTITION_COLUMN])
 
@@ -158,11 +142,9 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         _use_object_strings()
     context = TaskContext.get()
     assert context is not None, "run_task runs in a Spark task"
-    if not spec.groups:
-        partition = context.partitionId()
-        yield from _run_partition(spec, partition, _checked_input(batches, partition), context)
-        return
-    for partition, rows in split_input(batches, spec.groups[context.partitionId()], PARTITION_COLUMN):
+    task = context.partitionId()
+    group = spec.groups[task] if spec.groups else (task,)
+    for partition, rows in split_input(batches, group, PARTITION_COLUMN):
         ran = _PartitionRun()
         yield from _run_partition(spec, partition, _dropped_partition_column(rows), context, ran)
         if ran.failed:
@@ -181,7 +163,7 @@ def _run_partition(
     partition: int,
     batches: Iterator[pa.RecordBatch],
     context: TaskContext,
-    ran: _PartitionRun | None = None,
+    ran: _PartitionRun,
 ) -> Iterator[pa.RecordBatch]:
     """Load one state partition, run the processor on its rows, commit; emit its header, outputs and
     metadata rows."""
@@ -272,8 +254,7 @@ def _run_partition(
         step_scope.close()
         state.close()
     if failed:
-        if ran is not None:
-            ran.failed = True
+        ran.failed = True
         failed_meta = {**failure, "partition": partition, "uid": uid, "attempt": context.attemptNumber()}
         yield _marker_batch(
             stage_schema, META_COLUMN, json.dumps({"partition": partition, "failed": failed_meta})
