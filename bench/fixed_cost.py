@@ -9,6 +9,8 @@ over ``--keys`` keys on ``local[2]`` with ``--partitions`` partitions and write 
 * ``blobstate_persisted``: the same with ``inline_output_bytes=0`` (outputs persisted on the executors,
   the sink's job reads them: the path of large outputs, and of every batch before small outputs came
   back with the tasks' metadata);
+* ``blobstate_writer``: the same with the sink declared as ``WriterSink("noop", mode="overwrite")``:
+  the stage runs inside the sink's write, one Spark job as the floor's (``QueryConfig.write_through``);
 * ``floor``: ``foreachBatch`` with the same hash shuffle and one ``mapInArrow`` stage that passes the
   rows through, no state.
 
@@ -100,16 +102,24 @@ def spark_phases(query: Any, warmup: int) -> dict[str, Any]:
     }
 
 
-def run_blobstate(spark: Any, work: Path, args: argparse.Namespace, inline: int | None) -> dict[str, Any]:
+def run_blobstate(
+    spark: Any, work: Path, args: argparse.Namespace, inline: int | None, writer: bool = False
+) -> dict[str, Any]:
+    from blobstate import WriterSink
+
     reports: list[Any] = []
+    if writer:
+        options: dict[str, Any] = {"sink": WriterSink("noop", mode="overwrite")}
+    else:
+        options = {} if inline is None else {"inline_output_bytes": inline}
     query = start_running_count(
         spark,
         work / "in",
-        work / f"blobstate-ckpt-{inline}",
-        work / f"local-{inline}",
+        work / f"blobstate-ckpt-{inline}-{writer}",
+        work / f"local-{inline}-{writer}",
         args.partitions,
         reports.append,
-        **({} if inline is None else {"inline_output_bytes": inline}),
+        **options,
     )
     cleanup: list[float] = []
     driver = query.blobstate_driver
@@ -234,6 +244,7 @@ def measure(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "floor": lambda d: run_floor(spark, d, args),
         "blobstate_persisted": lambda d: run_blobstate(spark, d, args, 0),
         "blobstate": lambda d: run_blobstate(spark, d, args, args.local_bytes),
+        "blobstate_writer": lambda d: run_blobstate(spark, d, args, None, writer=True),
     }
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
     names = list(runs)
@@ -247,7 +258,7 @@ def measure(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     for name, results in rounds.items():
         result[name] = {k: median([x[k] for x in results if x.get(k) is not None]) for k in results[0]}
     f = result["floor"]
-    for name in ("blobstate_persisted", "blobstate"):
+    for name in ("blobstate_persisted", "blobstate", "blobstate_writer"):
         b = result[name]
         result[f"{name}_over_floor_trigger_ms"] = (
             round(b["spark_triggerExecution_ms"] / f["spark_triggerExecution_ms"], 2)

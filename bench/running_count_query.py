@@ -19,7 +19,8 @@ def start_running_count(
     on_batch: Any,
     **options: Any,
 ) -> Any:
-    """Start the query; ``options`` are further ``transform_with_state`` options."""
+    """Start the query; ``options`` are further ``transform_with_state`` options (``sink`` replaces the
+    function writing to ``noop``)."""
     import blobstate
     from blobstate.demo.running_count import RUNNING_COUNT_OUTPUT, RowRunningCount
 
@@ -34,7 +35,7 @@ def start_running_count(
         processor=RowRunningCount(),
         output_schema=RUNNING_COUNT_OUTPUT,
         checkpoint=str(checkpoint),
-        sink=lambda frame, _: frame.write.format("noop").mode("overwrite").save(),
+        sink=options.pop("sink", lambda frame, _: frame.write.format("noop").mode("overwrite").save()),
         num_partitions=partitions,
         api="row",
         local_dir=str(local_dir),
