@@ -98,6 +98,38 @@ def test_preferred_locations_keep_partitions_and_tasks_see_their_executor(spark)
 
 
 @pytest.mark.spark
+def test_the_helpers_state_partitioning_is_the_dataframe_operations(spark) -> None:
+    """``by_state_partition`` built by the JVM in one call puts every row in the partition, with the
+    partition column, that the DataFrame operations give (keys of several types, a null key)."""
+    from pyspark.sql import functions as F
+
+    from blobstate.batch.jvm import by_state_partition
+
+    helper = PlacementHelper.get(spark)
+    assert helper is not None
+    df = spark.range(500).select(
+        F.when(F.col("id") % 50 == 0, None).otherwise(F.concat(F.lit("k"), F.col("id") % 37)).alias("s"),
+        (F.col("id") % 11).cast("decimal(10,2)").alias("d"),
+        F.col("id").alias("v"),
+    )
+
+    def placed(frame) -> list[tuple]:
+        return sorted(
+            frame.select(F.spark_partition_id().alias("p"), "p_col", "s", "d", "v").collect(),
+            key=lambda r: r.v,
+        )
+
+    ours = helper.by_state_partition(df, ["s", "d"], "p_col", 7)
+    reference = by_state_partition(df, ["s", "d"], "p_col", 7)
+    assert ours.columns == reference.columns == ["s", "d", "v", "p_col"]
+    rows = placed(ours)
+    assert rows == placed(reference)
+    assert len(rows) == 500
+    assert all(r.p == r.p_col for r in rows)  # the column names the partition the row is in
+    assert len({r.p for r in rows}) > 1
+
+
+@pytest.mark.spark
 def test_wrong_number_of_locations_is_rejected(spark) -> None:
     helper = PlacementHelper.get(spark)
     assert helper is not None

@@ -79,6 +79,21 @@ def executors_from_block_managers(entries: Iterable[str], local: bool) -> list[E
     return sorted(found, key=order)
 
 
+def by_state_partition(
+    df: DataFrame, key_columns: Sequence[str], partition_column: str, num_partitions: int
+) -> DataFrame:
+    """``df`` with ``partition_column`` holding each row's state partition, ``pmod(hash(keys),
+    num_partitions)`` (Spark's ``hash``: the partition Spark's hash shuffle gives the row), repartitioned
+    by the keys into ``num_partitions`` partitions, so partition ``p`` holds exactly the rows of state
+    partition ``p``; built with DataFrame operations (a seam may build the same plan in fewer calls)."""
+    from pyspark.sql import functions as F
+
+    keys = [F.col(k) for k in key_columns]
+    return df.withColumn(partition_column, F.pmod(F.hash(*keys), F.lit(num_partitions))).repartition(
+        num_partitions, *keys
+    )
+
+
 class ProbeFailedError(QueryError, RuntimeError):
     """The probe task could not run on an executor; the message is the task's own error, in one line."""
 
@@ -192,6 +207,14 @@ class JvmSeam(Protocol):
 
     def executors(self) -> list[ExecutorIdentity]:
         """The executors alive now, by executor id; in local mode the single executor ``"driver"``."""
+        ...
+
+    def by_state_partition(
+        self, df: DataFrame, key_columns: Sequence[str], partition_column: str, num_partitions: int
+    ) -> DataFrame:
+        """``df`` with ``partition_column`` holding each row's state partition (Spark's
+        ``pmod(hash(keys), num_partitions)``), hash-partitioned by the keys into ``num_partitions``
+        partitions (:func:`by_state_partition`'s result)."""
         ...
 
     def with_preferred_locations(self, df: DataFrame, locations: Sequence[str | None]) -> DataFrame:

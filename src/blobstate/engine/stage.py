@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from blobstate.batch.contracts import TaskResult
-from blobstate.batch.jvm import JvmSeam
+from blobstate.batch.jvm import JvmSeam, by_state_partition
 from blobstate.batch.steps import Placement
 from blobstate.engine.executor_python import worker_error
 from blobstate.engine.groups import partitions_per_task, plan_groups
@@ -207,12 +207,14 @@ class Stage:
         """The processing stage (the batch shuffled by key into the state partitions, then ``run_task``
         on each partition or group of partitions), its Spark schema and its groups (empty: a task per
         partition)."""
-        keys = [F.col(k) for k in self.key_columns]
         if spec.plan.run.initial_state_key_columns is not None and self.initial_state is not None:
             frame = self._with_initial_state(frame)
-        shuffled = frame.withColumn(
-            PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(self.num_partitions))
-        ).repartition(self.num_partitions, *keys)
+        if self.jvm is not None:
+            shuffled = self.jvm.by_state_partition(
+                frame, self.key_columns, PARTITION_COLUMN, self.num_partitions
+            )
+        else:
+            shuffled = by_state_partition(frame, self.key_columns, PARTITION_COLUMN, self.num_partitions)
         locations = placement.locations() if placement is not None and self.preferred_locations else None
         per_task = partitions_per_task(self.num_partitions, self._cores(), self.partitions_per_task)
         groups: tuple[tuple[int, ...], ...] = ()

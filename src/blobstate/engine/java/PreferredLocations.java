@@ -9,6 +9,9 @@
  */
 package org.apache.spark.sql.blobstate;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -20,6 +23,7 @@ import org.apache.spark.Partition;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
 import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.plans.physical.Partitioning;
@@ -27,6 +31,7 @@ import org.apache.spark.sql.catalyst.plans.physical.UnknownPartitioning;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.LogicalRDD$;
+import org.apache.spark.sql.functions;
 import org.apache.spark.storage.BlockManagerId;
 
 import scala.collection.AbstractIterator;
@@ -43,8 +48,46 @@ public final class PreferredLocations {
   public static final String EXECUTOR_HOST_KEY = "blobstate.executor.host";
 
   private static final ClassTag<InternalRow> ROW_TAG = ClassTag$.MODULE$.apply(InternalRow.class);
+  private static final ObjectMapper JSON = new ObjectMapper();
 
   private PreferredLocations() {}
+
+  /**
+   * A {@code String[]} of a JSON array of strings and nulls: the driver passes an array in one py4j
+   * call instead of one call per element.
+   */
+  public static String[] stringArray(String json) throws IOException {
+    JsonNode array = JSON.readTree(json);
+    if (array == null || !array.isArray()) {
+      throw new IllegalArgumentException("blobstate placement: not a JSON array of strings");
+    }
+    String[] out = new String[array.size()];
+    for (int i = 0; i < out.length; i++) {
+      JsonNode item = array.get(i);
+      if (!item.isNull() && !item.isTextual()) {
+        throw new IllegalArgumentException("blobstate placement: item " + i + " is not a string");
+      }
+      out[i] = item.isNull() ? null : item.textValue();
+    }
+    return out;
+  }
+
+  /**
+   * {@code df} with column {@code partitionColumn} holding each row's state partition,
+   * {@code pmod(hash(keys), n)}, and hash-partitioned by {@code keys} (a JSON array of column names)
+   * into {@code n} partitions: what {@code df.withColumn(...).repartition(n, keys)} gives, in one
+   * py4j call.
+   */
+  public static Dataset<Row> byStatePartition(
+      Dataset<Row> df, String keys, String partitionColumn, int n) throws IOException {
+    String[] names = stringArray(keys);
+    Column[] columns = new Column[names.length];
+    for (int i = 0; i < names.length; i++) {
+      columns[i] = functions.col(names[i]);
+    }
+    return df.withColumn(partitionColumn, functions.pmod(functions.hash(columns), functions.lit(n)))
+        .repartition(n, columns);
+  }
 
   /**
    * The same rows in the same partitions as {@code df}, as a DataFrame whose scan is a narrow 1:1

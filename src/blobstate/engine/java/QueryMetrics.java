@@ -11,6 +11,12 @@ package org.apache.spark.sql.blobstate;
 
 import com.codahale.metrics.Gauge;
 import com.codahale.metrics.MetricRegistry;
+import com.fasterxml.jackson.core.json.JsonReadFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.json.JsonMapper;
+import java.io.IOException;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -19,6 +25,9 @@ import org.apache.spark.metrics.source.Source;
 
 public final class QueryMetrics implements Source {
   private static final Map<String, QueryMetrics> SOURCES = new ConcurrentHashMap<>();
+  // Python's json writes an infinite gauge as Infinity.
+  private static final ObjectMapper JSON =
+      JsonMapper.builder().enable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS).build();
 
   private final String name;
   private final MetricRegistry registry = new MetricRegistry();
@@ -62,6 +71,24 @@ public final class QueryMetrics implements Source {
         env.metricsSystem().registerSource(source);
       }
     }
+  }
+
+  /**
+   * {@link #update} with the gauges as one JSON object of numbers (one py4j call instead of one per
+   * key and value).
+   */
+  public static void updateJson(String name, String gauges) throws IOException {
+    JsonNode object = JSON.readTree(gauges);
+    if (object == null || !object.isObject()) {
+      throw new IllegalArgumentException("blobstate metrics: the gauges are not a JSON object");
+    }
+    List<String> keys = new ArrayList<>();
+    List<Double> values = new ArrayList<>();
+    object.fields().forEachRemaining(e -> {
+      keys.add(e.getKey());
+      values.add(e.getValue().asDouble());
+    });
+    update(name, keys, values);
   }
 
   /** Remove source {@code name} from the metrics system (its query stopped). */

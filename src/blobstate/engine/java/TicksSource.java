@@ -8,6 +8,9 @@
  */
 package org.apache.spark.sql.blobstate;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.Map;
@@ -44,6 +47,7 @@ public final class TicksSource implements TableProvider {
   static final StructType SCHEMA = new StructType().add("__blobstate_tick", DataTypes.LongType);
 
   private static final Map<String, Channel> CHANNELS = new ConcurrentHashMap<>();
+  private static final ObjectMapper JSON = new ObjectMapper();
 
   /** What the driver of one query told its ticks source. */
   static final class Channel {
@@ -70,6 +74,20 @@ public final class TicksSource implements TableProvider {
       metrics.put(keys.get(i), values.get(i));
     }
     channel(token).metrics = Collections.unmodifiableMap(metrics);
+  }
+
+  /**
+   * {@link #publish} with the metrics as one JSON object of strings (one py4j call instead of one per
+   * key and value).
+   */
+  public static void publishJson(String token, String metrics) throws IOException {
+    Map<String, String> parsed = new HashMap<>();
+    JsonNode object = JSON.readTree(metrics);
+    if (object == null || !object.isObject()) {
+      throw new IllegalArgumentException("blobstate ticks: the metrics are not a JSON object");
+    }
+    object.fields().forEachRemaining(e -> parsed.put(e.getKey(), e.getValue().asText()));
+    channel(token).metrics = Collections.unmodifiableMap(parsed);
   }
 
   /** Forget a query's channel (when it stops). */

@@ -9,6 +9,8 @@
  */
 package org.apache.spark.sql.blobstate;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.spark.Partition;
 import org.apache.spark.TaskContext;
 import org.apache.spark.rdd.RDD;
@@ -26,8 +28,17 @@ import scala.reflect.ClassTag$;
 /** Entry point called from Python through py4j. */
 public final class WriteThrough {
   private static final ClassTag<InternalRow> ROW_TAG = ClassTag$.MODULE$.apply(InternalRow.class);
+  private static final ObjectMapper JSON = new ObjectMapper();
 
   private WriteThrough() {}
+
+  /**
+   * The texts in {@code metas} as one JSON array of strings: the driver reads them in one py4j call
+   * instead of one call per task.
+   */
+  public static String metadataJson(CollectionAccumulator<String> metas) throws JsonProcessingException {
+    return JSON.writeValueAsString(metas.value());
+  }
 
   /**
    * The output rows of {@code stage} (same columns; header and metadata rows removed); the text of

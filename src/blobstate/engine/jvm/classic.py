@@ -14,6 +14,7 @@ session is one ``SparkConnectUnsupportedError``.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import weakref
@@ -28,6 +29,7 @@ from blobstate.batch.jvm import (
     ProbeFailedError,
     SourceLeaf,
     TicksChannel,
+    by_state_partition,
     executors_from_block_managers,
 )
 from blobstate.engine.placement import (
@@ -83,6 +85,9 @@ class PlacementHelper:
         """Use ``PlacementHelper.get`` or ``PlacementHelper.load``; this assumes the jar is loaded."""
         self._spark = spark
         self._jar = jar
+        # The helper's py4j classes, per thread: a lookup by package path costs a py4j call per name
+        # segment, and the class loader is checked per JVM thread (pinned to the Python thread).
+        self._classes = threading.local()
 
     @property
     def jar(self) -> Path:
@@ -135,6 +140,18 @@ class PlacementHelper:
         except Exception as e:
             raise PlacementUnavailableError(f"cannot ship {jar} to the executors: {e}") from e
         return helper
+
+    def by_state_partition(
+        self, df: DataFrame, key_columns: Sequence[str], partition_column: str, num_partitions: int
+    ) -> DataFrame:
+        """``batch.jvm.by_state_partition`` built by the JVM (``PreferredLocations.byStatePartition``):
+        the same plan in one py4j call instead of one per column and operation."""
+        from pyspark.sql import DataFrame
+
+        jdf = self._helper_class().byStatePartition(
+            df._jdf, json.dumps(list(key_columns)), partition_column, int(num_partitions)
+        )
+        return DataFrame(jdf, df.sparkSession)
 
     def with_preferred_locations(self, df: DataFrame, locations: Sequence[str | None]) -> DataFrame:
         """``df`` with the same rows in the same partitions, partition ``i`` preferring ``locations[i]``.
@@ -200,13 +217,8 @@ class PlacementHelper:
         return DataFrame(jdf, stage.sparkSession)
 
     def _string_array(self, values: Sequence[str | None]) -> Any:
-        """A Java ``String[]`` holding ``values`` (None stays null)."""
-        gateway: Any = self._spark.sparkContext._gateway
-        array = gateway.new_array(gateway.jvm.java.lang.String, len(values))
-        for i, value in enumerate(values):
-            if value is not None:
-                array[i] = value
-        return array
+        """A Java ``String[]`` holding ``values`` (None stays null), built in one py4j call."""
+        return self._helper_class().stringArray(json.dumps(list(values)))
 
     def executors(self) -> list[ExecutorIdentity]:
         """The executors alive now, by executor id; in local mode the single executor ``"driver"``."""
@@ -215,31 +227,45 @@ class PlacementHelper:
 
     def write_through(self) -> Any:
         """The py4j class ``WriteThrough`` (a stage's outputs to a writer, its metadata to an accumulator)."""
-        self._helper_class()
-        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.WriteThrough
+        return self._class("WriteThrough")
 
     def committed_outputs(self) -> Any:
         """The py4j class ``CommittedOutputs`` (the sink's checked view of a persisted stage)."""
-        self._helper_class()
-        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.CommittedOutputs
+        return self._class("CommittedOutputs")
 
     def ticks_source(self) -> Any:
         """The py4j class ``TicksSource`` (batches without input; metrics in Spark's progress)."""
-        self._helper_class()
-        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.TicksSource
+        return self._class("TicksSource")
 
     def query_metrics(self) -> Any:
         """The py4j class ``QueryMetrics`` (a query's figures in Spark's metrics system)."""
-        self._helper_class()
-        return _jvm_of(self._spark).org.apache.spark.sql.blobstate.QueryMetrics
+        return self._class("QueryMetrics")
+
+    def read_file(self, uri: str) -> bytes:
+        """A whole file through Hadoop's ``FileSystem`` (``HadoopFiles.read``), in one py4j call."""
+        configuration = self._spark.sparkContext._jsc.hadoopConfiguration()
+        return bytes(self._class("HadoopFiles").read(uri, configuration))
+
+    def _class(self, name: str) -> Any:
+        """The helper's py4j class ``name`` (in the helper's package), looked up once per thread."""
+        found = getattr(self._classes, name, None)
+        if found is None:
+            self._helper_class()
+            found = getattr(_jvm_of(self._spark).org.apache.spark.sql.blobstate, name)
+            setattr(self._classes, name, found)
+        return found
 
     def _helper_class(self) -> Any:
         """The helper's py4j class, adding the jar to this JVM thread's class loader when needed."""
         from py4j.java_gateway import JavaClass
 
+        cached = getattr(self._classes, "PreferredLocations", None)
+        if cached is not None:
+            return cached
         jvm = _jvm_of(self._spark)
         found = jvm.org.apache.spark.sql.blobstate.PreferredLocations
         if isinstance(found, JavaClass):
+            self._classes.PreferredLocations = found
             return found
         try:
             loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
@@ -251,6 +277,7 @@ class PlacementHelper:
         found = jvm.org.apache.spark.sql.blobstate.PreferredLocations
         if not isinstance(found, JavaClass):
             raise PlacementUnavailableError(f"{HELPER_CLASS} is not visible after loading {self._jar}")
+        self._classes.PreferredLocations = found
         return found
 
 
@@ -369,7 +396,10 @@ class ClassicJvm:
         return True
 
     def read_file(self, uri: str) -> bytes:
-        """A whole file through Hadoop's ``FileSystem`` (Commons IO's ``toByteArray``)."""
+        """A whole file through Hadoop's ``FileSystem`` (Commons IO's ``toByteArray``; through the helper
+        in one py4j call once it is loaded)."""
+        if self._loaded is not None:
+            return self._loaded.read_file(uri)
         jvm = self._spark.sparkContext._jvm
         assert jvm is not None
         fs, path = self._hadoop_path(uri)
@@ -447,6 +477,15 @@ class ClassicJvm:
         """The executors alive now (``PlacementHelper.executors``)."""
         return self.helper.executors()
 
+    def by_state_partition(
+        self, df: DataFrame, key_columns: Sequence[str], partition_column: str, num_partitions: int
+    ) -> DataFrame:
+        """``PlacementHelper.by_state_partition`` (one py4j call); ``batch.jvm.by_state_partition``
+        without the helper."""
+        if self._loaded is None:
+            return by_state_partition(df, key_columns, partition_column, num_partitions)
+        return self._loaded.by_state_partition(df, key_columns, partition_column, num_partitions)
+
     def with_preferred_locations(self, df: DataFrame, locations: Sequence[str | None]) -> DataFrame:
         """``PlacementHelper.with_preferred_locations``."""
         return self.helper.with_preferred_locations(df, locations)
@@ -470,8 +509,9 @@ class ClassicJvm:
 
         spark = stage.sparkSession
         metas = spark.sparkContext._jsc.sc().collectionAccumulator(f"blobstate metadata of {what}")
-        jdf = self.helper.write_through().tapped(stage._jdf, uid_column, meta_column, metas)
-        return _Tapped(DataFrame(jdf, spark), metas)
+        through = self.helper.write_through()
+        jdf = through.tapped(stage._jdf, uid_column, meta_column, metas)
+        return _Tapped(DataFrame(jdf, spark), metas, through)
 
     def ticks_channel(self) -> TicksChannel:
         """The helper's ``TicksSource``."""
@@ -485,9 +525,10 @@ class ClassicJvm:
 class _Tapped:
     """A stage tapped by ``WriteThrough`` and the accumulator of its metadata rows."""
 
-    def __init__(self, frame: DataFrame, accumulator: Any) -> None:
+    def __init__(self, frame: DataFrame, accumulator: Any, through: Any) -> None:
         self._frame = frame
         self._accumulator = accumulator
+        self._through = through
 
     @property
     def frame(self) -> DataFrame:
@@ -495,8 +536,9 @@ class _Tapped:
         return self._frame
 
     def metadata(self) -> list[str]:
-        """The metadata rows of the successful tasks."""
-        return [str(text) for text in self._accumulator.value()]
+        """The metadata rows of the successful tasks (``WriteThrough.metadataJson``: one py4j call)."""
+        texts = json.loads(str(self._through.metadataJson(self._accumulator)))
+        return [str(text) for text in texts]
 
 
 class _Ticks:
@@ -510,8 +552,8 @@ class _Ticks:
         self._source.request(token, batch_id)
 
     def publish(self, token: str, keys: list[str], values: list[str]) -> None:
-        """``TicksSource.publish``."""
-        self._source.publish(token, keys, values)
+        """``TicksSource.publish`` (as ``publishJson``: one py4j call)."""
+        self._source.publishJson(token, json.dumps(dict(zip(keys, values, strict=True))))
 
     def release(self, token: str) -> None:
         """``TicksSource.release``."""
@@ -525,8 +567,8 @@ class _Metrics:
         self._metrics = metrics
 
     def update(self, name: str, names: list[str], values: list[float]) -> None:
-        """``QueryMetrics.update``."""
-        self._metrics.update(name, names, values)
+        """``QueryMetrics.update`` (as ``updateJson``: one py4j call)."""
+        self._metrics.updateJson(name, json.dumps(dict(zip(names, values, strict=True))))
 
     def remove(self, name: str) -> None:
         """``QueryMetrics.remove``."""

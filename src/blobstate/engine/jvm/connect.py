@@ -22,7 +22,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from blobstate.batch.executor import ExecutorIdentity
-from blobstate.batch.jvm import DeclaredWatermark, SourceLeaf, executors_from_block_managers
+from blobstate.batch.jvm import (
+    DeclaredWatermark,
+    SourceLeaf,
+    by_state_partition,
+    executors_from_block_managers,
+)
 from blobstate.blobstore.redact import redact
 from blobstate.engine.placement import PlacementUnavailableError
 from blobstate.errors import first_line
@@ -185,6 +190,12 @@ class ConnectJvm:
         if self._local is None:
             self._local = bool(self._ask("is_local"))
         return executors_from_block_managers(self._ask("executors"), self._local)
+
+    def by_state_partition(
+        self, df: DataFrame, key_columns: Sequence[str], partition_column: str, num_partitions: int
+    ) -> DataFrame:
+        """``batch.jvm.by_state_partition``, with the client's DataFrame operations."""
+        return by_state_partition(df, key_columns, partition_column, num_partitions)
 
     def with_preferred_locations(self, df: DataFrame, locations: Sequence[str | None]) -> DataFrame:
         """``df`` wrapped by the plugin with partition ``i`` preferring ``locations[i]``."""
