@@ -66,6 +66,8 @@ _HELPERS: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, Path], Placement
     weakref.WeakKeyDictionary()
 )
 _HELPERS_LOCK = threading.Lock()
+HELPER_PACKAGE = HELPER_CLASS.rsplit(".", 1)[0]
+"""The Java package of the helper's classes."""
 
 
 def _checked_locations(locations: Sequence[str | None]) -> list[str | None]:
@@ -247,38 +249,35 @@ class PlacementHelper:
         return bytes(self._class("HadoopFiles").read(uri, configuration))
 
     def _class(self, name: str) -> Any:
-        """The helper's py4j class ``name`` (in the helper's package), looked up once per thread."""
+        """The helper's py4j class ``name`` (in the helper's package), looked up once per thread and
+        made visible to this JVM thread's class loader (the jar added to it) when it is not."""
+        from py4j.java_gateway import JavaClass
+
         found = getattr(self._classes, name, None)
-        if found is None:
-            self._helper_class()
-            found = getattr(_jvm_of(self._spark).org.apache.spark.sql.blobstate, name)
-            setattr(self._classes, name, found)
+        if found is not None:
+            return found
+        jvm = _jvm_of(self._spark)
+        package = jvm.org.apache.spark.sql.blobstate
+        found = getattr(package, name)
+        if not isinstance(found, JavaClass):
+            try:
+                loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+                loader.addURL(jvm.java.io.File(str(self._jar)).toURI().toURL())
+            except Exception as e:
+                raise PlacementUnavailableError(
+                    f"cannot add {self._jar} to the driver's class loader: {e}"
+                ) from e
+            found = getattr(package, name)
+            if not isinstance(found, JavaClass):
+                raise PlacementUnavailableError(
+                    f"{HELPER_PACKAGE}.{name} is not visible after loading {self._jar}"
+                )
+        setattr(self._classes, name, found)
         return found
 
     def _helper_class(self) -> Any:
-        """The helper's py4j class, adding the jar to this JVM thread's class loader when needed."""
-        from py4j.java_gateway import JavaClass
-
-        cached = getattr(self._classes, "PreferredLocations", None)
-        if cached is not None:
-            return cached
-        jvm = _jvm_of(self._spark)
-        found = jvm.org.apache.spark.sql.blobstate.PreferredLocations
-        if isinstance(found, JavaClass):
-            self._classes.PreferredLocations = found
-            return found
-        try:
-            loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-            loader.addURL(jvm.java.io.File(str(self._jar)).toURI().toURL())
-        except Exception as e:
-            raise PlacementUnavailableError(
-                f"cannot add {self._jar} to the driver's class loader: {e}"
-            ) from e
-        found = jvm.org.apache.spark.sql.blobstate.PreferredLocations
-        if not isinstance(found, JavaClass):
-            raise PlacementUnavailableError(f"{HELPER_CLASS} is not visible after loading {self._jar}")
-        self._classes.PreferredLocations = found
-        return found
+        """The helper's entry class ``PreferredLocations`` (:meth:`_class`)."""
+        return self._class(HELPER_CLASS.rsplit(".", 1)[1])
 
 
 def _is_classic(spark: SparkSession) -> bool:
