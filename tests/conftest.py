@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -345,3 +346,51 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(os.pathsep.join(zips))} exec {python} "$@"\n')
     wrapper.chmod(0o755)
     return wrapper
+
+
+# ------------------------------------------------------------------------------------- parallel runs
+SPARK_FIXTURES = frozenset({"spark", "cluster_session", "multihost_cluster", "bare_python"})
+"""Fixtures of tests that run Spark (the shared session, the multi-host cluster, a worker's Python)."""
+
+SPARK_MODULES = frozenset({"test_docs.py", "test_packed_environment.py"})
+"""Modules whose tests start Spark in subprocesses of their own (the docs' examples, a packed deploy)."""
+
+ONE_WORKER_MODULES = frozenset({"test_crash_model.py", "test_repository_crash_model.py"})
+"""Modules whose last tests check what the earlier ones counted (that the random faults fired)."""
+
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER:
+    # Each worker (and the Spark workers and subprocesses it starts) gets a temporary directory of its
+    # own, so a test that checks it left no scratch directory behind sees only its worker's.
+    _worker_tmp = Path(tempfile.gettempdir()) / f"blobstate-tests-{XDIST_WORKER}-{os.getpid()}"
+    _worker_tmp.mkdir()
+    os.environ["TMPDIR"] = str(_worker_tmp)
+    tempfile.tempdir = None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the worker's temporary directory."""
+    if XDIST_WORKER:
+        shutil.rmtree(_worker_tmp, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's command), keep every Spark test on
+    one worker, in the order they were collected, and let the other worker run the rest beside them:
+    two Spark sessions at once on two cores slow each other until Spark's own timeouts fire. A test
+    that starts Spark without one of :data:`SPARK_FIXTURES` (``request.getfixturevalue``) carries the
+    ``spark`` marker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if (
+            fixtures & SPARK_FIXTURES
+            or item.get_closest_marker("spark") is not None
+            or item.get_closest_marker("slow") is not None
+            or item.path.name in SPARK_MODULES
+        ):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif item.path.name in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))

@@ -113,7 +113,10 @@ def assert_clean(url: str) -> None:
         assert report.problems == [], [str(p) for p in report.problems]
 
 
-@pytest.mark.parametrize(("m", "n", "on_spark"), [(2, 4, True), (4, 2, False), (3, 7, False), (7, 1, False)])
+@pytest.mark.parametrize(
+    ("m", "n", "on_spark"),
+    [pytest.param(2, 4, True, marks=pytest.mark.spark), (4, 2, False), (3, 7, False), (7, 1, False)],
+)
 def test_rescale_keeps_every_state_kind(
     request: pytest.FixtureRequest, tmp_path: Path, m: int, n: int, on_spark: bool
 ) -> None:
