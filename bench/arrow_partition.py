@@ -17,7 +17,14 @@ CPU seconds of this process (RocksDB's background threads included):
 and the ratio of blobstate to floor + bare_rocksdb: how much of blobstate's Python cost is above what the
 per-key RocksDB calls through rocksdict cost by themselves.
 
-    .venv/bin/python bench/arrow_partition.py [--keys 500000] [--events 100000] [--batches 8]
+``--row`` adds the row API (``api="row"``, one handler call per key with ``pyspark.sql.Row`` objects in
+and out, as Spark's ``transformWithState``) on the same batches:
+
+* ``blobstate_row``: the same path with :class:`~blobstate.demo.running_count.RowRunningCount`;
+* ``row_api_only``: ``run_partition`` with a row processor that counts and sums its rows and yields the
+  same output Row but reads and writes no state: what the row API's contract costs before any state.
+
+    .venv/bin/python bench/arrow_partition.py [--keys 500000] [--events 100000] [--batches 8] [--row]
 """
 
 from __future__ import annotations
@@ -28,16 +35,19 @@ import resource
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from rocksdict import WriteBatch
 
 from blobstate.blobstore import open_blob_store
-from blobstate.demo.running_count import ArrowRunningCount
-from blobstate.processor import RunSpec, run_partition
+from blobstate.demo.running_count import ArrowRunningCount, RowRunningCount
+from blobstate.processor import RunSpec, StatefulProcessor, TimerValues, run_partition
 from blobstate.state.partition import open_partition
 from blobstate.state.store import RocksStateStore
 
@@ -59,21 +69,39 @@ def batch(rng: np.random.Generator, vocabulary: pa.Array, events: int | None) ->
     return pa.table({"key": vocabulary.take(pa.array(idx)), "value": values})
 
 
-def run_blobstate(root: Path, tables: list[pa.Table]) -> list[dict[str, float]]:
-    """The full path per batch: run_partition (api="arrow") and commit."""
-    blob_store = open_blob_store(f"file://{root}/blob")
+class RowsOnly(StatefulProcessor):
+    """The row running count's handler without its state: the row API's own per-key cost."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the same state variable (never used)."""
+        self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
+        """Count and sum the key's rows and emit them, as ``RowRunningCount`` does."""
+        count = 0
+        total = 0
+        for row in rows:
+            count += 1
+            total += row.value
+        yield Row(key=key[0], count=count, total=total)
+
+
+def run_blobstate(root: Path, tables: list[pa.Table], api: str = "arrow") -> list[dict[str, float]]:
+    """The full path per batch: run_partition (``api``) and commit."""
+    blob_store = open_blob_store(f"file://{root}/blob-{api}")
     committed = None
     phases = []
+    processor = {"arrow": ArrowRunningCount, "row": RowRunningCount, "rows_only": RowsOnly}[api]
     for table in tables:
         state = open_partition(
-            blob_store, root / "local", QUERY_ID, "0", 0, committed, snapshot_upload="background"
+            blob_store, root / f"local-{api}", QUERY_ID, "0", 0, committed, snapshot_upload="background"
         )
         started = cpu_seconds()
         outputs = run_partition(
-            ArrowRunningCount(),
+            processor(),
             state.store,
             table,
-            RunSpec(key_columns=("key",), output_schema=OUTPUT, api="arrow"),
+            RunSpec(key_columns=("key",), output_schema=OUTPUT, api="arrow" if api == "arrow" else "row"),
         )
         rows = sum(out.num_rows for out in outputs)
         processed = cpu_seconds()
@@ -125,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=8, help="steady batches, after the loading one")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--row", action="store_true", help="also the row API (blobstate_row, row_api_only)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     vocabulary = pa.array([f"k{i:07d}" for i in range(args.keys)], pa.string())
@@ -137,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         phases = run_blobstate(root, tables)[1:]
         bare = run_bare(root, tables)[1:]
         floor = run_floor(tables[1:])
+        rows = run_blobstate(root, tables, "row")[1:] if args.row else []
+        rows_only = run_blobstate(root, tables, "rows_only")[1:] if args.row else []
         wall = time.monotonic() - wall
 
     def median(values: list[float]) -> float:
@@ -158,6 +189,14 @@ def main(argv: list[str] | None = None) -> int:
         "blobstate_over_floor_plus_bare_rocksdb": round(blobstate / (median(floor) + median(bare)), 2),
         "wall_seconds": round(wall, 1),
     }
+    if args.row:
+        result["cpu_seconds_per_batch"].update(
+            {
+                "blobstate_row": median([p["process"] + p["commit"] for p in rows]),
+                "blobstate_row_process": median([p["process"] for p in rows]),
+                "row_api_only_process": median([p["process"] for p in rows_only]),
+            }
+        )
     print(json.dumps(result, indent=2))
     return 0
 
