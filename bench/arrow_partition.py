@@ -21,8 +21,9 @@ per-key RocksDB calls through rocksdict cost by themselves.
 and out, as Spark's ``transformWithState``) on the same batches:
 
 * ``blobstate_row``: the same path with :class:`~blobstate.demo.running_count.RowRunningCount`;
-* ``row_api_only``: ``run_partition`` with a row processor that counts and sums its rows and yields the
-  same output Row but reads and writes no state: what the row API's contract costs before any state.
+* ``row_api_only``: ``run_partition`` with the same processor whose state variable is a stand-in that
+  holds nothing (``get`` finds no value, ``update`` keeps none): what the row API's contract costs
+  before any state.
 
     .venv/bin/python bench/arrow_partition.py [--keys 500000] [--events 100000] [--batches 8] [--row]
 """
@@ -35,19 +36,17 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from rocksdict import WriteBatch
 
 from blobstate.blobstore import open_blob_store
 from blobstate.demo.running_count import ArrowRunningCount, RowRunningCount
-from blobstate.processor import RunSpec, StatefulProcessor, TimerValues, run_partition
+from blobstate.processor import RunSpec, run_partition
 from blobstate.state.partition import open_partition
 from blobstate.state.store import RocksStateStore
 
@@ -69,21 +68,25 @@ def batch(rng: np.random.Generator, vocabulary: pa.Array, events: int | None) ->
     return pa.table({"key": vocabulary.take(pa.array(idx)), "value": values})
 
 
-class RowsOnly(StatefulProcessor):
-    """The row running count's handler without its state: the row API's own per-key cost."""
+class NoState:
+    """A value state that holds nothing: ``get`` finds no value, ``update`` keeps none."""
+
+    def get(self) -> None:
+        """No value."""
+        return None
+
+    def update(self, value: tuple[int, int]) -> None:
+        """Keep nothing."""
+
+
+class RowsOnly(RowRunningCount):
+    """The row running count's own handler with its state calls doing nothing: the row API's own
+    per-key cost."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the same state variable (never used)."""
-        self.state = handle.getValueState("agg", "count BIGINT, total BIGINT")
-
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
-        """Count and sum the key's rows and emit them, as ``RowRunningCount`` does."""
-        count = 0
-        total = 0
-        for row in rows:
-            count += 1
-            total += row.value
-        yield Row(key=key[0], count=count, total=total)
+        """Declare the same state variable, then use a stand-in that reads and writes nothing."""
+        super().init(handle)
+        self.state = NoState()  # type: ignore[assignment]
 
 
 def run_blobstate(root: Path, tables: list[pa.Table], api: str = "arrow") -> list[dict[str, float]]:
