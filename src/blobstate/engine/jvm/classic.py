@@ -14,6 +14,7 @@ session is one ``SparkConnectUnsupportedError``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -66,8 +67,8 @@ _HELPERS: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, Path], Placement
     weakref.WeakKeyDictionary()
 )
 _HELPERS_LOCK = threading.Lock()
-HELPER_PACKAGE = HELPER_CLASS.rsplit(".", 1)[0]
-"""The Java package of the helper's classes."""
+HELPER_PACKAGE, HELPER_ENTRY = HELPER_CLASS.rsplit(".", 1)
+"""The Java package of the helper's classes, and the name of its entry class (``PreferredLocations``)."""
 
 
 def _checked_locations(locations: Sequence[str | None]) -> list[str | None]:
@@ -257,7 +258,7 @@ class PlacementHelper:
         if found is not None:
             return found
         jvm = _jvm_of(self._spark)
-        package = jvm.org.apache.spark.sql.blobstate
+        package = functools.reduce(getattr, HELPER_PACKAGE.split("."), jvm)
         found = getattr(package, name)
         if not isinstance(found, JavaClass):
             try:
@@ -277,7 +278,7 @@ class PlacementHelper:
 
     def _helper_class(self) -> Any:
         """The helper's entry class ``PreferredLocations`` (:meth:`_class`)."""
-        return self._class(HELPER_CLASS.rsplit(".", 1)[1])
+        return self._class(HELPER_ENTRY)
 
 
 def _is_classic(spark: SparkSession) -> bool:
