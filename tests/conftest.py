@@ -352,9 +352,6 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 SPARK_FIXTURES = frozenset({"spark", "cluster_session", "multihost_cluster", "bare_python"})
 """Fixtures of tests that run Spark (the shared session, the multi-host cluster, a worker's Python)."""
 
-SPARK_MODULES = frozenset({"test_docs.py", "test_packed_environment.py"})
-"""Modules whose tests start Spark in subprocesses of their own (the docs' examples, a packed deploy)."""
-
 ONE_WORKER_MODULES = frozenset({"test_crash_model.py", "test_repository_crash_model.py"})
 """Modules whose last tests check what the earlier ones counted (that the random faults fired)."""
 
@@ -379,8 +376,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's command), keep every Spark test on
     one worker, in the order they were collected, and let the other worker run the rest beside them:
     two Spark sessions at once on two cores slow each other until Spark's own timeouts fire. A test
-    that starts Spark without one of :data:`SPARK_FIXTURES` (``request.getfixturevalue``) carries the
-    ``spark`` marker."""
+    that starts Spark without one of :data:`SPARK_FIXTURES` (``request.getfixturevalue``, a Spark of
+    its own in a subprocess) carries the ``spark`` marker."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
@@ -389,7 +386,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             fixtures & SPARK_FIXTURES
             or item.get_closest_marker("spark") is not None
             or item.get_closest_marker("slow") is not None
-            or item.path.name in SPARK_MODULES
         ):
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif item.path.name in ONE_WORKER_MODULES:
