@@ -89,22 +89,25 @@ class RowsOnly(RowRunningCount):
         self.state = NoState()  # type: ignore[assignment]
 
 
-def run_blobstate(root: Path, tables: list[pa.Table], api: str = "arrow") -> list[dict[str, float]]:
-    """The full path per batch: run_partition (``api``) and commit."""
-    blob_store = open_blob_store(f"file://{root}/blob-{api}")
+def run_blobstate(
+    root: Path, tables: list[pa.Table], processor: type[Any] = ArrowRunningCount, api: str = "arrow"
+) -> list[dict[str, float]]:
+    """The full path per batch: run_partition (``processor``, ``api``) and commit, in a checkpoint and
+    local directory of the processor's own."""
+    name = processor.__name__
+    blob_store = open_blob_store(f"file://{root}/blob-{name}")
     committed = None
     phases = []
-    processor = {"arrow": ArrowRunningCount, "row": RowRunningCount, "rows_only": RowsOnly}[api]
     for table in tables:
         state = open_partition(
-            blob_store, root / f"local-{api}", QUERY_ID, "0", 0, committed, snapshot_upload="background"
+            blob_store, root / f"local-{name}", QUERY_ID, "0", 0, committed, snapshot_upload="background"
         )
         started = cpu_seconds()
         outputs = run_partition(
             processor(),
             state.store,
             table,
-            RunSpec(key_columns=("key",), output_schema=OUTPUT, api="arrow" if api == "arrow" else "row"),
+            RunSpec(key_columns=("key",), output_schema=OUTPUT, api=api),
         )
         rows = sum(out.num_rows for out in outputs)
         processed = cpu_seconds()
@@ -169,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         phases = run_blobstate(root, tables)[1:]
         bare = run_bare(root, tables)[1:]
         floor = run_floor(tables[1:])
-        rows = run_blobstate(root, tables, "row")[1:] if args.row else []
-        rows_only = run_blobstate(root, tables, "rows_only")[1:] if args.row else []
+        rows = run_blobstate(root, tables, RowRunningCount, "row")[1:] if args.row else []
+        rows_only = run_blobstate(root, tables, RowsOnly, "row")[1:] if args.row else []
         wall = time.monotonic() - wall
 
     def median(values: list[float]) -> float:
