@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
-from processor_runner import tree_cpu_seconds
+from proctree import tree_cpu_seconds
 
 from blobstate.processor import StatefulProcessor
 

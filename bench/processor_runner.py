@@ -48,6 +48,10 @@ from blobstate.processor import (
 )
 from blobstate.state.store import RocksStateStore
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from proctree import tree_cpu_seconds
+
 OUTPUT = "key BIGINT, count BIGINT, total BIGINT"
 
 
@@ -94,32 +98,6 @@ def make_batch(rng: np.random.Generator, keys: int, rows: int) -> pa.Table:
             "value": rng.integers(0, 1000, rows, dtype=np.int64),
         }
     )
-
-
-def tree_cpu_seconds() -> float:
-    """CPU seconds of this process and all its descendants (reaped children included), from /proc."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = sum(int(x) for x in fields[11:15]) / ticks
-    root = os.getpid()
-    total = 0.0
-    for pid, seconds in times.items():
-        p = pid
-        while p not in (0, 1) and p != root:
-            p = parents.get(p, 0)
-        if p == root:
-            total += seconds
-    return total
 
 
 def run_batch(
