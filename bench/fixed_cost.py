@@ -14,7 +14,9 @@ over ``--keys`` keys on ``local[2]`` with ``--partitions`` partitions and write 
 * ``floor``: ``foreachBatch`` with the same hash shuffle and one ``mapInArrow`` stage that passes the
   rows through, no state.
 
-Per batch (the first ``--warmup`` batches are left out), medians of Spark's own phases from the query
+Per batch (the first ``--warmup`` batches are left out): the CPU time of the whole process tree
+(driver, JVM, Python workers, read from /proc; ``cpu_ms_per_batch``, which holds up under a shared
+machine's noise better than times do), medians of Spark's own phases from the query
 progress (``durationMs``: latestOffset, getBatch, queryPlanning, walCommit, addBatch (the
 ``foreachBatch`` call), commitOffsets, triggerExecution) and, for blobstate, of its ``BatchReport``:
 the shuffle (its map stage, run when the stage's input is placed), the stage (tasks, persisting or
@@ -45,6 +47,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from proctree import tree_cpu_by_kind
 from running_count_query import start_running_count
 
 PHASES = (
@@ -91,6 +94,41 @@ def timed(step: Any, seconds: list[float]) -> Any:
     return run
 
 
+class SteadyCpu:
+    """CPU seconds of the whole process tree (driver, JVM, Python workers) over a query's steady batches:
+    read from /proc when the last warm-up batch ends and again once every batch ran."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.batches = 0
+        self.started: dict[str, float] | None = None
+
+    def batch_done(self) -> None:
+        """One batch with input finished (called on the driver, at the batch's end)."""
+        self.batches += 1
+        if self.batches == self.warmup:
+            self.started = tree_cpu_by_kind()
+
+    def per_batch_ms(self) -> dict[str, float] | None:
+        """CPU milliseconds per steady batch, read now: ``total`` and per kind of process (None: no
+        steady batch)."""
+        steady = self.batches - self.warmup
+        if self.started is None or steady <= 0:
+            return None
+        now = tree_cpu_by_kind()
+        out = {kind: round((now[kind] - self.started[kind]) * 1000 / steady, 1) for kind in now}
+        return {"total": round(sum(out.values()), 1), **out}
+
+
+def cpu_fields(cpu_ms: dict[str, float] | None) -> dict[str, float | None]:
+    """A run's CPU per steady batch as result fields: ``cpu_ms_per_batch`` and one per kind of process."""
+    if cpu_ms is None:
+        return {"cpu_ms_per_batch": None}
+    fields: dict[str, float | None] = {"cpu_ms_per_batch": cpu_ms["total"]}
+    fields |= {f"cpu_ms_per_batch_{kind}": ms for kind, ms in cpu_ms.items() if kind != "total"}
+    return fields
+
+
 def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
@@ -112,13 +150,20 @@ def run_blobstate(
         options: dict[str, Any] = {"sink": WriterSink("noop", mode="overwrite")}
     else:
         options = {} if inline is None else {"inline_output_bytes": inline}
+    cpu = SteadyCpu(args.warmup)
+
+    def on_batch(report: Any) -> None:
+        reports.append(report)
+        if not report.skipped and report.input_rows > 0:
+            cpu.batch_done()
+
     query = start_running_count(
         spark,
         work / "in",
         work / f"blobstate-ckpt-{inline}-{writer}",
         work / f"local-{inline}-{writer}",
         args.partitions,
-        reports.append,
+        on_batch,
         **options,
     )
     cleanup: list[float] = []
@@ -126,8 +171,9 @@ def run_blobstate(
     post = driver.post_commit
     post.steps[:] = [(name, timed(step, cleanup)) for name, step in post.steps]
     query.processAllAvailable()
+    cpu_ms = cpu.per_batch_ms()
     time.sleep(1)
-    out = spark_phases(query, args.warmup)
+    out = spark_phases(query, args.warmup) | cpu_fields(cpu_ms)
     query.stop()
     steady = [r for r in reports if not r.skipped and r.input_rows > 0][args.warmup :]
 
@@ -158,6 +204,7 @@ def run_floor(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any
         .parquet(str(work / "in"))
     )
     seconds: list[float] = []
+    cpu = SteadyCpu(args.warmup)
 
     def stateless(frame: Any, _: int) -> None:
         started = time.perf_counter()
@@ -165,6 +212,7 @@ def run_floor(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any
             "noop"
         ).mode("overwrite").save()
         seconds.append(time.perf_counter() - started)
+        cpu.batch_done()
 
     query = (
         events.writeStream.foreachBatch(stateless)
@@ -172,8 +220,9 @@ def run_floor(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any
         .start()
     )
     query.processAllAvailable()
+    cpu_ms = cpu.per_batch_ms()
     time.sleep(1)
-    out = spark_phases(query, args.warmup)
+    out = spark_phases(query, args.warmup) | cpu_fields(cpu_ms)
     query.stop()
     out["stage_and_sink_seconds"] = median(seconds[args.warmup :])
     return out
@@ -255,6 +304,13 @@ def measure(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
             (directory / "in").symlink_to(work / "in")
             rounds[name].append(runs[name](directory))
     result: dict[str, Any] = {"events_per_batch": args.events, "keys": args.keys}
+    result["per_round"] = {
+        name: [
+            {"trigger_ms": x.get("spark_triggerExecution_ms"), "cpu_ms_per_batch": x.get("cpu_ms_per_batch")}
+            for x in results
+        ]
+        for name, results in rounds.items()
+    }
     for name, results in rounds.items():
         result[name] = {k: median([x[k] for x in results if x.get(k) is not None]) for k in results[0]}
     f = result["floor"]
@@ -263,6 +319,11 @@ def measure(spark: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
         result[f"{name}_over_floor_trigger_ms"] = (
             round(b["spark_triggerExecution_ms"] / f["spark_triggerExecution_ms"], 2)
             if b.get("spark_triggerExecution_ms") and f.get("spark_triggerExecution_ms")
+            else None
+        )
+        result[f"{name}_over_floor_cpu"] = (
+            round(b["cpu_ms_per_batch"] / f["cpu_ms_per_batch"], 2)
+            if b.get("cpu_ms_per_batch") and f.get("cpu_ms_per_batch")
             else None
         )
     return result
