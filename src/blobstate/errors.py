@@ -27,6 +27,7 @@ direct bases. A class with two blobstate parents is drawn once, under the one th
     * AzureOptionError [blobstore.azure_options; also ValueError]
     * UnsupportedSchemeError [blobstore.schemes; also ValueError]
     * NoHadoopLocationError [blobstore.schemes; also ValueError]
+    * RedactedError [blobstore.redact]
   * StateError [errors]
     * StateLoadError [state.errors; also RuntimeError]
       * MissingObjectError [state.errors]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -14,9 +15,9 @@ from urllib.parse import quote
 import pytest
 
 from blobstate.blobstore import BlobStore, open_blob_store
-from blobstate.blobstore.redact import MASK, redact
+from blobstate.blobstore.redact import MASK, redact, scrub_chain
 from blobstate.blobstore.schemes import hadoop_location, location_without_options
-from blobstate.errors import BlobstateError
+from blobstate.errors import BlobstateError, BlobStoreError
 
 AKID = "AKIAPLANTEDKEYID0001"
 S3_SECRET = "PlantedSecretAccessKey0002"
@@ -263,6 +264,12 @@ def secret_options(port: int) -> dict[str, tuple[str, dict[str, Any]]]:
     }
 
 
+def traceback_text(error: BaseException) -> str:
+    """The whole traceback Python prints for ``error`` (a Spark task's log, a driver's), every exception
+    it was raised from or while handling included."""
+    return "".join(traceback.format_exception(error))
+
+
 def _operations(store: BlobStore) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "exists", lambda: store.exists("metadata.json")
     yield "get", lambda: store.get("metadata.json")
@@ -283,6 +290,7 @@ def _check_store_and_its_errors(url: str, options: dict[str, Any]) -> int:
     except Exception as error:  # refused at open: one error, checked
         assert_hidden(str(error), f" by open_blob_store({url!r})")
         assert_hidden(repr(error), f" by open_blob_store({url!r})")
+        assert_hidden(traceback_text(error), f" in the traceback of open_blob_store({url!r})")
         return 1
     checked = 0
     with store:
@@ -297,6 +305,7 @@ def _check_store_and_its_errors(url: str, options: dict[str, Any]) -> int:
                 assert isinstance(error, BlobstateError), f"{name}: {error!r}"
                 assert_hidden(str(error), f" by {name} on {url!r}")
                 assert_hidden(repr(error), f" by {name} on {url!r}")
+                assert_hidden(traceback_text(error), f" in the traceback of {name} on {url!r}")
                 checked += 1
     return checked
 
@@ -370,3 +379,33 @@ def test_reading_a_moved_querys_watermark_shows_no_secret(port: int) -> None:
         with pytest.raises(BlobstateError) as refused:
             last_watermark_ms(url)
         assert_hidden(str(refused.value), f" ({case})")
+
+
+class _TextOfItsOwn(Exception):
+    """A library exception whose text is not its arguments (as Azure's HTTP errors append the body)."""
+
+    def __str__(self) -> str:
+        return f"request GET http://127.0.0.1:1/container/blob?sv=2025-11-05&sig={SAS_SIG} failed"
+
+
+def test_a_chain_of_library_errors_shows_no_secret_and_keeps_what_failed() -> None:
+    try:
+        try:
+            try:
+                raise ConnectionError(f"Max retries exceeded with url: /container/blob?sv=1&sig={SAS_SIG}")
+            except ConnectionError as refused:
+                raise _TextOfItsOwn() from refused
+        except _TextOfItsOwn as failed:
+            raise BlobStoreError("get 'metadata.json' in az://container/p failed") from failed
+    except BlobStoreError as error:
+        assert scrub_chain(error) is error
+        text = traceback_text(error)
+    assert_hidden(text, " in a scrubbed chain")
+    # what failed and how is still there: each exception's type, the redacted URLs, the frames
+    assert "ConnectionError: Max retries exceeded with url: /container/blob?sv=1&sig=***" in text
+    assert (
+        f"{__name__}._TextOfItsOwn: request GET http://127.0.0.1:1/container/blob?sv=2025-11-05&sig=***"
+        in text
+    )
+    assert "raise _TextOfItsOwn() from refused" in text
+    assert "BlobStoreError: get 'metadata.json' in az://container/p failed" in text

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from blobstate.blobstore.activity import note, observed
 from blobstate.blobstore.names import validate_blob_name, validate_prefix
-from blobstate.blobstore.redact import redact
+from blobstate.blobstore.redact import redact, scrub_chain
 from blobstate.errors import BlobStoreError
 
 T = TypeVar("T")
@@ -408,6 +408,12 @@ class BlobStore(ABC):
 
     # ----------------------------------------------------------------- retries
     def _retry(self, op: str, name: str, call: Callable[[], R]) -> R:
+        try:
+            return self._retrying(op, name, call)
+        except Exception as error:
+            raise scrub_chain(error)  # noqa: B904 (the error raised as it was, its chain made safe)
+
+    def _retrying(self, op: str, name: str, call: Callable[[], R]) -> R:
         delay = self.backoff_seconds
         started = time.monotonic()
         for attempt in range(1, self.max_attempts + 1):

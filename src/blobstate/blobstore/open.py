@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from blobstate.blobstore.base import BlobStore, LocationNotFoundError
+from blobstate.blobstore.redact import scrub_chain
 from blobstate.blobstore.schemes import BackendNotInstalledError, scheme_of
 
 
@@ -20,7 +21,10 @@ def open_blob_store(url: str, **options: Any) -> BlobStore:
     and options). An optional backend that is not installed raises :class:`BackendNotInstalledError`
     naming the extra to install.
     """
-    return scheme_of(url).open(url, **options)
+    try:
+        return scheme_of(url).open(url, **options)
+    except Exception as error:
+        raise scrub_chain(error)  # noqa: B904 (the error raised as it was, its chain made safe)
 
 
 def open_existing_blob_store(url: str, **options: Any) -> BlobStore:

@@ -23,8 +23,11 @@ purpose; this is what keeps one out when it hides in a URL, an endpoint or a lib
 
 from __future__ import annotations
 
+import contextlib
 import re
 from urllib.parse import quote, unquote
+
+from blobstate.errors import BlobStoreError
 
 MASK = "***"
 """What a secret is replaced with."""
@@ -100,3 +103,82 @@ def _mask_parameter(part: str) -> str:
         if masked != plain:
             return f"{name}={masked if plain == value else quote(masked, safe='*')}"
     return part
+
+
+class RedactedError(BlobStoreError):
+    """Stands in, in the chain of an error blobstate raised, for a library's exception whose text showed
+    a secret that its arguments do not hold (a ``__str__`` of its own): the library exception's type and
+    text, redacted, with its traceback and what it was raised from."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(f"{kind}: {text}")
+
+
+def scrub_chain(error: BaseException) -> BaseException:
+    """Keep secrets out of every exception ``error`` was raised from or while handling.
+
+    A blob store error names its object and store with :func:`redact`'s care, and is raised ``from`` the
+    library's exception, whose text may quote a request URL with its SAS (``...?sv=...&sig=...``) or a
+    connection string. A traceback (a Spark task's log, a driver's, ``--debug``) prints that whole chain
+    (``__cause__`` and ``__context__``, recursively). Each exception in it gets its arguments redacted in
+    place (and, for an argument that is itself an exception, that one's), and its ``message`` and
+    ``exc_msg`` (Azure's) when they are strings; one whose text still shows a secret is replaced in the
+    chain by a :class:`RedactedError`. Returns ``error``, whose own text the caller already made safe.
+    """
+    seen: set[int] = set()
+
+    def scrubbed(link: BaseException) -> BaseException:
+        if id(link) in seen:
+            return link
+        seen.add(id(link))
+        _redact_arguments(link, set())
+        for attribute in ("__cause__", "__context__"):
+            below = getattr(link, attribute)
+            if below is not None:
+                setattr(link, attribute, scrubbed(below))
+        try:
+            text = str(link)
+        except Exception:  # a text that cannot be built shows nothing
+            return link
+        safe = redact(text)
+        if safe == text:
+            return link
+        kind = f"{type(link).__module__}.{type(link).__qualname__}"
+        stand_in = RedactedError(kind, safe).with_traceback(link.__traceback__)
+        stand_in.__cause__, stand_in.__context__ = link.__cause__, link.__context__
+        stand_in.__suppress_context__ = link.__suppress_context__
+        return stand_in
+
+    for attribute in ("__cause__", "__context__"):
+        below = getattr(error, attribute)
+        if below is not None:
+            setattr(error, attribute, scrubbed(below))
+    return error
+
+
+def _redact_arguments(error: BaseException, seen: set[int]) -> None:
+    """Redact ``error``'s string arguments, and those of the exceptions among them, in place."""
+    if id(error) in seen:
+        return
+    seen.add(id(error))
+    arguments = []
+    changed = False
+    for argument in error.args:
+        if isinstance(argument, str):
+            safe = redact(argument)
+            changed = changed or safe != argument
+            arguments.append(safe)
+        else:
+            if isinstance(argument, BaseException):
+                _redact_arguments(argument, seen)
+            arguments.append(argument)
+    if changed:
+        with contextlib.suppress(AttributeError, TypeError):
+            error.args = tuple(arguments)
+    for attribute in ("message", "exc_msg"):
+        try:
+            value = getattr(error, attribute, None)
+            if isinstance(value, str) and redact(value) != value:
+                setattr(error, attribute, redact(value))
+        except Exception:  # a read-only or computed attribute: the chain's text is still checked
+            pass
