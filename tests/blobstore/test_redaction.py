@@ -409,3 +409,10 @@ def test_a_chain_of_library_errors_shows_no_secret_and_keeps_what_failed() -> No
     )
     assert "raise _TextOfItsOwn() from refused" in text
     assert "BlobStoreError: get 'metadata.json' in az://container/p failed" in text
+
+
+def test_a_library_error_reaching_the_caller_keeps_its_type_and_loses_its_secret() -> None:
+    error = ConnectionError(f"Max retries exceeded with url: /container/blob?sv=1&sig={SAS_SIG}")
+    assert scrub_chain(error) is error and type(error) is ConnectionError
+    assert_hidden(traceback_text(error), " in a library error scrubbed")
+    assert str(error) == "Max retries exceeded with url: /container/blob?sv=1&sig=***"

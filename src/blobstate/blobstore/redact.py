@@ -123,7 +123,8 @@ def scrub_chain(error: BaseException) -> BaseException:
     (``__cause__`` and ``__context__``, recursively). Each exception in it gets its arguments redacted in
     place (and, for an argument that is itself an exception, that one's), and its ``message`` and
     ``exc_msg`` (Azure's) when they are strings; one whose text still shows a secret is replaced in the
-    chain by a :class:`RedactedError`. Returns ``error``, whose own text the caller already made safe.
+    chain by a :class:`RedactedError`. Returns ``error`` itself, its arguments redacted too (it keeps its
+    type, so callers catching it by type still do; blobstate's own errors are safe as made).
     """
     seen: set[int] = set()
 
@@ -149,6 +150,8 @@ def scrub_chain(error: BaseException) -> BaseException:
         stand_in.__suppress_context__ = link.__suppress_context__
         return stand_in
 
+    seen.add(id(error))
+    _redact_arguments(error, set())  # a library error that reached the caller untranslated
     for attribute in ("__cause__", "__context__"):
         below = getattr(error, attribute)
         if below is not None:
