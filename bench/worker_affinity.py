@@ -5,9 +5,10 @@ pays only when the partition's next task lands in the process that holds it; oth
 hand the store over (close it, release the partition lock) and the new process opens it as today. PySpark
 hands a task to whichever idle worker of the executor comes first, so this measures the chance, on the
 processing stage's own shape: a hash shuffle into ``--partitions`` partitions, then ``mapInArrow`` (as
-``run_task``), ``--batches`` times on ``local[--cores]``, with a sleep in each task standing in for its
-work. For each partition and each batch after the first it records whether the task ran in the same
-worker process (``os.getpid()``) as the partition's task of the batch before. Run by hand:
+``run_task``), ``--batches`` times on ``local[--cores]`` (adaptive execution off: each batch one job of
+two stages), with a sleep in each task standing in for its work. For each partition and each batch after
+the first it records whether the task ran in the same worker process (``os.getpid()``) as the
+partition's task of the batch before. Run by hand:
 
     .venv/bin/python bench/worker_affinity.py [--cores 2] [--partitions 2,20] [--batches 30]
 """
