@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from blobstate.blobstore import BlobStore, open_blob_store
-from blobstate.blobstore.redact import MASK, redact, scrub_chain
+from blobstate.blobstore.redact import MASK, RedactedError, redact, scrub_chain
 from blobstate.blobstore.schemes import hadoop_location, location_without_options
 from blobstate.errors import BlobstateError, BlobStoreError
 
@@ -400,6 +400,9 @@ def test_a_chain_of_library_errors_shows_no_secret_and_keeps_what_failed() -> No
     except BlobStoreError as error:
         assert scrub_chain(error) is error
         text = traceback_text(error)
+        # the exception raised from is also the one being handled: both links lead to its stand-in
+        assert isinstance(error.__cause__, RedactedError) and error.__context__ is error.__cause__
+        assert_hidden(str(error.__context__), " by the context of a scrubbed error")
     assert_hidden(text, " in a scrubbed chain")
     # what failed and how is still there: each exception's type, the redacted URLs, the frames
     assert "ConnectionError: Max retries exceeded with url: /container/blob?sv=1&sig=***" in text

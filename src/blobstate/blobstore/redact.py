@@ -126,37 +126,40 @@ def scrub_chain(error: BaseException) -> BaseException:
     chain by a :class:`RedactedError`. Returns ``error`` itself, its arguments redacted too (it keeps its
     type, so callers catching it by type still do; blobstate's own errors are safe as made).
     """
-    seen: set[int] = set()
+    safe_links: dict[int, BaseException] = {}
+    """Each exception of the chain already scrubbed, by id: itself or its stand-in (an exception is often
+    both the ``__cause__`` and the ``__context__`` of the one raised from it, and a chain may loop)."""
 
     def scrubbed(link: BaseException) -> BaseException:
-        if id(link) in seen:
-            return link
-        seen.add(id(link))
+        safe_links[id(link)] = link
         _redact_arguments(link, set())
         for attribute in ("__cause__", "__context__"):
             below = getattr(link, attribute)
-            if below is not None:
-                setattr(link, attribute, scrubbed(below))
-        try:
-            text = str(link)
-        except Exception:  # a text that cannot be built shows nothing
-            return link
-        safe = redact(text)
-        if safe == text:
-            return link
-        kind = f"{type(link).__module__}.{type(link).__qualname__}"
-        stand_in = RedactedError(kind, safe).with_traceback(link.__traceback__)
-        stand_in.__cause__, stand_in.__context__ = link.__cause__, link.__context__
-        stand_in.__suppress_context__ = link.__suppress_context__
-        return stand_in
+            if below is None:
+                continue
+            if id(below) not in safe_links:
+                safe_links[id(below)] = _with_safe_text(scrubbed(below))
+            setattr(link, attribute, safe_links[id(below)])
+        return link
 
-    seen.add(id(error))
-    _redact_arguments(error, set())  # a library error that reached the caller untranslated
-    for attribute in ("__cause__", "__context__"):
-        below = getattr(error, attribute)
-        if below is not None:
-            setattr(error, attribute, scrubbed(below))
-    return error
+    return scrubbed(error)
+
+
+def _with_safe_text(link: BaseException) -> BaseException:
+    """``link``, or a :class:`RedactedError` in its place when its text (its arguments already redacted)
+    still shows a secret."""
+    try:
+        text = str(link)
+    except Exception:  # a text that cannot be built shows nothing
+        return link
+    safe = redact(text)
+    if safe == text:
+        return link
+    kind = f"{type(link).__module__}.{type(link).__qualname__}"
+    stand_in = RedactedError(kind, safe).with_traceback(link.__traceback__)
+    stand_in.__cause__, stand_in.__context__ = link.__cause__, link.__context__
+    stand_in.__suppress_context__ = link.__suppress_context__
+    return stand_in
 
 
 def _redact_arguments(error: BaseException, seen: set[int]) -> None:
