@@ -183,18 +183,27 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("inline_output_bytes", [None, 0], ids=["local-outputs", "persisted-outputs"])
+@pytest.mark.parametrize(
+    ("inline_output_bytes", "snapshot_every"),
+    [(None, 2), (0, 2), (None, 3)],
+    ids=["local-outputs", "persisted-outputs", "no-local-checkpoint"],
+)
 def test_driver_killed_mid_batch_restarts_with_exact_state(
-    spark: Any, tmp_path: Path, inline_output_bytes: int | None
+    spark: Any, tmp_path: Path, inline_output_bytes: int | None, snapshot_every: int
 ) -> None:
     """A job process is SIGKILLed (driver, JVM and local executor) while batch 2 is in its sink; the
     restart hands the sink the same outputs. Both ways outputs reach the sink: small ones with the
-    tasks' metadata (the default), and persisted on the executors (``inline_output_bytes=0``)."""
+    tasks' metadata (the default), and persisted on the executors (``inline_output_bytes=0``). With a
+    snapshot every 3 versions, version 2 (the committed one the restart starts from) was not due, so
+    its commit took no local checkpoint: the restart replays the committed deltas."""
     tables = make_batches(4)
     write_inputs(tables, tmp_path / "in")
     log = tmp_path / "job.log"
     inline = [] if inline_output_bytes is None else ["--inline-output-bytes", str(inline_output_bytes)]
-    options = {} if inline_output_bytes is None else {"inline_output_bytes": inline_output_bytes}
+    inline += ["--snapshot-every", str(snapshot_every)]
+    options: dict[str, Any] = {"snapshot_every": snapshot_every}
+    if inline_output_bytes is not None:
+        options["inline_output_bytes"] = inline_output_bytes
     with log.open("ab") as errors:
         proc = subprocess.Popen(
             _job(tmp_path, "--hang-on-batch", "2", *inline),
@@ -242,7 +251,14 @@ def test_driver_killed_mid_batch_restarts_with_exact_state(
     assert set(deltas_of_version(store, 3)) - set(orphans) == {
         delta_name("0", p, CheckpointId(3, u)) for p, u in batch2.checkpoints["0"].items()
     }
-    assert {m["load_rule"] for m in partition_metrics(batch2).values()} == {"local-checkpoint"}
+    local = tmp_path / "local"
+    if snapshot_every == 2:
+        assert {m["load_rule"] for m in partition_metrics(batch2).values()} == {"local-checkpoint"}
+    else:
+        # the commit of version 2 skipped the local checkpoint; the attempts at version 3 had a snapshot due
+        taken = {p.name.split("_")[0] for p in local.rglob("checkpoints/*_*")}
+        assert taken == {"3"}, taken
+        assert {m["load_rule"] for m in partition_metrics(batch2).values()} == {"remote"}
 
 
 # ---------------------------------------------------------------------------------------------- executor

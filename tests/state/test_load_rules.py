@@ -29,7 +29,7 @@ from blobstate.snapshot import read_snapshot_index
 from blobstate.state.errors import CorruptObjectError, LineageError, MissingObjectError
 from blobstate.state.history import CommitCache, PartitionHistory
 from blobstate.state.loader import catch_up
-from blobstate.state.localdirs import read_checkpoint_id
+from blobstate.state.localdirs import list_checkpoints, read_checkpoint_id
 from blobstate.state.partition import CommitResult
 from blobstate.state.store import RocksStateStore
 
@@ -160,12 +160,13 @@ def test_example_3_the_presumed_snapshot_is_missing(tmp_path: Path) -> None:
 
 
 def test_a_local_checkpoint_on_the_lineage_is_preferred_to_a_remote_snapshot(tmp_path: Path) -> None:
-    h = seed_history(tmp_path, snapshot_23=False)
-    # local dir Y holds checkpoints 22, 23 and 24 (the newest three); load 24 after its working is gone
+    # 23's snapshot was due and its upload failed: local dir Y holds the checkpoints of 20 and 23 (taken
+    # where a snapshot is due), the blob store a snapshot of 20 only; load 24 after Y's working is gone
+    h = seed_history(tmp_path, snapshot_23=True, fail_23=True)
     import shutil
 
     lay = LocalPartitionLayout(h.dirs["Y"], QUERY_ID, OP, 0)
-    shutil.rmtree(lay.checkpoint(h.cids["24"]))
+    assert [c.version for c in list_checkpoints(lay.checkpoints)] == [3, 6]
     shutil.rmtree(lay.working)
     with open_p(h.store, h.dirs["Y"], h.cids["24"]) as state:
         assert dump(state) == h.states["24"]
@@ -175,23 +176,20 @@ def test_a_local_checkpoint_on_the_lineage_is_preferred_to_a_remote_snapshot(tmp
     assert not any(op == "get" and name.endswith(".snapshot") for op, name in h.store.calls)
 
 
-def test_a_clean_working_store_on_the_lineage_is_a_base(tmp_path: Path) -> None:
+def test_a_dirty_working_store_is_rebuilt_from_the_newest_local_checkpoint_on_the_lineage(
+    tmp_path: Path,
+) -> None:
     h = seed_history(tmp_path, snapshot_23=False)
-    # dir Z never ran anything; give it a working store clean at 22 by loading and committing nothing new:
-    with open_p(h.store, h.dirs["Z"], h.cids["22"]):
-        pass  # loaded and closed without commit: dirty
     lay = LocalPartitionLayout(h.dirs["Y"], QUERY_ID, OP, 0)
-    import shutil
-
-    for cid in ("23_689a", "24"):
-        shutil.rmtree(lay.checkpoint(h.cids[cid]))
-    # Y's working store is clean at 24; load 24 elsewhere is rule 3, but in Y itself after dropping the
-    # clean marker and keeping only checkpoint 22 it must replay 23 and 24 on top of checkpoint 22
+    # Y took a local checkpoint at 20 only, where a snapshot was due; its working store is clean at 24.
+    # Once its clean marker is gone it must replay 21_f4d0 to 24 on top of checkpoint 20, not of itself.
+    assert list_checkpoints(lay.checkpoints) == [h.cids["20"]]
     (lay.working / CHECKPOINT_ID_FILE).unlink()
     with open_p(h.store, h.dirs["Y"], h.cids["24"]) as state:
         assert dump(state) == h.states["24"]
-        assert state.load_report.base == h.cids["22"].name
-        assert state.load_report.deltas_replayed == 2
+        assert (state.load_report.base_kind, state.load_report.base) == ("local", h.cids["20"].name)
+        assert state.load_report.deltas_replayed == 4
+    assert not any(op == "get" and name.endswith(".snapshot") for op, name in h.store.calls)
 
 
 def test_appendix_collect_list_the_unchosen_attempts_local_state_never_leaks(tmp_path: Path) -> None:
@@ -250,21 +248,30 @@ def test_appendix_sample_three_a_task_must_not_continue_from_its_own_unchosen_st
         assert members(s) == {b"C", b"D", b"E"}
 
 
-def test_two_attempts_on_one_executor_load_the_chosen_ones_local_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("snapshot_every", [ALWAYS, NEVER])
+def test_two_attempts_on_one_executor_load_the_chosen_one(tmp_path: Path, snapshot_every: int) -> None:
+    """With a snapshot due, the chosen attempt's local checkpoint is the copy to load (no I/O); without,
+    there is no local checkpoint and the chosen attempt's delta is replayed."""
     inner = new_memory_store()
     driver = Driver(inner)
-    with open_p(inner, tmp_path, None) as s:
+    with open_p(inner, tmp_path, None, snapshot_every=snapshot_every) as s:
         s.store.put("a", b"k", b"first")
         first = s.commit()
-    with open_p(inner, tmp_path, None) as s:
+    with open_p(inner, tmp_path, None, snapshot_every=snapshot_every) as s:
         s.store.put("a", b"k", b"second")
-        s.commit()  # the working store is now clean at the second attempt
+        second = s.commit()  # the working store is now clean at the second attempt
     driver.commit({0: first}, 1)
     store = FaultyStore(inner)
     with open_p(store, tmp_path, driver.committed()) as s:
-        assert s.load_rule == "local-checkpoint"
         assert dump(s) == {("a", b"k"): b"first"}
-    assert store.calls == []
+        if snapshot_every == ALWAYS:
+            assert s.load_rule == "local-checkpoint"
+        else:
+            report = s.load_report
+            assert (report.rule, report.base_kind, report.deltas_replayed) == ("remote", "empty", 1)
+    if snapshot_every == ALWAYS:
+        assert store.calls == []
+    assert not uid_touched(store, second.checkpoint_id)
 
 
 # ---------------------------------------------------------------------------------------------- rule 4
@@ -474,7 +481,7 @@ def test_bad_ids_in_the_commit_log_are_clear_errors(tmp_path: Path) -> None:
 
 def test_a_tampered_clean_marker_is_treated_as_dirty(tmp_path: Path) -> None:
     inner = new_memory_store()
-    with open_p(inner, tmp_path, None) as s:
+    with open_p(inner, tmp_path, None, snapshot_every=ALWAYS) as s:
         s.store.put("a", b"k", b"v")
         result = s.commit()
     working = LocalPartitionLayout(tmp_path, QUERY_ID, OP, 0).working

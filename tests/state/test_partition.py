@@ -53,7 +53,7 @@ def commit_values(store, local: Path, committed, values: dict[bytes, bytes], *, 
     return result
 
 
-def test_first_commit_writes_a_pending_delta_a_local_checkpoint_and_a_clean_marker(tmp_path: Path) -> None:
+def test_first_commit_writes_a_pending_delta_a_clean_marker_and_no_local_checkpoint(tmp_path: Path) -> None:
     store = new_memory_store()
     with open_p(store, tmp_path, None) as state:
         assert state.version == 0 and state.checkpoint_id is None and state.load_rule == "empty"
@@ -72,7 +72,19 @@ def test_first_commit_writes_a_pending_delta_a_local_checkpoint_and_a_clean_mark
     assert sorted((r[1], r[2], r[3]) for r in delta.records) == [("a", b"k1", b"v1"), ("b", b"k2", b"v2")]
     lay = layout(tmp_path)
     assert read_checkpoint_id(lay.working) == cid
-    assert list_checkpoints(lay.checkpoints) == [cid]
+    assert list_checkpoints(lay.checkpoints) == []  # no snapshot is due: no local checkpoint either
+
+
+def test_a_commit_whose_snapshot_is_due_takes_a_local_checkpoint(tmp_path: Path) -> None:
+    store = new_memory_store()
+    committed = None
+    results = []
+    for i in range(5):
+        results.append(commit_values(store, tmp_path, committed, {b"k": b"%d" % i}, snapshot_every=2))
+        committed = results[-1].checkpoint_id
+    assert [r.snapshot_name is not None for r in results] == [False, True, False, True, False]
+    kept = list_checkpoints(layout(tmp_path).checkpoints)
+    assert kept == [results[1].checkpoint_id, results[3].checkpoint_id]
 
 
 def test_rule_1_a_clean_working_store_at_the_committed_id_is_used_without_io(tmp_path: Path) -> None:
@@ -102,7 +114,7 @@ def test_a_commit_carries_the_lineage_back_to_the_presumed_snapshot(tmp_path: Pa
 
 def test_rule_2_a_dirty_working_store_is_rebuilt_from_the_local_checkpoint(tmp_path: Path) -> None:
     inner = new_memory_store()
-    result = commit_values(inner, tmp_path, None, {b"k": b"v"})
+    result = commit_values(inner, tmp_path, None, {b"k": b"v"}, snapshot_every=1)
     with open_p(inner, tmp_path, result.checkpoint_id) as state:
         state.store.put("a", b"k", b"dirty")
         state.abort()  # the working store now holds an uncommitted write and is dirty
@@ -113,13 +125,15 @@ def test_rule_2_a_dirty_working_store_is_rebuilt_from_the_local_checkpoint(tmp_p
     assert store.calls == []
 
 
-def test_a_worker_killed_as_its_commit_closes_the_store_loads_the_committed_version_exactly(
-    tmp_path: Path,
+@pytest.mark.parametrize("dies", ["closing", "committed"])
+def test_a_worker_killed_in_or_after_a_commit_without_a_local_checkpoint_loads_the_committed_version_exactly(
+    tmp_path: Path, dies: str
 ) -> None:
-    """A commit's close flushes the working store, removes its OPTIONS files, then closes RocksDB; a
-    worker killed right after the removal (its delta uploaded, the store flushed, not marked clean) leaves
-    a dirty working store: the next task loads the committed version from the local checkpoint, exactly,
-    and commits on from there."""
+    """A commit with no snapshot due takes no local checkpoint. A worker killed as the commit closes the
+    store (``closing``: flushed, OPTIONS files removed, not marked clean) or right after the commit
+    (``committed``: the working store clean at a version the driver never committed) leaves nothing the
+    next task may start from: it loads the committed version from the deltas of the lineage, exactly
+    (checked against a dict of every write), and commits on from there."""
     import shutil
     import subprocess
     import sys
@@ -127,7 +141,13 @@ def test_a_worker_killed_as_its_commit_closes_the_store_loads_the_committed_vers
 
     store = open_blob_store(str(tmp_path / "blobs"))
     driver = Driver(store)
-    first = commit_values(store, tmp_path, None, {b"k": b"v1", b"gone": b"x"})
+    expected: dict = {}
+    committed = None
+    for i in range(3):
+        values = {b"k": b"v%d" % i, b"gone": b"x", b"k%d" % i: b"%d" % i}
+        expected.update({("a", k): v for k, v in values.items()})
+        committed = commit_values(store, tmp_path, committed, values).checkpoint_id
+    assert committed is not None and list_checkpoints(layout(tmp_path).checkpoints) == []
     script = textwrap.dedent(
         f"""
         import os
@@ -142,39 +162,48 @@ def test_a_worker_killed_as_its_commit_closes_the_store_loads_the_committed_vers
             drop(path)
             os._exit(9)
 
-        store_module._drop_options_files = drop_then_die
-        committed = CheckpointId.parse({first.checkpoint_id.name!r})
+        if {dies!r} == "closing":
+            store_module._drop_options_files = drop_then_die
+        committed = CheckpointId.parse({committed.name!r})
         blobs = open_blob_store({str(tmp_path / "blobs")!r})
         state = open_partition(blobs, {str(tmp_path)!r}, {QUERY_ID!r}, {OP!r}, 0, committed)
         state.store.put("a", b"k", b"uncommitted")
         state.store.delete("a", b"gone")
         state.commit()
+        os._exit(9)
         """
     )
     assert subprocess.run([sys.executable, "-c", script], timeout=120).returncode == 9
     lay = layout(tmp_path)
-    assert read_checkpoint_id(lay.working) is None
-    assert not any(f.name.startswith("OPTIONS-") for f in lay.working.iterdir())
-    with open_p(store, tmp_path, first.checkpoint_id) as state:
-        assert state.load_rule == "local-checkpoint"
-        assert dump(state) == {("a", b"k"): b"v1", ("a", b"gone"): b"x"}
-        state.store.put("a", b"k", b"v2")
+    if dies == "closing":
+        assert read_checkpoint_id(lay.working) is None
+        assert not any(f.name.startswith("OPTIONS-") for f in lay.working.iterdir())
+    else:
+        uncommitted = read_checkpoint_id(lay.working)
+        assert uncommitted is not None and uncommitted.version == committed.version + 1
+    assert list_checkpoints(lay.checkpoints) == []
+    with open_p(store, tmp_path, committed) as state:
+        report = state.load_report
+        assert (report.rule, report.base_kind, report.deltas_replayed) == ("remote", "empty", 3)
+        assert dump(state) == expected
+        state.store.put("a", b"k", b"v3")
         second = state.commit()
-    driver.commit({0: second}, 2)
+    driver.commit({0: second}, committed.version + 1)
+    expected[("a", b"k")] = b"v3"
     with open_p(store, tmp_path, second.checkpoint_id) as state:
         assert state.load_rule == "working"
-        assert dump(state) == {("a", b"k"): b"v2", ("a", b"gone"): b"x"}
+        assert dump(state) == expected
     shutil.rmtree(lay.root)
     with open_p(store, tmp_path, second.checkpoint_id) as state:  # from the blob store alone
         assert state.load_rule == "remote"
-        assert dump(state) == {("a", b"k"): b"v2", ("a", b"gone"): b"x"}
+        assert dump(state) == expected
 
 
 def test_rule_2_from_a_standby_replica(tmp_path: Path) -> None:
     import shutil
 
     inner = new_memory_store()
-    result = commit_values(inner, tmp_path / "active", None, {b"k": b"v"})
+    result = commit_values(inner, tmp_path / "active", None, {b"k": b"v"}, snapshot_every=1)
     lay = layout(tmp_path / "active")
     standby = layout(tmp_path / "other").standby
     shutil.copytree(lay.checkpoint(result.checkpoint_id), standby)
@@ -331,7 +360,7 @@ def test_only_the_newest_local_checkpoints_are_kept(tmp_path: Path) -> None:
     committed = None
     for i in range(6):
         committed = commit_values(
-            store, tmp_path, committed, {b"k": b"%d" % i}, local_checkpoints_to_keep=2
+            store, tmp_path, committed, {b"k": b"%d" % i}, local_checkpoints_to_keep=2, snapshot_every=1
         ).checkpoint_id
     kept = list_checkpoints(layout(tmp_path).checkpoints)
     assert [c.version for c in kept] == [5, 6]

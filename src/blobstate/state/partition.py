@@ -6,9 +6,13 @@ rules (:mod:`blobstate.state.loader`) and returns a :class:`PartitionState` whos
 dirty working store. ``commit()`` writes version v+1 under a fresh uid:
 
 1. take the changelog and upload ``<v+1>_<uid>.delta`` (lineage record first) with the pending TTL;
-2. take a local hard-link checkpoint ``checkpoints/<v+1>_<uid>/`` with its lineage info;
-3. when due (every K versions, or when the deltas since the last snapshot exceed a byte size) back the
-   checkpoint up as ``<v+1>_<uid>.snapshot``, incrementally against the previous snapshot on the lineage;
+2. when a snapshot is due (every K versions, or when the deltas since the last snapshot exceed a byte
+   size) take a local hard-link checkpoint ``checkpoints/<v+1>_<uid>/`` with its lineage info, and back it
+   up as ``<v+1>_<uid>.snapshot``, incrementally against the previous snapshot on the lineage. Versions in
+   between get no local checkpoint, as Spark's changelog checkpointing takes none between snapshots: it
+   cost a fifth of a small partition's commit (``bench/partition_cost.py``), and only a retried batch
+   would load from it; that one loads the committed version from the newest local checkpoint on its
+   lineage (or nothing) and the deltas after it (rule 3 of :mod:`blobstate.state.loader`);
    a failed snapshot upload is reported, not fatal: the lineage presumes the snapshot and loading walks
    through the delta where it is missing (docs/DESIGN.md, "Load rules"). With ``snapshot_upload="inline"`` the
    upload runs here and this commit records it; with ``"background"`` (:mod:`blobstate.state.uploads`)
@@ -17,7 +21,7 @@ dirty working store. ``commit()`` writes version v+1 under a fresh uid:
    (``late_snapshot``) when it is complete (its index exists), young enough that none of its pending
    objects can have expired, and incremental against the base the lineage still uses; failed, killed
    and superseded uploads are reported in ``snapshot_upload`` and forgotten;
-5. close the store and write ``CHECKPOINT-ID`` (the working store is clean at v+1);
+5. close the store (which flushes it) and write ``CHECKPOINT-ID`` (the working store is clean at v+1);
 6. keep the newest few local checkpoints.
 
 The driver then writes ``commits/<v+1>`` and runs :func:`blobstate.state.retention.after_commit`.
@@ -249,7 +253,7 @@ class PartitionState:
             new_info = LineageInfo(new, (new.uid,), 0, 0)
         else:
             new_info = LineageInfo(new, (new.uid, *lineage), deltas_since, bytes_since)
-        checkpoint_dir = self._local_checkpoint(new, new_info)
+        checkpoint_dir = self._local_checkpoint(new, new_info) if due else None
 
         report: dict[str, Any] = {"mode": self.snapshot_upload, "in_flight": [], "failed": []}
         late = self._late_snapshot(new, report)
@@ -258,7 +262,7 @@ class PartitionState:
         snapshot_error: str | None = None
         # A repair snapshot is taken inline: the next load must not depend on the unusable one.
         inline = self.snapshot_upload == "inline" or repair
-        if due and inline:
+        if checkpoint_dir is not None and inline:
             try:
                 sname, snap_written, snap_bytes, snapshot_ref = self._snapshot(
                     new, lineage, checkpoint_dir, late
@@ -269,7 +273,7 @@ class PartitionState:
             except Exception as error:  # a failed snapshot leaves a presumed snapshot: loading walks past it
                 snapshot_error = f"{type(error).__name__}: {error}"
                 log.warning("snapshot of %s/%s at %s failed: %s", op, p, new, snapshot_error)
-        elif due:
+        elif checkpoint_dir is not None:
             try:
                 report["started"] = self._start_background(
                     new, lineage, checkpoint_dir, late
@@ -287,7 +291,8 @@ class PartitionState:
         self._copy.mark_clean(new_info)
         self._info = new_info
         self._state = "committed"
-        prune_checkpoints(self.layout.checkpoints, self.local_checkpoints_to_keep, protect=new)
+        if checkpoint_dir is not None:
+            prune_checkpoints(self.layout.checkpoints, self.local_checkpoints_to_keep, protect=new)
         self.result = CommitResult(
             checkpoint_id=new,
             delta_name=dname,
