@@ -22,7 +22,7 @@ dirty working store. ``commit()`` writes version v+1 under a fresh uid:
    objects can have expired, and incremental against the base the lineage still uses; failed, killed
    and superseded uploads are reported in ``snapshot_upload`` and forgotten;
 5. close the store (which flushes it) and write ``CHECKPOINT-ID`` (the working store is clean at v+1);
-6. keep the newest few local checkpoints.
+6. when it took one, keep the newest few local checkpoints.
 
 The driver then writes ``commits/<v+1>`` and runs :func:`blobstate.state.retention.after_commit`.
 """
