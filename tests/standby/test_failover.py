@@ -261,12 +261,23 @@ def test_a_restarted_driver_resumes_the_assignment_and_two_host_losses_in_a_row_
         victim = line["assignment"]["0"]["active"]["host"]
         survivors = {p for p, a in line["assignment"].items() if a["active"]["host"] != victim}
         lost = set(line["assignment"]) - survivors
+        # A replica the planner can fail over to has reported a synced version. With the tests' 1 s
+        # locality wait a new standby's first sync task may run on another executor (``misplaced``) and
+        # sync at the next commit only; such a partition moves cold, and its state stays exact.
+        versions = {(str(p), host): v for p, host, v in line["replica_versions"]}
+        synced = {
+            p
+            for p in lost
+            if any(versions.get((p, s["host"]), 0) > 0 for s in line["assignment"][p]["standbys"])
+        }
+        assert synced, (lost, line["replica_versions"])  # the failover path itself is exercised
         cluster.kill_host(host_index(cluster, victim))
         job.resume(pause)
         after = job.wait_for(lambda line, b=pause + 1: line.get("batch_id") == b, f"batch {pause + 1}")
-        assert after["standby"]["failovers"] == len(lost), after["standby"]
+        assert after["standby"]["failovers"] == len(synced), (synced, after["standby"])
+        assert after["standby"]["failovers_without_standby"] == len(lost - synced), (synced, after["standby"])
         assert after["standby"]["standby_failures"] >= len(survivors), after["standby"]
-        for p in lost:
+        for p in synced:
             assert after["partitions"][p]["snapshot_restore_bytes"] == 0, after["partitions"][p]
         for p in survivors:  # their standby died with the host: the active is not disturbed
             assert after["partitions"][p]["host"] == line["assignment"][p]["active"]["host"]
