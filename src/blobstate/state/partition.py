@@ -10,9 +10,9 @@ dirty working store. ``commit()`` writes version v+1 under a fresh uid:
    size) take a local hard-link checkpoint ``checkpoints/<v+1>_<uid>/`` with its lineage info, and back it
    up as ``<v+1>_<uid>.snapshot``, incrementally against the previous snapshot on the lineage. Versions in
    between get no local checkpoint, as Spark's changelog checkpointing takes none between snapshots: it
-   cost a fifth of a small partition's commit (``bench/partition_cost.py``), and only a retried batch
-   would load from it; that one loads the committed version from the newest local checkpoint on its
-   lineage (or nothing) and the deltas after it (rule 3 of :mod:`blobstate.state.loader`);
+   cost a fifth of a small partition's CPU per batch, open to close (``bench/partition_cost.py``), and
+   only a retried batch would load from it; that one loads the committed version from the newest local
+   checkpoint on its lineage (or nothing) and the deltas after it (rule 3 of :mod:`blobstate.state.loader`);
    a failed snapshot upload is reported, not fatal: the lineage presumes the snapshot and loading walks
    through the delta where it is missing (docs/DESIGN.md, "Load rules"). With ``snapshot_upload="inline"`` the
    upload runs here and this commit records it; with ``"background"`` (:mod:`blobstate.state.uploads`)
